@@ -1,0 +1,11 @@
+//! The NI's binary contracts, shared by the device model (`ni-device`), the user-space
+//! driver (`libni`) and the administrator's tool (`ni-ctl`).
+//!
+//! Nothing outside this crate spells a register offset, a bit position or a descriptor
+//! layout: they all come from here, named as the seed documents name them.
+
+pub mod cm5;
+pub mod control;
+pub mod lanai;
+pub mod pci;
+pub mod regs;

@@ -1,0 +1,147 @@
+//! The daemon around the NIs: run directory, lock, sockets, signals.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use crate::ni::Ni;
+use crate::server::{self, Attachment, Slot};
+
+pub const MAX_NODES: u32 = 4096;
+
+/// What a config file may set; command-line flags override it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub nodes: Option<u32>,
+    pub run_dir: Option<PathBuf>,
+}
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> Result<ConfigFile> {
+        let text =
+            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+}
+
+pub struct Daemon {
+    pub run_dir: PathBuf,
+    pub slots: Vec<Arc<Slot>>,
+    pub started: Instant,
+    _lock: File,
+}
+
+pub fn socket_path(run_dir: &Path, node: u32) -> PathBuf {
+    run_dir.join(format!("ni{node}.sock"))
+}
+
+pub fn control_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("control.sock")
+}
+
+pub fn pid_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("ni-device.pid")
+}
+
+/// Take the run directory's lock, so two daemons never share it. The lock is an flock on
+/// the pid file: it dies with the process, so a crashed daemon leaves nothing that blocks
+/// the next one, only stale sockets, which the holder of the lock removes.
+fn take_lock(run_dir: &Path) -> Result<File> {
+    let path = pid_path(run_dir);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut pid = String::new();
+        let _ = f.read_to_string(&mut pid);
+        bail!(
+            "another ni-device (pid {}) is serving {}",
+            pid.trim(),
+            run_dir.display()
+        );
+    }
+    f.set_len(0)?;
+    f.rewind()?;
+    writeln!(f, "{}", std::process::id())?;
+    Ok(f)
+}
+
+fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
+    if path.exists() {
+        tracing::warn!("removing stale socket {}", path.display());
+        fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
+    }
+    let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    Ok(l)
+}
+
+impl Daemon {
+    /// Set up the run directory and start serving every NI and the control socket.
+    pub fn start(run_dir: &Path, nodes: u32) -> Result<Arc<Daemon>> {
+        if nodes == 0 || nodes > MAX_NODES {
+            bail!("--nodes must be between 1 and {MAX_NODES}, not {nodes}");
+        }
+        fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+        let run_dir = run_dir.canonicalize()?;
+        let lock = take_lock(&run_dir)?;
+        let mut slots = Vec::new();
+        let mut listeners = Vec::new();
+        for i in 0..nodes {
+            let ni = Ni::new(i).with_context(|| format!("creating NI {i}"))?;
+            slots.push(Arc::new(Slot {
+                ni: Mutex::new(ni),
+                attachment: Mutex::new(Attachment::default()),
+            }));
+            // The NI sockets are for the same user's QEMU and processes.
+            listeners.push(bind_fresh(&socket_path(&run_dir, i), 0o600)?);
+        }
+        let control = bind_fresh(&control_path(&run_dir), 0o600)?;
+        let daemon = Arc::new(Daemon {
+            run_dir,
+            slots,
+            started: Instant::now(),
+            _lock: lock,
+        });
+        for (i, l) in listeners.into_iter().enumerate() {
+            let slot = daemon.slots[i].clone();
+            std::thread::Builder::new()
+                .name(format!("ni{i}"))
+                .spawn(move || server::serve(slot, l))?;
+        }
+        let d = daemon.clone();
+        std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || crate::control::serve(d, control))?;
+        tracing::info!(
+            nodes,
+            run_dir = %daemon.run_dir.display(),
+            "ni-device serving"
+        );
+        Ok(daemon)
+    }
+
+    /// Remove what the daemon created in the run directory.
+    pub fn cleanup(&self) {
+        for i in 0..self.slots.len() as u32 {
+            let _ = fs::remove_file(socket_path(&self.run_dir, i));
+        }
+        let _ = fs::remove_file(control_path(&self.run_dir));
+        let _ = fs::remove_file(pid_path(&self.run_dir));
+    }
+}

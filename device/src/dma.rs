@@ -1,0 +1,450 @@
+//! The NI's view of client memory: what the client mapped with `DMA_MAP`.
+//!
+//! Every device access to client memory goes through [`DmaSpace::read`] and
+//! [`DmaSpace::write`]: the whole range must be mapped, with the right permission, or
+//! nothing is touched and the caller gets a [`DmaFault`] to report. Mappings are
+//! vm-memory regions over the client's file descriptors (memfd guest RAM, libni's memfd
+//! buffers), so the device copies straight into and out of the client's pages.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use vm_memory::{
+    Bytes, FileOffset, GuestAddress, GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress,
+    MmapRegion,
+};
+
+/// The largest single `DMA_MAP` accepted (a guest's whole RAM is one map).
+pub const MAX_MAP: u64 = 1 << 40;
+/// Mappings one client may hold at once (QEMU maps guest pages one IOMMU page at a time).
+pub const MAX_MAPPINGS: usize = 65536;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MapError {
+    #[error("DMA_MAP without a file descriptor: the client's memory must be shareable (QEMU: memory-backend-memfd with share=on)")]
+    NoFd,
+    #[error("DMA_MAP of {size:#x} bytes at {iova:#x}: size is zero, unaligned or too large")]
+    BadSize { iova: u64, size: u64 },
+    #[error("DMA_MAP at {iova:#x}+{size:#x} overlaps the existing mapping at {existing:#x}+{existing_size:#x}")]
+    Overlap {
+        iova: u64,
+        size: u64,
+        existing: u64,
+        existing_size: u64,
+    },
+    #[error("DMA_MAP at {iova:#x}: file offset {offset:#x}+{size:#x} is beyond the file's {file_size:#x} bytes")]
+    BeyondFile {
+        iova: u64,
+        offset: u64,
+        size: u64,
+        file_size: u64,
+    },
+    #[error("DMA_MAP at {iova:#x}: neither read nor write permission")]
+    NoAccess { iova: u64 },
+    #[error("DMA_MAP: too many mappings ({0})")]
+    TooMany(usize),
+    #[error("DMA_MAP at {iova:#x}: mmap failed: {reason}")]
+    Mmap { iova: u64, reason: String },
+    #[error("DMA_UNMAP of {iova:#x}+{size:#x}: nothing is mapped there")]
+    NotMapped { iova: u64, size: u64 },
+}
+
+/// A device access outside what the client mapped, or against a mapping's permission.
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+#[error("DMA {} of {len} bytes at {iova:#x} falls outside the client's mappings", if *.write { "write" } else { "read" })]
+pub struct DmaFault {
+    pub iova: u64,
+    pub len: u64,
+    pub write: bool,
+}
+
+struct Mapping {
+    region: Arc<GuestRegionMmap>,
+    readable: bool,
+    writable: bool,
+}
+
+#[derive(Default)]
+pub struct DmaSpace {
+    /// Sorted by IOVA, never overlapping.
+    maps: Vec<Mapping>,
+}
+
+impl DmaSpace {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.maps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty()
+    }
+
+    pub fn mapped_bytes(&self) -> u64 {
+        self.maps.iter().map(|m| m.region.len()).sum()
+    }
+
+    pub fn clear(&mut self) {
+        self.maps.clear();
+    }
+
+    pub fn map(
+        &mut self,
+        read: bool,
+        write: bool,
+        offset: u64,
+        iova: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), MapError> {
+        let fd = fd.ok_or(MapError::NoFd)?;
+        let page = 4096;
+        if size == 0
+            || size > MAX_MAP
+            || !size.is_multiple_of(page)
+            || !iova.is_multiple_of(page)
+            || !offset.is_multiple_of(page)
+        {
+            return Err(MapError::BadSize { iova, size });
+        }
+        iova.checked_add(size)
+            .ok_or(MapError::BadSize { iova, size })?;
+        if !read && !write {
+            return Err(MapError::NoAccess { iova });
+        }
+        if self.maps.len() >= MAX_MAPPINGS {
+            return Err(MapError::TooMany(self.maps.len()));
+        }
+        if let Some(m) = self.maps.iter().find(|m| {
+            let b = m.region.start_addr().0;
+            iova < b + m.region.len() && b < iova + size
+        }) {
+            return Err(MapError::Overlap {
+                iova,
+                size,
+                existing: m.region.start_addr().0,
+                existing_size: m.region.len(),
+            });
+        }
+        // A mapping past the end of the file would SIGBUS the daemon on first touch.
+        let file_size = fd
+            .metadata()
+            .map_err(|e| MapError::Mmap {
+                iova,
+                reason: e.to_string(),
+            })?
+            .len();
+        if offset.checked_add(size).is_none_or(|end| end > file_size) {
+            return Err(MapError::BeyondFile {
+                iova,
+                offset,
+                size,
+                file_size,
+            });
+        }
+        warn_if_shrinkable(&fd, iova);
+        let mut prot = 0;
+        if read {
+            prot |= libc::PROT_READ;
+        }
+        if write {
+            // The device's own reads (e.g. checksums) may touch a write-only mapping;
+            // the permission check below is what enforces the client's intent.
+            prot |= libc::PROT_WRITE | libc::PROT_READ;
+        }
+        let mmap = MmapRegion::build(
+            Some(FileOffset::new(fd, offset)),
+            size as usize,
+            prot,
+            libc::MAP_SHARED | libc::MAP_NORESERVE,
+        )
+        .map_err(|e| MapError::Mmap {
+            iova,
+            reason: e.to_string(),
+        })?;
+        let region = GuestRegionMmap::new(mmap, GuestAddress(iova))
+            .ok_or(MapError::BadSize { iova, size })?;
+        let at = self
+            .maps
+            .partition_point(|m| m.region.start_addr().0 < iova);
+        self.maps.insert(
+            at,
+            Mapping {
+                region: Arc::new(region),
+                readable: read,
+                writable: write,
+            },
+        );
+        Ok(())
+    }
+
+    /// Drop every mapping that intersects `[iova, iova + size)`. Returns the bytes unmapped.
+    pub fn unmap(&mut self, iova: u64, size: u64) -> Result<u64, MapError> {
+        let end = iova.saturating_add(size);
+        let before = self.mapped_bytes();
+        self.maps.retain(|m| {
+            let b = m.region.start_addr().0;
+            !(iova < b + m.region.len() && b < end)
+        });
+        let dropped = before - self.mapped_bytes();
+        if dropped == 0 {
+            return Err(MapError::NotMapped { iova, size });
+        }
+        Ok(dropped)
+    }
+
+    /// Walk `[iova, iova + len)` mapping by mapping; every byte must be mapped with the
+    /// permission asked for before `f` sees any piece.
+    fn chunks(
+        &self,
+        iova: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<Vec<(&GuestRegionMmap, u64, usize, usize)>, DmaFault> {
+        let fault = DmaFault {
+            iova,
+            len: len as u64,
+            write,
+        };
+        let mut out = Vec::new();
+        let mut done = 0usize;
+        while done < len {
+            let addr = iova.checked_add(done as u64).ok_or(fault)?;
+            let i = self
+                .maps
+                .partition_point(|m| m.region.start_addr().0 <= addr);
+            let m = i.checked_sub(1).map(|i| &self.maps[i]).ok_or(fault)?;
+            let base = m.region.start_addr().0;
+            let rel = addr - base;
+            if rel >= m.region.len() || (write && !m.writable) || (!write && !m.readable) {
+                return Err(fault);
+            }
+            let n = ((m.region.len() - rel) as usize).min(len - done);
+            out.push((&*m.region, rel, done, n));
+            done += n;
+        }
+        Ok(out)
+    }
+
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        let fault = DmaFault {
+            iova,
+            len: buf.len() as u64,
+            write: false,
+        };
+        for (region, rel, at, n) in self.chunks(iova, buf.len(), false)? {
+            region
+                .read_slice(&mut buf[at..at + n], MemoryRegionAddress(rel))
+                .map_err(|_| fault)?;
+        }
+        Ok(())
+    }
+
+    pub fn write(&self, iova: u64, buf: &[u8]) -> Result<(), DmaFault> {
+        let fault = DmaFault {
+            iova,
+            len: buf.len() as u64,
+            write: true,
+        };
+        for (region, rel, at, n) in self.chunks(iova, buf.len(), true)? {
+            region
+                .write_slice(&buf[at..at + n], MemoryRegionAddress(rel))
+                .map_err(|_| fault)?;
+        }
+        Ok(())
+    }
+
+    /// Copy `len` bytes from this space to `dst`'s, straight between the two clients'
+    /// pages (the fabric's one copy).
+    pub fn copy_to(
+        &self,
+        src: u64,
+        dst: &DmaSpace,
+        dst_iova: u64,
+        len: usize,
+    ) -> Result<(), DmaFault> {
+        let from = self.chunks(src, len, false)?;
+        let to = dst.chunks(dst_iova, len, true)?;
+        let mut fi = from.into_iter().peekable();
+        let mut done = 0;
+        for (dregion, drel, _, dn) in to {
+            let dslice = dregion
+                .get_slice(MemoryRegionAddress(drel), dn)
+                .map_err(|_| DmaFault {
+                    iova: dst_iova,
+                    len: len as u64,
+                    write: true,
+                })?;
+            let mut filled = 0;
+            while filled < dn {
+                let (sregion, srel, sat, sn) = *fi.peek().expect("ranges have equal length");
+                let skip = done + filled - sat;
+                let n = (sn - skip).min(dn - filled);
+                let sslice = sregion
+                    .get_slice(MemoryRegionAddress(srel + skip as u64), n)
+                    .map_err(|_| DmaFault {
+                        iova: src,
+                        len: len as u64,
+                        write: false,
+                    })?;
+                sslice.copy_to_volatile_slice(dslice.offset(filled).map_err(|_| DmaFault {
+                    iova: dst_iova,
+                    len: len as u64,
+                    write: true,
+                })?);
+                filled += n;
+                if skip + n == sn {
+                    fi.next();
+                }
+            }
+            done += dn;
+        }
+        Ok(())
+    }
+}
+
+fn warn_if_shrinkable(fd: &File, iova: u64) {
+    // SAFETY: F_GET_SEALS only reads the seals of a file descriptor we own.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals >= 0 && seals & libc::F_SEAL_SHRINK == 0 {
+        tracing::debug!(
+            iova = format_args!("{iova:#x}"),
+            "DMA_MAP of an unsealed memfd: a client that shrinks it can make device accesses fault"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn memfd(size: u64) -> File {
+        let fd =
+            nix::sys::memfd::memfd_create(c"t", nix::sys::memfd::MemFdCreateFlag::empty()).unwrap();
+        let f = File::from(fd);
+        f.set_len(size).unwrap();
+        f
+    }
+
+    #[test]
+    fn map_read_write_and_bounds() {
+        let mut d = DmaSpace::new();
+        let f = memfd(0x4000);
+        d.map(true, true, 0, 0x10000, 0x2000, Some(f.try_clone().unwrap()))
+            .unwrap();
+        d.map(
+            true,
+            true,
+            0x2000,
+            0x12000,
+            0x2000,
+            Some(f.try_clone().unwrap()),
+        )
+        .unwrap();
+        // Spans both mappings.
+        d.write(0x11ffe, &[1, 2, 3, 4]).unwrap();
+        let mut b = [0u8; 4];
+        d.read(0x11ffe, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4]);
+        // One byte past the end: nothing written.
+        let e = d.write(0x13ffe, &[9, 9, 9]).unwrap_err();
+        assert_eq!(e.iova, 0x13ffe);
+        assert!(d.read(0xFFFF, &mut b).is_err());
+        assert!(d.read(u64::MAX - 1, &mut b).is_err());
+    }
+
+    #[test]
+    fn read_only_mapping_refuses_device_writes() {
+        let mut d = DmaSpace::new();
+        let mut f = memfd(0x1000);
+        f.write_all(b"hello").unwrap();
+        d.map(true, false, 0, 0, 0x1000, Some(f)).unwrap();
+        let mut b = [0u8; 5];
+        d.read(0, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        assert!(d.write(0, b"x").is_err());
+    }
+
+    #[test]
+    fn refuses_overlap_no_fd_beyond_file_and_drops_intersecting_on_unmap() {
+        let mut d = DmaSpace::new();
+        assert_eq!(d.map(true, true, 0, 0, 0x1000, None), Err(MapError::NoFd));
+        let f = memfd(0x1000);
+        assert!(matches!(
+            d.map(true, true, 0, 0, 0x2000, Some(f.try_clone().unwrap())),
+            Err(MapError::BeyondFile { .. })
+        ));
+        for i in 0..300u64 {
+            d.map(
+                true,
+                true,
+                0,
+                i * 0x1000,
+                0x1000,
+                Some(f.try_clone().unwrap()),
+            )
+            .unwrap();
+        }
+        assert!(matches!(
+            d.map(true, true, 0, 0x5000, 0x1000, Some(f.try_clone().unwrap())),
+            Err(MapError::Overlap { .. })
+        ));
+        // A range covering 10 whole pages and half of two more drops all 12.
+        assert_eq!(d.unmap(0x10800, 0xB000).unwrap(), 12 * 0x1000);
+        assert_eq!(d.len(), 288);
+        assert!(matches!(
+            d.unmap(0x10000, 0x1000),
+            Err(MapError::NotMapped { .. })
+        ));
+        assert_eq!(d.unmap(0, u64::MAX).unwrap(), 288 * 0x1000);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn copy_between_spaces_across_mapping_boundaries() {
+        let (mut a, mut b) = (DmaSpace::new(), DmaSpace::new());
+        let fa = memfd(0x3000);
+        let fb = memfd(0x3000);
+        for i in 0..3u64 {
+            a.map(
+                true,
+                true,
+                i * 0x1000,
+                0x100000 + i * 0x1000,
+                0x1000,
+                Some(fa.try_clone().unwrap()),
+            )
+            .unwrap();
+        }
+        b.map(
+            true,
+            true,
+            0,
+            0x900000,
+            0x1000,
+            Some(fb.try_clone().unwrap()),
+        )
+        .unwrap();
+        b.map(
+            true,
+            true,
+            0x1000,
+            0x901000,
+            0x2000,
+            Some(fb.try_clone().unwrap()),
+        )
+        .unwrap();
+        let data: Vec<u8> = (0..0x2800u32).map(|i| (i * 7) as u8).collect();
+        a.write(0x100100, &data).unwrap();
+        a.copy_to(0x100100, &b, 0x900400, data.len()).unwrap();
+        let mut back = vec![0u8; data.len()];
+        b.read(0x900400, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert!(a.copy_to(0x100100, &b, 0x901000, 0x2800).is_err());
+    }
+}

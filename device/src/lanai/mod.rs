@@ -1,0 +1,263 @@
+//! The Lanai X special registers (App. A) behind BAR0 + 0xFFFC00.
+
+pub mod dma;
+
+use std::time::Instant;
+
+use ni_abi::lanai::{self, isr};
+use ni_abi::regs::{Kind, RegDef};
+
+use crate::counters::Counters;
+use crate::dma::DmaSpace;
+use crate::regfile::{read_lanes, write_lanes, Endian, RegFile};
+use crate::sram::Sram;
+
+/// The model's nominal clocks: the RTC and interval timers tick every 0.5 µs (§6); the
+/// CPU clock is not given by the spec, so the model reports a 250 MHz core and a 66 MHz PCI.
+const CPU_HZ: u64 = 250_000_000;
+const PCI_HZ: u64 = 66_000_000;
+
+pub struct Lanai {
+    pub regs: RegFile,
+    pub dma: dma::DmaEngine,
+    epoch: Instant,
+    rtc: (u32, u64),
+    cpuc: (u32, u64),
+    /// Value written and tick at which it was written; `None` once it has underflowed.
+    timers: [(u32, u64, bool); 3],
+    dispatch_staging: [u32; 4],
+}
+
+impl Default for Lanai {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the rest of the NI must hear about after a special-register access.
+#[derive(Default, Debug)]
+pub struct Effects {
+    pub interrupt_changed: bool,
+}
+
+/// Everything outside the Lanai that its registers reach.
+pub struct Bus<'a> {
+    pub sram: &'a Sram,
+    pub dma: &'a DmaSpace,
+    pub bus_master: bool,
+    pub counters: &'a mut Counters,
+}
+
+impl Lanai {
+    pub fn new() -> Self {
+        Lanai {
+            regs: RegFile::new(&lanai::SPECIAL_REGS),
+            dma: dma::DmaEngine::default(),
+            epoch: Instant::now(),
+            rtc: (0, 0),
+            cpuc: (0, 0),
+            timers: [(0, 0, true); 3],
+            dispatch_staging: [0; 4],
+        }
+    }
+
+    pub fn reset(&mut self) {
+        *self = Lanai::new();
+    }
+
+    fn ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn ticks(&self) -> u64 {
+        self.ns() / 500
+    }
+
+    /// Latch TIME_INT for every interval timer that has passed 0 -> 0xFFFFFFFF.
+    fn update_timers(&mut self) {
+        let now = self.ticks();
+        for i in 0..3 {
+            let (value, at, armed) = self.timers[i];
+            if armed && now - at > value as u64 {
+                self.timers[i].2 = false;
+                let v = self.regs.get(lanai::ISR) | (isr::TIME_INT0 << i) as u64;
+                self.regs.set(lanai::ISR, v);
+            }
+        }
+    }
+
+    /// The ISR as software reads it: latched `_INT` and `REQ_ACK` bits plus live status.
+    pub fn isr(&mut self) -> u32 {
+        self.update_timers();
+        let mut v = self.regs.get(lanai::ISR) as u32;
+        for (i, off) in lanai::DMA_COUNT.iter().enumerate() {
+            if self.regs.get(*off) != 0 {
+                v |= isr::DMA_DONE0 << i;
+            }
+        }
+        for (p, base) in [(0u32, 0u32), (isr::P1_SHIFT, lanai::PORT1)] {
+            let free = self.regs.get(lanai::P0_SEND_FREE_COUNT + base);
+            let limit = self.regs.get(lanai::P0_SEND_FREE_LIMIT + base);
+            if free >= limit + 2 {
+                v |= isr::P0_SEND_READY << p;
+            }
+            if self.regs.get(lanai::P0_SEND_COUNT + base) != 0 {
+                v |= isr::P0_PACKET_SENT << p;
+            }
+            if self.regs.get(lanai::P0_RECV_COUNT + base) != 0 {
+                v |= isr::P0_PACKET_RCVD << p;
+            }
+            if self.regs.get(lanai::P0_A_RECV_COUNT + base) != 0 {
+                v |= isr::P0_A_PACKET_RCVD << p;
+            }
+            // No receive buffer has been issued: no backup either.
+            v |= isr::P0_NO_BACKUP << p;
+        }
+        v
+    }
+
+    /// `REQ_ACK[0]`, which with `PCI_INT_ENABLE` is the host interrupt (§11.1).
+    pub fn req_ack0(&self) -> bool {
+        self.regs.get(lanai::ISR) as u32 & isr::REQ_ACK0 != 0
+    }
+
+    fn read_reg(&mut self, reg: &'static RegDef, bus: &Bus) -> Option<u64> {
+        if !reg.sup.read {
+            // Z* counters cannot be read over PCI: 0, and no side effect (App. A note).
+            return None;
+        }
+        let ticks = self.ticks();
+        Some(match reg.offset {
+            lanai::ISR => self.isr() as u64,
+            lanai::RTC => self.rtc.0.wrapping_add((ticks - self.rtc.1) as u32) as u64,
+            lanai::CPUC => {
+                let cycles = self.ns() as u128 * CPU_HZ as u128 / 1_000_000_000;
+                self.cpuc
+                    .0
+                    .wrapping_add((cycles as u64 - self.cpuc.1) as u32) as u64
+            }
+            lanai::IT0 | lanai::IT1 | lanai::IT2 => {
+                let i = ((reg.offset - lanai::IT0) / 8) as usize;
+                let (value, at, _) = self.timers[i];
+                value.wrapping_sub((ticks - at) as u32) as u64
+            }
+            lanai::PCI_CLOCK => (8192 * PCI_HZ / CPU_HZ) & 0x7FFF,
+            lanai::DISPATCH_INDEX => self.dispatch_index(),
+            lanai::DMA_CONFIG => {
+                let v = self.regs.get(lanai::DMA_CONFIG) & !(lanai::dma_config::DMA_ENABLE as u64);
+                if bus.bus_master {
+                    v | lanai::dma_config::DMA_ENABLE as u64
+                } else {
+                    v
+                }
+            }
+            _ if reg.kind == Kind::Action => 0,
+            _ => self.regs.store_read(reg),
+        })
+    }
+
+    /// Event dispatch is not programmed until software writes DISPATCH_CONFIG blocks; with
+    /// none configured no block matches and the index is 4 x 64.
+    fn dispatch_index(&self) -> u64 {
+        256
+    }
+
+    fn write_reg(&mut self, reg: &'static RegDef, value: u64, bus: &mut Bus, fx: &mut Effects) {
+        if !reg.sup.write {
+            return;
+        }
+        let ticks = self.ticks();
+        match reg.offset {
+            lanai::RTC => self.rtc = (value as u32, ticks),
+            lanai::CPUC => {
+                let cycles = self.ns() as u128 * CPU_HZ as u128 / 1_000_000_000;
+                self.cpuc = (value as u32, cycles as u64);
+            }
+            lanai::IT0 | lanai::IT1 | lanai::IT2 => {
+                let i = ((reg.offset - lanai::IT0) / 8) as usize;
+                self.timers[i] = (value as u32, ticks, true);
+                // Writing ITi clears TIME_INT[i].
+                let v = self.regs.get(lanai::ISR) & !((isr::TIME_INT0 << i) as u64);
+                self.regs.set(lanai::ISR, v);
+            }
+            lanai::ISR => {
+                self.regs.store_write(reg, value);
+                fx.interrupt_changed = true;
+            }
+            lanai::DISPATCH_ISR_ON
+            | lanai::DISPATCH_ISR_OFF
+            | lanai::DISPATCH_STATE_ON
+            | lanai::DISPATCH_STATE_OFF => {
+                let i = ((reg.offset - lanai::DISPATCH_ISR_ON) / 8) as usize;
+                self.dispatch_staging[i] = value as u32;
+            }
+            o if lanai::DMA_POINTER.contains(&o) => {
+                let ch = lanai::DMA_POINTER.iter().position(|&p| p == o).unwrap_or(0);
+                self.dma.pointer_write(ch, value as u32);
+                self.run_dma(bus);
+                fx.interrupt_changed = true;
+            }
+            o if lanai::DMA_COUNT.contains(&o) => {
+                self.regs.store_write(reg, value);
+                // A channel stalled at 128 may run again.
+                self.run_dma(bus);
+                fx.interrupt_changed = true;
+            }
+            _ => {
+                self.regs.store_write(reg, value);
+            }
+        }
+    }
+
+    /// Run the PCI-DMA engine as far as it can go.
+    pub fn run_dma(&mut self, bus: &mut Bus) {
+        if !bus.bus_master {
+            return;
+        }
+        let faults = self.dma.run(&mut self.regs, bus);
+        if faults > 0 {
+            let v = self.regs.get(lanai::ISR) | isr::DMA_ERROR_INT as u64;
+            self.regs.set(lanai::ISR, v);
+        }
+    }
+
+    /// A bus read of `data.len()` bytes at `offset` in the specials window.
+    pub fn read(&mut self, offset: u32, data: &mut [u8], bus: &mut Bus) {
+        let offset = align(offset, data.len());
+        let hits = read_lanes(&lanai::SPECIAL_REGS, Endian::Big, offset, data, |r| {
+            self.read_reg(r, bus)
+        });
+        if hits == 0 {
+            bus.counters.unmapped_register += 1;
+        }
+    }
+
+    pub fn write(&mut self, offset: u32, data: &[u8], bus: &mut Bus) -> Effects {
+        let offset = align(offset, data.len());
+        let mut fx = Effects::default();
+        let mut writes = Vec::with_capacity(2);
+        let hits = write_lanes(
+            &lanai::SPECIAL_REGS,
+            Endian::Big,
+            offset,
+            data,
+            |r| self.regs.get(r.offset),
+            |r, v| writes.push((r, v)),
+        );
+        for (r, v) in writes {
+            self.write_reg(r, v, bus, &mut fx);
+        }
+        if hits == 0 {
+            bus.counters.unmapped_register += 1;
+        }
+        fx
+    }
+}
+
+/// 2-, 4- and 8-byte accesses are aligned by ignoring the low address bits (§5).
+fn align(offset: u32, len: usize) -> u32 {
+    match len {
+        2 | 4 | 8 => offset & !(len as u32 - 1),
+        _ => offset,
+    }
+}

@@ -1,0 +1,65 @@
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use nix::sys::signal::{SigSet, Signal};
+
+use ni_device::daemon::{ConfigFile, Daemon};
+
+/// Hosts N emulated network interfaces (Lanai X / CM-5 NI class) and the fabric between
+/// them. Each NI is a PCI function served over vfio-user at RUN_DIR/ni<i>.sock, for QEMU's
+/// `-device vfio-user-pci` or for libni directly; RUN_DIR/control.sock is for ni-ctl.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Number of NIs to host [default: 2, or the config file's `nodes`].
+    #[arg(long, short = 'n')]
+    nodes: Option<u32>,
+    /// Directory for the sockets and the pid/lock file [default: the config file's
+    /// `run_dir`, or $XDG_RUNTIME_DIR/ni, or /tmp/ni-$UID].
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// TOML config file with `nodes = N` and `run_dir = "DIR"`.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn default_run_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("ni"),
+        // SAFETY: getuid has no preconditions.
+        None => PathBuf::from(format!("/tmp/ni-{}", unsafe { libc::getuid() })),
+    }
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NI_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let file = match &args.config {
+        Some(p) => ConfigFile::load(p)?,
+        None => ConfigFile::default(),
+    };
+    let nodes = args.nodes.or(file.nodes).unwrap_or(2);
+    let run_dir = args
+        .run_dir
+        .or(file.run_dir)
+        .unwrap_or_else(default_run_dir);
+
+    // Block the shutdown signals in every thread; the main thread waits for them.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.thread_block().context("blocking signals")?;
+
+    let daemon = Daemon::start(&run_dir, nodes)?;
+    let sig = signals.wait().context("waiting for a signal")?;
+    tracing::info!("{sig:?}: shutting down");
+    daemon.cleanup();
+    Ok(())
+}

@@ -1,0 +1,425 @@
+//! One network interface: the PCI function and the models behind its BARs.
+
+use std::fs::File;
+use std::io;
+
+use ni_abi::cm5;
+use ni_abi::lanai::{self, config40};
+use ni_abi::pci::{self, vector};
+
+use crate::cm5::Cm5;
+use crate::counters::Counters;
+use crate::dma::DmaSpace;
+use crate::irq::Irqs;
+use crate::lanai::{Bus, Lanai};
+use crate::pci::config::ConfigSpace;
+use crate::pci::msix::MsixTable;
+use crate::sram::{Sram, SramError};
+
+/// A refused region access; the vfio-user server turns it into an error reply.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error("region {0} does not exist or has no size")]
+    NoRegion(u32),
+    #[error("access of {len} bytes at {offset:#x} runs past the end of region {region} ({size:#x} bytes)")]
+    OutOfRange {
+        region: u32,
+        offset: u64,
+        len: usize,
+        size: u64,
+    },
+    #[error("{len}-byte access at {offset:#x} of region {region}: width not supported there")]
+    Width {
+        region: u32,
+        offset: u64,
+        len: usize,
+    },
+}
+
+impl From<AccessError> for io::Error {
+    fn from(e: AccessError) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
+    }
+}
+
+pub struct Ni {
+    pub index: u32,
+    pub config: ConfigSpace,
+    pub msix: MsixTable,
+    /// Whether the client programs the MSI-X table itself (a direct vfio-user client does;
+    /// QEMU emulates the table and only hands over eventfds for vectors it wants).
+    msix_table_used: bool,
+    pub irqs: Irqs,
+    pub sram: Sram,
+    pub lanai: Lanai,
+    pub cm5: Cm5,
+    pub dma: DmaSpace,
+    pub counters: Counters,
+    /// Interrupt source levels, one bit per MSI-X vector 0..=LANAI.
+    lines: u32,
+}
+
+pub fn region_size(region: u32) -> u64 {
+    match region {
+        pci::BAR0_REGION => lanai::BAR0_SIZE,
+        pci::BAR2_REGION => cm5::BAR2_SIZE,
+        pci::BAR4_REGION => pci::BAR4_SIZE,
+        pci::CONFIG_REGION => pci::CONFIG_SIZE,
+        _ => 0,
+    }
+}
+
+impl Ni {
+    pub fn new(index: u32) -> Result<Ni, SramError> {
+        Ok(Ni {
+            index,
+            config: ConfigSpace::new(),
+            msix: MsixTable::new(),
+            msix_table_used: false,
+            irqs: Irqs::new(),
+            sram: Sram::new()?,
+            lanai: Lanai::new(),
+            cm5: Cm5::new(),
+            dma: DmaSpace::new(),
+            counters: Counters::default(),
+            lines: 0,
+        })
+    }
+
+    /// Function-level reset (FLR, vfio-user DEVICE_RESET): config space, registers, MSI-X
+    /// table and interrupt state back to power-on. The client's DMA mappings and eventfds
+    /// belong to the client and stay.
+    pub fn function_reset(&mut self) {
+        self.counters.resets += 1;
+        self.config.reset();
+        self.msix = MsixTable::new();
+        self.msix_table_used = false;
+        self.lanai.reset();
+        self.cm5.reset();
+        self.lines = 0;
+    }
+
+    /// The client went away: reset everything and give the next client fresh SRAM.
+    pub fn detach(&mut self) -> Result<(), SramError> {
+        self.function_reset();
+        self.dma.clear();
+        self.irqs.clear();
+        self.sram = Sram::new()?;
+        Ok(())
+    }
+
+    fn bus(&mut self) -> (&mut Lanai, Bus<'_>) {
+        let bus_master = self.config.bus_master();
+        (
+            &mut self.lanai,
+            Bus {
+                sram: &self.sram,
+                dma: &self.dma,
+                bus_master,
+                counters: &mut self.counters,
+            },
+        )
+    }
+
+    fn check(&mut self, region: u32, offset: u64, len: usize) -> Result<(), AccessError> {
+        let size = region_size(region);
+        if size == 0 {
+            self.counters.bad_accesses += 1;
+            return Err(AccessError::NoRegion(region));
+        }
+        if len == 0 || offset.checked_add(len as u64).is_none_or(|e| e > size) {
+            self.counters.bad_accesses += 1;
+            return Err(AccessError::OutOfRange {
+                region,
+                offset,
+                len,
+                size,
+            });
+        }
+        Ok(())
+    }
+
+    fn width(
+        &mut self,
+        region: u32,
+        offset: u64,
+        len: usize,
+        ok: &[usize],
+    ) -> Result<(), AccessError> {
+        if ok.contains(&len) {
+            Ok(())
+        } else {
+            self.counters.bad_accesses += 1;
+            Err(AccessError::Width {
+                region,
+                offset,
+                len,
+            })
+        }
+    }
+
+    pub fn region_read(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), AccessError> {
+        self.check(region, offset, data.len())?;
+        let len = data.len();
+        if region == pci::CONFIG_REGION {
+            self.width(region, offset, len, &[1, 2, 4, 8])?;
+            self.config.read(offset as usize, data);
+            return Ok(());
+        }
+        if !self.config.memory_enabled() {
+            self.counters.decode_disabled += 1;
+            data.fill(0xFF);
+            return Ok(());
+        }
+        match region {
+            pci::BAR0_REGION => self.bar0_read(offset, data),
+            pci::BAR2_REGION => {
+                self.width(region, offset, len, &[4, 8])?;
+                let counters = &mut self.counters;
+                if self.cm5.read(offset, data, counters) {
+                    self.update_interrupts();
+                }
+                Ok(())
+            }
+            pci::BAR4_REGION => {
+                if self.msix.read(offset, data).is_none() {
+                    self.counters.bad_accesses += 1;
+                    return Err(AccessError::Width {
+                        region,
+                        offset,
+                        len,
+                    });
+                }
+                Ok(())
+            }
+            _ => Err(AccessError::NoRegion(region)),
+        }
+    }
+
+    pub fn region_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        self.check(region, offset, data.len())?;
+        let len = data.len();
+        if region == pci::CONFIG_REGION {
+            self.width(region, offset, len, &[1, 2, 4, 8])?;
+            let ev = self.config.write(offset as usize, data);
+            if ev.flr {
+                tracing::info!(ni = self.index, "function-level reset");
+                self.function_reset();
+                return Ok(());
+            }
+            if ev.lanai_changed && self.config.lanai_signals() & config40::PCI_IO_RESET_ON != 0 {
+                // IO_RESET holds the non-PCI logic in reset.
+                self.lanai.reset();
+                self.cm5.reset();
+            }
+            if ev.command_changed && self.config.bus_master() {
+                let (lanai, mut bus) = self.bus();
+                lanai.run_dma(&mut bus);
+            }
+            if ev.command_changed || ev.msix_changed || ev.lanai_changed {
+                self.update_interrupts();
+                self.replay_pending();
+            }
+            return Ok(());
+        }
+        if !self.config.memory_enabled() {
+            self.counters.decode_disabled += 1;
+            return Ok(());
+        }
+        match region {
+            pci::BAR0_REGION => self.bar0_write(offset, data),
+            pci::BAR2_REGION => {
+                self.width(region, offset, len, &[4, 8])?;
+                let counters = &mut self.counters;
+                if self.cm5.write(offset, data, counters) {
+                    self.update_interrupts();
+                }
+                Ok(())
+            }
+            pci::BAR4_REGION => match self.msix.write(offset, data) {
+                Some(unmasked) => {
+                    self.msix_table_used = true;
+                    for v in unmasked {
+                        self.replay(v);
+                    }
+                    Ok(())
+                }
+                None => {
+                    self.counters.bad_accesses += 1;
+                    Err(AccessError::Width {
+                        region,
+                        offset,
+                        len,
+                    })
+                }
+            },
+            _ => Err(AccessError::NoRegion(region)),
+        }
+    }
+
+    fn bar0_read(&mut self, offset: u64, data: &mut [u8]) -> Result<(), AccessError> {
+        let len = data.len();
+        if offset + len as u64 <= lanai::SRAM_SIZE {
+            // Trapped SRAM access (the client normally mmaps it).
+            self.sram
+                .read(offset, data)
+                .map_err(|_| AccessError::OutOfRange {
+                    region: 0,
+                    offset,
+                    len,
+                    size: lanai::SRAM_SIZE,
+                })?;
+        } else if offset >= lanai::CONFIG_WINDOW
+            && offset + len as u64 <= lanai::CONFIG_WINDOW + lanai::CONFIG_WINDOW_SIZE
+        {
+            self.width(0, offset, len, &[1, 2, 4])?;
+            self.config
+                .read((offset - lanai::CONFIG_WINDOW) as usize, data);
+        } else if offset >= lanai::SPECIALS {
+            self.width(0, offset, len, &[1, 2, 4, 8])?;
+            let (lanai, mut bus) = self.bus();
+            lanai.read((offset - lanai::SPECIALS) as u32, data, &mut bus);
+            if offset - lanai::SPECIALS <= ni_abi::lanai::ISR as u64 + 4 {
+                self.update_interrupts();
+            }
+        } else {
+            // Unused BAR0 space reads as zero.
+            self.counters.unmapped_register += 1;
+            data.fill(0);
+        }
+        Ok(())
+    }
+
+    fn bar0_write(&mut self, offset: u64, data: &[u8]) -> Result<(), AccessError> {
+        let len = data.len();
+        if offset + len as u64 <= lanai::SRAM_SIZE {
+            self.sram
+                .write(offset, data)
+                .map_err(|_| AccessError::OutOfRange {
+                    region: 0,
+                    offset,
+                    len,
+                    size: lanai::SRAM_SIZE,
+                })?;
+        } else if offset >= lanai::CONFIG_WINDOW
+            && offset + len as u64 <= lanai::CONFIG_WINDOW + lanai::CONFIG_WINDOW_SIZE
+        {
+            self.width(0, offset, len, &[1, 2, 4])?;
+            return self.region_write(pci::CONFIG_REGION, offset - lanai::CONFIG_WINDOW, data);
+        } else if offset >= lanai::SPECIALS {
+            self.width(0, offset, len, &[1, 2, 4, 8])?;
+            let (lanai, mut bus) = self.bus();
+            let fx = lanai.write((offset - lanai::SPECIALS) as u32, data, &mut bus);
+            if fx.interrupt_changed {
+                self.update_interrupts();
+            }
+        } else {
+            self.counters.unmapped_register += 1;
+        }
+        Ok(())
+    }
+
+    /// Recompute every interrupt source; fire MSI-X on rising edges, drive INTx by level.
+    pub fn update_interrupts(&mut self) {
+        let mut lines = 0u32;
+        for (i, p) in self.cm5.pending().iter().enumerate() {
+            if *p {
+                lines |= 1 << i;
+            }
+        }
+        let int_enable = self.config.lanai_signals() & config40::PCI_INT_ENABLE_ON != 0;
+        if self.lanai.req_ack0() && int_enable {
+            lines |= 1 << vector::LANAI;
+        }
+        let rising = lines & !self.lines;
+        self.lines = lines;
+        let level = lines != 0;
+        let was = self.config.interrupt_status();
+        self.config.set_interrupt_status(level);
+        if self.config.msix_enabled() {
+            for v in 0..=vector::LANAI {
+                if rising & (1 << v) != 0 {
+                    self.deliver(v);
+                }
+            }
+        } else if level
+            && (!was || rising != 0)
+            && !self.config.intx_disabled()
+            && self.irqs.fire_intx()
+        {
+            self.counters.intx_sent += 1;
+        }
+    }
+
+    fn deliverable(&self, v: u16) -> bool {
+        self.config.bus_master()
+            && self.config.msix_enabled()
+            && !self.config.msix_function_masked()
+            && !(self.msix_table_used && self.msix.masked(v))
+            && self.irqs.msix_registered(v)
+    }
+
+    /// Send MSI-X vector `v`, or hold it pending until it can be.
+    pub fn deliver(&mut self, v: u16) {
+        if self.deliverable(v) && self.irqs.fire_msix(v) {
+            self.counters.msix_sent += 1;
+        } else {
+            self.counters.msix_held += 1;
+            self.msix.set_pending(v);
+        }
+    }
+
+    fn replay(&mut self, v: u16) {
+        if self.msix.pending() & (1 << v) != 0 && self.deliverable(v) {
+            self.msix.take_pending(v);
+            self.deliver(v);
+        }
+    }
+
+    /// Deliver what was held back once it can go.
+    pub fn replay_pending(&mut self) {
+        for v in 0..vector::COUNT {
+            self.replay(v);
+        }
+    }
+
+    pub fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> io::Result<()> {
+        let out = self
+            .irqs
+            .set_irqs(index, flags, start, count, fds)
+            .inspect_err(|_| self.counters.irq_errors += 1)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        for v in out.msix_triggered {
+            self.deliver(v);
+        }
+        for v in out.msix_assigned {
+            self.replay(v);
+        }
+        if out.intx_reevaluate
+            && self.lines != 0
+            && !self.config.msix_enabled()
+            && !self.config.intx_disabled()
+            && self.irqs.fire_intx()
+        {
+            self.counters.intx_sent += 1;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,4 @@
+//! The PCI function: configuration space and the MSI-X table.
+
+pub mod config;
+pub mod msix;

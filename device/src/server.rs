@@ -1,0 +1,293 @@
+//! Serving one NI over vfio-user (crate `vfio_user`, server side).
+//!
+//! Each NI has its own thread and listening socket. A session lasts one client connection;
+//! when it ends (client detached, died, or sent something the protocol layer could not
+//! survive) the NI is reset and the next client may attach. A session that panics inside
+//! the protocol crate (it trusts some length fields) is caught and ends like a disconnect,
+//! so one bad client never takes down the daemon or another NI.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ni_abi::pci;
+use vfio_bindings::bindings::vfio::{
+    vfio_region_info, vfio_region_sparse_mmap_area, VFIO_IRQ_INFO_AUTOMASKED,
+    VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE, VFIO_IRQ_INFO_NORESIZE,
+    VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::{
+    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
+};
+
+use crate::ni::{region_size, Ni};
+
+/// Lock an NI, recovering it if a panicking session poisoned the lock: the NI's state is
+/// plain data that every session starts by resetting.
+pub fn lock(ni: &Mutex<Ni>) -> MutexGuard<'_, Ni> {
+    ni.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the daemon shows about a slot's client.
+#[derive(Clone, Debug, Default)]
+pub struct Attachment {
+    pub attached: bool,
+    pub client_pid: Option<i32>,
+}
+
+pub struct Slot {
+    pub ni: Mutex<Ni>,
+    pub attachment: Mutex<Attachment>,
+}
+
+struct Backend<'a> {
+    slot: &'a Slot,
+}
+
+fn invalid(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
+}
+
+impl ServerBackend for Backend<'_> {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+        let mut ni = lock(&self.slot.ni);
+        ni.region_read(region, offset, data).map_err(|e| {
+            tracing::debug!(ni = ni.index, "refused read: {e}");
+            e.into()
+        })
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut ni = lock(&self.slot.ni);
+        ni.region_write(region, offset, data).map_err(|e| {
+            tracing::debug!(ni = ni.index, "refused write: {e}");
+            e.into()
+        })
+    }
+
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> io::Result<()> {
+        let mut ni = lock(&self.slot.ni);
+        let r = ni.dma.map(
+            flags.contains(DmaMapFlags::READ),
+            flags.contains(DmaMapFlags::WRITE),
+            offset,
+            address,
+            size,
+            fd,
+        );
+        match r {
+            Ok(()) => {
+                ni.counters.dma_maps += 1;
+                Ok(())
+            }
+            Err(e) => {
+                ni.counters.dma_map_errors += 1;
+                tracing::warn!(ni = ni.index, "{e}");
+                Err(invalid(e))
+            }
+        }
+    }
+
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+        let mut ni = lock(&self.slot.ni);
+        ni.counters.dma_unmaps += 1;
+        if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
+            ni.dma.clear();
+            return Ok(());
+        }
+        match ni.dma.unmap(address, size) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                ni.counters.dma_map_errors += 1;
+                tracing::debug!(ni = ni.index, "{e}");
+                Err(invalid(e))
+            }
+        }
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        let mut ni = lock(&self.slot.ni);
+        tracing::info!(ni = ni.index, "device reset requested by the client");
+        ni.function_reset();
+        Ok(())
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> io::Result<()> {
+        let mut ni = lock(&self.slot.ni);
+        ni.set_irqs(index, flags, start, count, fds)
+            .inspect_err(|e| {
+                tracing::warn!(ni = ni.index, "{e}");
+            })
+    }
+}
+
+fn regions(sram_fd: i32) -> Vec<ServerRegion> {
+    (0..pci::NUM_REGIONS)
+        .map(|index| {
+            let size = region_size(index);
+            let mut flags = 0;
+            if size > 0 {
+                flags |= VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+            }
+            let mut sparse_areas = vec![];
+            let mut mmap_fd = None;
+            if index == pci::BAR0_REGION {
+                flags |= VFIO_REGION_INFO_FLAG_MMAP;
+                sparse_areas.push(SparseArea {
+                    area: vfio_region_sparse_mmap_area {
+                        offset: 0,
+                        size: ni_abi::lanai::SRAM_SIZE,
+                    },
+                });
+                mmap_fd = Some(sram_fd);
+            }
+            ServerRegion {
+                region_info: vfio_region_info {
+                    argsz: std::mem::size_of::<vfio_region_info>() as u32,
+                    flags,
+                    index,
+                    cap_offset: 0,
+                    size,
+                    // mmap offset of the region within its fd.
+                    offset: 0,
+                },
+                sparse_areas,
+                mmap_fd,
+            }
+        })
+        .collect()
+}
+
+fn irqs() -> Vec<IrqInfo> {
+    vec![
+        IrqInfo {
+            index: pci::INTX_IRQ_INDEX,
+            flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_MASKABLE | VFIO_IRQ_INFO_AUTOMASKED,
+            count: 1,
+        },
+        IrqInfo {
+            index: pci::MSI_IRQ_INDEX,
+            flags: VFIO_IRQ_INFO_EVENTFD,
+            count: 0,
+        },
+        IrqInfo {
+            index: pci::MSIX_IRQ_INDEX,
+            flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
+            count: pci::vector::COUNT as u32,
+        },
+        IrqInfo {
+            index: pci::ERR_IRQ_INDEX,
+            flags: VFIO_IRQ_INFO_EVENTFD,
+            count: 0,
+        },
+        IrqInfo {
+            index: pci::REQ_IRQ_INDEX,
+            flags: VFIO_IRQ_INFO_EVENTFD,
+            count: 0,
+        },
+    ]
+}
+
+/// Serve `slot` on `listener` forever: one client session after another.
+pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
+    let index = lock(&slot.ni).index;
+    loop {
+        // A fresh Server per session so each client is handed the current SRAM memfd.
+        let sram_fd = lock(&slot.ni).sram.fd();
+        let fd: OwnedFd = match listener.try_clone() {
+            Ok(l) => l.into(),
+            Err(e) => {
+                tracing::error!(ni = index, "cannot clone the listening socket: {e}");
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                continue;
+            }
+        };
+        let server = Server::from_owned_fd(fd, true, irqs(), regions(sram_fd));
+        // The crate accepts inside run(): wait for a pending connection first so the
+        // attachment is visible from the moment the client connects.
+        if let Err(e) = wait_readable(&listener) {
+            tracing::error!(ni = index, "waiting for a client: {e}");
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            continue;
+        }
+        {
+            *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment {
+                attached: true,
+                client_pid: None,
+            };
+            lock(&slot.ni).counters.attaches += 1;
+        }
+        tracing::info!(ni = index, "client attaching");
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            let mut backend = Backend { slot: &slot };
+            server.run(&mut backend)
+        }));
+        match result {
+            Ok(Ok(())) => tracing::info!(ni = index, "client detached"),
+            Ok(Err(e)) => tracing::warn!(ni = index, "client session ended: {e}"),
+            Err(_) => tracing::error!(ni = index, "client session aborted on malformed input"),
+        }
+        *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
+        let mut ni = lock(&slot.ni);
+        if let Err(e) = ni.detach() {
+            tracing::error!(ni = index, "reset after detach failed: {e}");
+        }
+    }
+}
+
+fn wait_readable(listener: &UnixListener) -> io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd, count 1.
+        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if r >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// The peer pid of a connected Unix socket, if the kernel reports one.
+pub fn peer_pid(fd: &impl AsRawFd) -> Option<i32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`, which is that size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0 && cred.pid > 0).then_some(cred.pid)
+}

@@ -1,0 +1,109 @@
+//! LBUS SRAM: the first 8 MB of BAR0, a memfd the client maps (sparse mmap), so its writes
+//! never trap. The device sees the same pages through its own mapping.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+
+use ni_abi::lanai::SRAM_SIZE;
+use vm_memory::{Bytes, FileOffset, MmapRegion, VolatileMemory};
+
+pub struct Sram {
+    file: File,
+    map: MmapRegion,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SramError {
+    #[error("creating the SRAM memfd: {0}")]
+    Memfd(#[from] nix::Error),
+    #[error("sizing the SRAM memfd: {0}")]
+    Size(#[from] std::io::Error),
+    #[error("mapping SRAM: {0}")]
+    Map(String),
+}
+
+/// An SRAM access outside the 8 MB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("LBUS access of {len} bytes at {addr:#x} is outside the {SRAM_SIZE:#x}-byte SRAM")]
+pub struct SramFault {
+    pub addr: u64,
+    pub len: u64,
+}
+
+impl Sram {
+    /// A fresh, zeroed SRAM. Each client gets its own, so nothing one client left in SRAM
+    /// (or still maps) is seen by the next.
+    pub fn new() -> Result<Sram, SramError> {
+        let fd = nix::sys::memfd::memfd_create(
+            c"ni-lanai-sram",
+            nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC
+                | nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING,
+        )?;
+        let file = File::from(fd);
+        file.set_len(SRAM_SIZE)?;
+        // Clients may map it but never shrink it under the device.
+        // SAFETY: F_ADD_SEALS on a memfd we own; no memory is touched.
+        unsafe {
+            libc::fcntl(
+                file.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            );
+        }
+        let map = MmapRegion::build(
+            Some(FileOffset::new(file.try_clone()?, 0)),
+            SRAM_SIZE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+        )
+        .map_err(|e| SramError::Map(e.to_string()))?;
+        Ok(Sram { file, map })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    fn check(addr: u64, len: usize) -> Result<(), SramFault> {
+        match addr.checked_add(len as u64) {
+            Some(end) if end <= SRAM_SIZE => Ok(()),
+            _ => Err(SramFault {
+                addr,
+                len: len as u64,
+            }),
+        }
+    }
+
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), SramFault> {
+        Self::check(addr, buf.len())?;
+        self.map
+            .as_volatile_slice()
+            .read_slice(buf, addr as usize)
+            .map_err(|_| SramFault {
+                addr,
+                len: buf.len() as u64,
+            })
+    }
+
+    pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), SramFault> {
+        Self::check(addr, buf.len())?;
+        self.map
+            .as_volatile_slice()
+            .write_slice(buf, addr as usize)
+            .map_err(|_| SramFault {
+                addr,
+                len: buf.len() as u64,
+            })
+    }
+
+    /// Big-endian word, as the Lanai stores it.
+    pub fn read_be32(&self, addr: u64) -> Result<u32, SramFault> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    pub fn write_be16(&self, addr: u64, v: u16) -> Result<(), SramFault> {
+        self.write(addr, &v.to_be_bytes())
+    }
+}

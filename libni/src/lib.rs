@@ -1,0 +1,1 @@
+//! libni: the NI user-space driver (in progress).
