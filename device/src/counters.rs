@@ -16,6 +16,8 @@ macro_rules! counters {
 counters! {
     /// Clients that attached to this NI.
     attaches,
+    /// Sessions ended because the client sent what the protocol layer could not parse.
+    malformed_sessions,
     /// Function-level, vfio-user and NI resets.
     resets,
     /// Region accesses refused: unknown region, past its end, bad width.

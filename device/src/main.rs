@@ -40,6 +40,9 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // A panic inside one client's session is caught and ends that session; log it as such
+    // instead of printing a raw backtrace.
+    std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
     let args = Args::parse();
     let file = match &args.config {
         Some(p) => ConfigFile::load(p)?,

@@ -242,7 +242,10 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
         match result {
             Ok(Ok(())) => tracing::info!(ni = index, "client detached"),
             Ok(Err(e)) => tracing::warn!(ni = index, "client session ended: {e}"),
-            Err(_) => tracing::error!(ni = index, "client session aborted on malformed input"),
+            Err(_) => {
+                lock(&slot.ni).counters.malformed_sessions += 1;
+                tracing::error!(ni = index, "client session aborted on malformed input")
+            }
         }
         *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
         let mut ni = lock(&slot.ni);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The project's test command: everything CI runs, on a fresh machine too.
+#   tests/run.sh          format, lint, unit + integration tests, VM tests
+#   NI_SKIP_VM=1 tests/run.sh   everything but the QEMU guests (say so loudly)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -D warnings"
+cargo clippy --workspace --all-targets -q -- -D warnings
+
+step "cargo build --release (binaries the VM tests and benchmarks use)"
+cargo build --workspace --release -q
+
+step "unit and integration tests"
+cargo test --workspace -q
+
+if [ "${NI_SKIP_VM:-0}" = 1 ]; then
+  step "VM tests SKIPPED because NI_SKIP_VM=1: QEMU guests were not booted"
+else
+  for t in tests/vm/*.sh; do
+    [ -e "$t" ] || continue
+    step "VM test $t"
+    bash "$t"
+  done
+fi
+step "all tests passed"
