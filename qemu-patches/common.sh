@@ -1,0 +1,22 @@
+# shellcheck shell=bash
+# Sourced by the scripts in qemu-patches/ and tests/vm/: locates the repo and the VM cache.
+#   NI_CACHE   cache directory (default: <repo>/.cache/vm); holds the trixie rootfs,
+#              the guest kernel + VFIO modules, initramfs images and logs.
+
+NI_QEMU_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+NI_REPO="$(cd "$NI_QEMU_DIR/.." && pwd)"
+NI_CACHE="${NI_CACHE:-$NI_REPO/.cache/vm}"
+NI_ROOTFS="$NI_CACHE/rootfs"
+NI_KERNEL_DIR="$NI_CACHE/kernel"
+# shellcheck disable=SC2034  # used by the scripts that source this file
+# VFIO modules, in load order (file names as shipped by the kernel package, decompressed).
+NI_VFIO_MODULES=(irqbypass vfio vfio_iommu_type1 vfio-pci-core vfio-pci)
+
+ni_log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+ni_die() { printf '[%s] error: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
+
+# Fail with a hint unless setup.sh has completed.
+ni_require_setup() {
+    [[ -f "$NI_CACHE/.setup-stamp" && -x "$NI_ROOTFS/usr/bin/qemu-system-x86_64" && -f "$NI_KERNEL_DIR/vmlinuz" ]] ||
+        ni_die "VM cache $NI_CACHE is not set up; run qemu-patches/setup.sh first"
+}
