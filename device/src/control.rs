@@ -176,14 +176,18 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
                 .map(|(i, s)| {
                     let a = s.attachment.lock().map(|a| a.clone()).unwrap_or_default();
                     let ni = lock(&s.ni);
+                    let (dma_regions, dma_bytes) = {
+                        let d = crate::ni::read_dma(&ni.dma);
+                        (d.len() as u32, d.mapped_bytes())
+                    };
                     NodeInfo {
                         node: i as u32,
                         socket: socket_path(&daemon.run_dir, i as u32).display().to_string(),
                         state: if a.attached { "attached" } else { "free" }.into(),
                         client_pid: a.client_pid,
                         attaches: ni.counters.attaches,
-                        dma_regions: ni.dma.len() as u32,
-                        dma_bytes: ni.dma.mapped_bytes(),
+                        dma_regions,
+                        dma_bytes,
                     }
                 })
                 .collect(),
@@ -193,8 +197,14 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
                 counters: nodes
                     .into_iter()
                     .map(|i| {
+                        // The fabric's lock is taken and dropped before the NI's (lock order).
+                        let fabric = daemon.fabric.counters(i).unwrap_or_default();
+                        if reset {
+                            daemon.fabric.reset_counters(i);
+                        }
                         let mut ni = lock(&daemon.slots[i as usize].ni);
-                        let counters = ni.counters.list();
+                        let mut counters = ni.counters.list();
+                        counters.extend(fabric.list());
                         if reset {
                             ni.counters = Default::default();
                         }

@@ -1,10 +1,11 @@
 //! Per-NI error and event counters, readable through the control socket.
 
 macro_rules! counters {
-    ($($(#[$m:meta])* $name:ident),* $(,)?) => {
+    ($(#[$sm:meta])* $ty:ident { $($(#[$m:meta])* $name:ident),* $(,)? }) => {
+        $(#[$sm])*
         #[derive(Clone, Debug, Default)]
-        pub struct Counters { $($(#[$m])* pub $name: u64,)* }
-        impl Counters {
+        pub struct $ty { $($(#[$m])* pub $name: u64,)* }
+        impl $ty {
             /// Name/value pairs in declaration order.
             pub fn list(&self) -> Vec<(String, u64)> {
                 vec![$((stringify!($name).to_string(), self.$name),)*]
@@ -14,6 +15,8 @@ macro_rules! counters {
 }
 
 counters! {
+    /// The device model's counters of one NI: attachment, register and DMA errors, interrupts.
+    Counters {
     /// Clients that attached to this NI.
     attaches,
     /// Sessions ended because the client sent what the protocol layer could not parse.
@@ -30,6 +33,8 @@ counters! {
     dma_unmaps,
     /// DMA_MAP / DMA_UNMAP requests refused.
     dma_map_errors,
+    /// DMA_UNMAP requests that covered nothing mapped (success, as kernel VFIO answers).
+    dma_unmap_empty,
     /// Device accesses to client memory outside its mappings.
     dma_faults,
     /// DRD chains abandoned because they never end.
@@ -40,8 +45,58 @@ counters! {
     bus_errors,
     /// CM-5 messages discarded by a locked interface.
     cm5_discarded_sends,
+    /// Fast-path doorbell writes (the poller was asleep).
+    doorbells,
     msix_sent,
     intx_sent,
     /// MSI-X messages held back (bus mastering off, vector masked, no eventfd).
     msix_held,
+}
+}
+
+counters! {
+    /// The fabric's counters of one NI: traffic it sent and received, and why requests failed.
+    FabricCounters {
+    /// Requests taken from the submission ring.
+    requests,
+    sends,
+    send_bytes,
+    recvs,
+    recv_bytes,
+    puts,
+    put_bytes,
+    gets,
+    get_bytes,
+    /// MLINK ROP (active messages) sent, and those delivered here.
+    rops,
+    rops_delivered,
+    noops,
+    /// T3E SENDs issued; arrivals stored here; arrivals rejected here (Tail = Limit).
+    mq_sends,
+    mq_stored,
+    mq_rejected,
+    /// Threshold hits: Sig set, IR_STATUS latched.
+    mq_threshold,
+    completions,
+    /// Completions held back because the client's ring was full (none is dropped).
+    cq_full_waits,
+    cq_interrupts,
+    err_peer_down,
+    err_out_of_partition,
+    err_not_registered,
+    err_bad_key,
+    err_out_of_bounds,
+    err_queue_full,
+    err_bad_length,
+    err_truncated,
+    err_permission,
+    err_bad_opcode,
+    err_bad_descriptor,
+    err_no_handler_ring,
+    err_cancelled,
+    /// The client published more requests than the ring holds.
+    sq_overruns,
+    /// Completions that could not be written (no ring set up, ring unmapped).
+    cq_lost,
+    }
 }

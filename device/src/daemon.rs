@@ -12,6 +12,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
+use crate::fabric::partition::Partitions;
+use crate::fabric::{Doorbell, Fabric};
 use crate::ni::Ni;
 use crate::server::{self, Attachment, Slot};
 
@@ -23,6 +25,16 @@ pub const MAX_NODES: u32 = 4096;
 pub struct ConfigFile {
     pub nodes: Option<u32>,
     pub run_dir: Option<PathBuf>,
+    /// `[[partition]]` tables with `name` and `nodes`; default: one partition of all NIs.
+    #[serde(default)]
+    pub partition: Vec<PartitionConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionConfig {
+    pub name: String,
+    pub nodes: Vec<u32>,
 }
 
 impl ConfigFile {
@@ -36,6 +48,7 @@ impl ConfigFile {
 pub struct Daemon {
     pub run_dir: PathBuf,
     pub slots: Vec<Arc<Slot>>,
+    pub fabric: Arc<Fabric>,
     pub started: Instant,
     _lock: File,
 }
@@ -93,17 +106,32 @@ fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
 
 impl Daemon {
     /// Set up the run directory and start serving every NI and the control socket.
-    pub fn start(run_dir: &Path, nodes: u32) -> Result<Arc<Daemon>> {
+    pub fn start(
+        run_dir: &Path,
+        nodes: u32,
+        partitions: &[PartitionConfig],
+    ) -> Result<Arc<Daemon>> {
         if nodes == 0 || nodes > MAX_NODES {
             bail!("--nodes must be between 1 and {MAX_NODES}, not {nodes}");
         }
+        let partitions = if partitions.is_empty() {
+            Partitions::all(nodes)
+        } else {
+            let mut p = Partitions::empty(nodes);
+            for c in partitions {
+                p.create(&c.name, c.nodes.clone())
+                    .with_context(|| format!("partition {:?} in the config file", c.name))?;
+            }
+            p
+        };
+        let doorbell = Arc::new(Doorbell::default());
         fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         let run_dir = run_dir.canonicalize()?;
         let lock = take_lock(&run_dir)?;
         let mut slots = Vec::new();
         let mut listeners = Vec::new();
         for i in 0..nodes {
-            let ni = Ni::new(i).with_context(|| format!("creating NI {i}"))?;
+            let ni = Ni::new(i, doorbell.clone()).with_context(|| format!("creating NI {i}"))?;
             slots.push(Arc::new(Slot {
                 ni: Mutex::new(ni),
                 attachment: Mutex::new(Attachment::default()),
@@ -112,12 +140,17 @@ impl Daemon {
             listeners.push(bind_fresh(&socket_path(&run_dir, i), 0o600)?);
         }
         let control = bind_fresh(&control_path(&run_dir), 0o600)?;
+        let fabric = Arc::new(Fabric::new(doorbell, slots.clone(), partitions));
         let daemon = Arc::new(Daemon {
             run_dir,
             slots,
+            fabric: fabric.clone(),
             started: Instant::now(),
             _lock: lock,
         });
+        std::thread::Builder::new()
+            .name("fabric".into())
+            .spawn(move || fabric.run())?;
         for (i, l) in listeners.into_iter().enumerate() {
             let slot = daemon.slots[i].clone();
             std::thread::Builder::new()

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use vm_memory::{
     Bytes, FileOffset, GuestAddress, GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress,
-    MmapRegion,
+    MmapRegion, VolatileMemory,
 };
 
 /// The largest single `DMA_MAP` accepted (a guest's whole RAM is one map).
@@ -182,7 +182,9 @@ impl DmaSpace {
         Ok(())
     }
 
-    /// Drop every mapping that intersects `[iova, iova + size)`. Returns the bytes unmapped.
+    /// Drop every mapping that intersects `[iova, iova + size)`. Returns the bytes unmapped,
+    /// or `NotMapped` when nothing was there (which callers may treat as success: kernel
+    /// VFIO does, and QEMU sweeps whole address spaces when a guest enables its IOMMU).
     pub fn unmap(&mut self, iova: u64, size: u64) -> Result<u64, MapError> {
         let end = iova.saturating_add(size);
         let before = self.mapped_bytes();
@@ -256,6 +258,48 @@ impl DmaSpace {
                 .map_err(|_| fault)?;
         }
         Ok(())
+    }
+
+    /// The atomic word at `iova` in client memory (8-byte aligned, mapped writable), for
+    /// read-modify-writes the client does concurrently with atomics of its own (the MQCW).
+    pub fn atomic_u64(&self, iova: u64) -> Result<&std::sync::atomic::AtomicU64, DmaFault> {
+        let fault = DmaFault {
+            iova,
+            len: 8,
+            write: true,
+        };
+        let (region, rel, _, n) = *self.chunks(iova, 8, true)?.first().ok_or(fault)?;
+        if n != 8 || !iova.is_multiple_of(8) {
+            return Err(fault);
+        }
+        region
+            .get_atomic_ref::<std::sync::atomic::AtomicU64>(rel as usize)
+            .map_err(|_| fault)
+    }
+
+    /// Store a 32-bit word with release ordering: what was written before it is visible to a
+    /// client that sees it (a completion's `seq`).
+    pub fn store_u32_release(&self, iova: u64, v: u32) -> Result<(), DmaFault> {
+        let fault = DmaFault {
+            iova,
+            len: 4,
+            write: true,
+        };
+        let (region, rel, _, n) = *self.chunks(iova, 4, true)?.first().ok_or(fault)?;
+        if n != 4 || !iova.is_multiple_of(4) {
+            return Err(fault);
+        }
+        region
+            .get_atomic_ref::<std::sync::atomic::AtomicU32>(rel as usize)
+            .map_err(|_| fault)?
+            .store(v, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether `[iova, iova + len)` is mapped with the access asked for.
+    pub fn check(&self, iova: u64, len: u64, write: bool) -> Result<(), DmaFault> {
+        let len = usize::try_from(len).map_err(|_| DmaFault { iova, len, write })?;
+        self.chunks(iova, len, write).map(|_| ())
     }
 
     /// Copy `len` bytes from this space to `dst`'s, straight between the two clients'

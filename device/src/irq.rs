@@ -37,6 +37,8 @@ pub struct Irqs {
     msix: Vec<Option<File>>,
     intx: Option<File>,
     intx_masked: bool,
+    err: Option<File>,
+    req: Option<File>,
 }
 
 fn is_eventfd(f: &File) -> Result<(), IrqError> {
@@ -115,7 +117,8 @@ impl Irqs {
         let max = match index {
             INTX_IRQ_INDEX => 1,
             MSIX_IRQ_INDEX => vector::COUNT as u32,
-            MSI_IRQ_INDEX | ERR_IRQ_INDEX | REQ_IRQ_INDEX => 0,
+            ERR_IRQ_INDEX | REQ_IRQ_INDEX => 1,
+            MSI_IRQ_INDEX => 0,
             other => return Err(IrqError::UnknownIndex(other)),
         };
         let end = start as u64 + count as u64;
@@ -186,6 +189,29 @@ impl Irqs {
                 // re-evaluates the level on unmask does not need.
                 self.intx_masked = false;
                 out.intx_reevaluate = true;
+            }
+            (
+                ERR_IRQ_INDEX | REQ_IRQ_INDEX,
+                VFIO_IRQ_SET_ACTION_TRIGGER,
+                VFIO_IRQ_SET_DATA_EVENTFD,
+            ) => {
+                let slot = if index == ERR_IRQ_INDEX {
+                    &mut self.err
+                } else {
+                    &mut self.req
+                };
+                *slot = fds.into_iter().next();
+            }
+            (
+                ERR_IRQ_INDEX | REQ_IRQ_INDEX,
+                VFIO_IRQ_SET_ACTION_TRIGGER,
+                VFIO_IRQ_SET_DATA_NONE,
+            ) if count == 0 => {
+                if index == ERR_IRQ_INDEX {
+                    self.err = None
+                } else {
+                    self.req = None
+                }
             }
             (MSIX_IRQ_INDEX, _, _) => {
                 // Per-vector masking is done in the MSI-X table; VFIO does not support

@@ -10,6 +10,7 @@ pub mod control;
 pub mod counters;
 pub mod daemon;
 pub mod dma;
+pub mod fabric;
 pub mod irq;
 pub mod lanai;
 pub mod ni;

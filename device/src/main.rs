@@ -60,7 +60,7 @@ fn main() -> Result<()> {
     signals.add(Signal::SIGTERM);
     signals.thread_block().context("blocking signals")?;
 
-    let daemon = Daemon::start(&run_dir, nodes)?;
+    let daemon = Daemon::start(&run_dir, nodes, &file.partition)?;
     let sig = signals.wait().context("waiting for a signal")?;
     tracing::info!("{sig:?}: shutting down");
     daemon.cleanup();

@@ -2,14 +2,18 @@
 
 use std::fs::File;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use ni_abi::cm5;
+use ni_abi::fastpath::regs as fp;
 use ni_abi::lanai::{self, config40};
 use ni_abi::pci::{self, vector};
 
 use crate::cm5::Cm5;
 use crate::counters::Counters;
 use crate::dma::DmaSpace;
+use crate::fabric::Doorbell;
 use crate::irq::Irqs;
 use crate::lanai::{Bus, Lanai};
 use crate::pci::config::ConfigSpace;
@@ -50,13 +54,33 @@ pub struct Ni {
     /// QEMU emulates the table and only hands over eventfds for vectors it wants).
     msix_table_used: bool,
     pub irqs: Irqs,
-    pub sram: Sram,
+    /// Shared with the fabric's poller, which reads the submission ring from it.
+    pub sram: Arc<Sram>,
     pub lanai: Lanai,
     pub cm5: Cm5,
-    pub dma: DmaSpace,
+    /// Shared with the fabric, which copies payloads between clients through it.
+    pub dma: Arc<RwLock<DmaSpace>>,
     pub counters: Counters,
     /// Interrupt source levels, one bit per MSI-X vector 0..=LANAI.
     lines: u32,
+    /// T3E IR_STATUS and MSG_ADDR (HMM-148-0 Fig. 3), latched by message-queue arrivals.
+    pub ir_status: u64,
+    pub msg_addr: u64,
+    /// Rank and size in the partition, as the fabric last published them.
+    pub rank: u32,
+    pub size: u32,
+    doorbell: Arc<Doorbell>,
+    /// Bumped on every reset and detach, so the fabric's poller drops this NI's fast-path
+    /// state (and fails what peers had pending with it) without taking this NI's lock first.
+    pub generation: Arc<AtomicU64>,
+}
+
+pub fn read_dma(dma: &RwLock<DmaSpace>) -> std::sync::RwLockReadGuard<'_, DmaSpace> {
+    dma.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn write_dma(dma: &RwLock<DmaSpace>) -> std::sync::RwLockWriteGuard<'_, DmaSpace> {
+    dma.write().unwrap_or_else(|e| e.into_inner())
 }
 
 pub fn region_size(region: u32) -> u64 {
@@ -70,20 +94,37 @@ pub fn region_size(region: u32) -> u64 {
 }
 
 impl Ni {
-    pub fn new(index: u32) -> Result<Ni, SramError> {
+    pub fn new(index: u32, doorbell: Arc<Doorbell>) -> Result<Ni, SramError> {
         Ok(Ni {
             index,
             config: ConfigSpace::new(),
             msix: MsixTable::new(),
             msix_table_used: false,
             irqs: Irqs::new(),
-            sram: Sram::new()?,
+            sram: Arc::new(Sram::new()?),
             lanai: Lanai::new(),
             cm5: Cm5::new(),
-            dma: DmaSpace::new(),
+            dma: Arc::new(RwLock::new(DmaSpace::new())),
             counters: Counters::default(),
             lines: 0,
+            ir_status: 0,
+            msg_addr: 0,
+            rank: 0,
+            size: 0,
+            doorbell,
+            generation: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// A client attached: the fabric sets up its fast path.
+    pub fn attached(&self) {
+        self.bump_generation();
+    }
+
+    /// Tell the fabric this NI's fast-path state is void, and wake its poller.
+    fn bump_generation(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.doorbell.ring();
     }
 
     /// Function-level reset (FLR, vfio-user DEVICE_RESET): config space, registers, MSI-X
@@ -97,28 +138,30 @@ impl Ni {
         self.lanai.reset();
         self.cm5.reset();
         self.lines = 0;
+        self.ir_status = 0;
+        self.msg_addr = 0;
+        self.bump_generation();
     }
 
     /// The client went away: reset everything and give the next client fresh SRAM.
     pub fn detach(&mut self) -> Result<(), SramError> {
-        self.function_reset();
-        self.dma.clear();
+        write_dma(&self.dma).clear();
         self.irqs.clear();
-        self.sram = Sram::new()?;
+        self.sram = Arc::new(Sram::new()?);
+        self.function_reset();
         Ok(())
     }
 
-    fn bus(&mut self) -> (&mut Lanai, Bus<'_>) {
-        let bus_master = self.config.bus_master();
-        (
-            &mut self.lanai,
-            Bus {
-                sram: &self.sram,
-                dma: &self.dma,
-                bus_master,
-                counters: &mut self.counters,
-            },
-        )
+    /// Run `f` with the Lanai and the bus it reaches (SRAM, client memory, bus mastering).
+    fn with_bus<R>(&mut self, f: impl FnOnce(&mut Lanai, &mut Bus) -> R) -> R {
+        let dma = read_dma(&self.dma);
+        let mut bus = Bus {
+            sram: &self.sram,
+            dma: &dma,
+            bus_master: self.config.bus_master(),
+            counters: &mut self.counters,
+        };
+        f(&mut self.lanai, &mut bus)
     }
 
     fn check(&mut self, region: u32, offset: u64, len: usize) -> Result<(), AccessError> {
@@ -167,7 +210,7 @@ impl Ni {
         self.check(region, offset, data.len())?;
         let len = data.len();
         if region == pci::CONFIG_REGION {
-            self.width(region, offset, len, &[1, 2, 4, 8])?;
+            // Any length: QEMU reads the whole 4 KiB at start-up.
             self.config.read(offset as usize, data);
             return Ok(());
         }
@@ -210,7 +253,6 @@ impl Ni {
         self.check(region, offset, data.len())?;
         let len = data.len();
         if region == pci::CONFIG_REGION {
-            self.width(region, offset, len, &[1, 2, 4, 8])?;
             let ev = self.config.write(offset as usize, data);
             if ev.flr {
                 tracing::info!(ni = self.index, "function-level reset");
@@ -223,8 +265,7 @@ impl Ni {
                 self.cm5.reset();
             }
             if ev.command_changed && self.config.bus_master() {
-                let (lanai, mut bus) = self.bus();
-                lanai.run_dma(&mut bus);
+                self.with_bus(|lanai, bus| lanai.run_dma(bus));
             }
             if ev.command_changed || ev.msix_changed || ev.lanai_changed {
                 self.update_interrupts();
@@ -287,11 +328,20 @@ impl Ni {
                 .read((offset - lanai::CONFIG_WINDOW) as usize, data);
         } else if offset >= lanai::SPECIALS {
             self.width(0, offset, len, &[1, 2, 4, 8])?;
-            let (lanai, mut bus) = self.bus();
-            lanai.read((offset - lanai::SPECIALS) as u32, data, &mut bus);
+            self.with_bus(|lanai, bus| lanai.read((offset - lanai::SPECIALS) as u32, data, bus));
             if offset - lanai::SPECIALS <= ni_abi::lanai::ISR as u64 + 4 {
                 self.update_interrupts();
             }
+        } else if (fp::PAGE..fp::PAGE + fp::PAGE_SIZE).contains(&offset) {
+            self.width(0, offset, len, &[4, 8])?;
+            let v = match offset - fp::PAGE {
+                fp::IR_STATUS => self.ir_status,
+                fp::MSG_ADDR => self.msg_addr,
+                fp::RANK => self.rank as u64 | (self.size as u64) << 32,
+                fp::SIZE => self.size as u64,
+                _ => 0,
+            };
+            data.copy_from_slice(&v.to_le_bytes()[..len]);
         } else {
             // Unused BAR0 space reads as zero.
             self.counters.unmapped_register += 1;
@@ -318,10 +368,33 @@ impl Ni {
             return self.region_write(pci::CONFIG_REGION, offset - lanai::CONFIG_WINDOW, data);
         } else if offset >= lanai::SPECIALS {
             self.width(0, offset, len, &[1, 2, 4, 8])?;
-            let (lanai, mut bus) = self.bus();
-            let fx = lanai.write((offset - lanai::SPECIALS) as u32, data, &mut bus);
+            let fx = self
+                .with_bus(|lanai, bus| lanai.write((offset - lanai::SPECIALS) as u32, data, bus));
             if fx.interrupt_changed {
                 self.update_interrupts();
+            }
+        } else if (fp::PAGE..fp::PAGE + fp::PAGE_SIZE).contains(&offset) {
+            self.width(0, offset, len, &[4, 8])?;
+            let mut b = [0u8; 8];
+            b[..len].copy_from_slice(data);
+            let v = u64::from_le_bytes(b);
+            match offset - fp::PAGE {
+                fp::DOORBELL => {
+                    self.counters.doorbells += 1;
+                    self.doorbell.ring();
+                }
+                // IR_STATUS: the enable is a plain bit in the low word; VALID and MULTIPLE
+                // (the high word) clear on a written 1.
+                fp::IR_STATUS => {
+                    self.ir_status = (self.ir_status & !fp::IR_ENABLE) | (v & fp::IR_ENABLE);
+                    if len == 8 {
+                        self.ir_status &= !(v & (fp::MSG_ADDR_VALID | fp::MSG_MULTIPLE));
+                    }
+                }
+                fp::IR_STATUS_HI => {
+                    self.ir_status &= !((v << 32) & (fp::MSG_ADDR_VALID | fp::MSG_MULTIPLE));
+                }
+                _ => self.counters.unmapped_register += 1,
             }
         } else {
             self.counters.unmapped_register += 1;

@@ -77,7 +77,7 @@ impl ServerBackend for Backend<'_> {
         fd: Option<File>,
     ) -> io::Result<()> {
         let mut ni = lock(&self.slot.ni);
-        let r = ni.dma.map(
+        let r = crate::ni::write_dma(&ni.dma).map(
             flags.contains(DmaMapFlags::READ),
             flags.contains(DmaMapFlags::WRITE),
             offset,
@@ -102,15 +102,19 @@ impl ServerBackend for Backend<'_> {
         let mut ni = lock(&self.slot.ni);
         ni.counters.dma_unmaps += 1;
         if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
-            ni.dma.clear();
+            crate::ni::write_dma(&ni.dma).clear();
             return Ok(());
         }
-        match ni.dma.unmap(address, size) {
+        let unmapped = crate::ni::write_dma(&ni.dma).unmap(address, size);
+        match unmapped {
             Ok(_) => Ok(()),
             Err(e) => {
-                ni.counters.dma_map_errors += 1;
+                // Kernel VFIO answers success here and QEMU relies on it (it unmaps the
+                // whole IOVA space in chunks when the guest turns its IOMMU on), so this
+                // is counted, not refused.
+                ni.counters.dma_unmap_empty += 1;
                 tracing::debug!(ni = ni.index, "{e}");
-                Err(invalid(e))
+                Ok(())
             }
         }
     }
@@ -192,15 +196,17 @@ fn irqs() -> Vec<IrqInfo> {
             flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
             count: pci::vector::COUNT as u32,
         },
+        // Error and request notification: one vector each, so QEMU can enable error
+        // recovery; the device signals ERR on a fatal internal error.
         IrqInfo {
             index: pci::ERR_IRQ_INDEX,
             flags: VFIO_IRQ_INFO_EVENTFD,
-            count: 0,
+            count: 1,
         },
         IrqInfo {
             index: pci::REQ_IRQ_INDEX,
             flags: VFIO_IRQ_INFO_EVENTFD,
-            count: 0,
+            count: 1,
         },
     ]
 }
@@ -232,7 +238,10 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
                 attached: true,
                 client_pid: None,
             };
-            lock(&slot.ni).counters.attaches += 1;
+            let mut ni = lock(&slot.ni);
+            ni.counters.attaches += 1;
+            // The fabric publishes the fast path's control page for the new client.
+            ni.attached();
         }
         tracing::info!(ni = index, "client attaching");
         let result = catch_unwind(AssertUnwindSafe(|| {

@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use ni_abi::lanai::SRAM_SIZE;
 use vm_memory::{Bytes, FileOffset, MmapRegion, VolatileMemory};
@@ -94,6 +95,22 @@ impl Sram {
                 addr,
                 len: buf.len() as u64,
             })
+    }
+
+    /// A 32-bit word shared with the client (the fast path's control page), accessed
+    /// atomically. `offset` must be 4-aligned and inside SRAM (the layout's constants are).
+    pub fn atomic_u32(&self, offset: u64) -> &AtomicU32 {
+        self.map
+            .get_atomic_ref::<AtomicU32>(offset as usize)
+            .expect("fast-path control words are aligned and inside SRAM")
+    }
+
+    pub fn load_u32(&self, offset: u64) -> u32 {
+        self.atomic_u32(offset).load(Ordering::Acquire)
+    }
+
+    pub fn store_u32(&self, offset: u64, v: u32) {
+        self.atomic_u32(offset).store(v, Ordering::Release)
     }
 
     /// Big-endian word, as the Lanai stores it.

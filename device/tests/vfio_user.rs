@@ -35,6 +35,7 @@ fn enumerates_regions_and_irqs() {
     assert_eq!(intx.count, 1);
     assert_ne!(intx.flags & VFIO_IRQ_INFO_AUTOMASKED, 0);
     assert_eq!(c.get_irq_info(pci::MSI_IRQ_INDEX).unwrap().count, 0);
+    assert_eq!(c.get_irq_info(pci::ERR_IRQ_INDEX).unwrap().count, 1);
 }
 
 #[test]
@@ -550,19 +551,22 @@ fn bad_input_gets_errors_and_the_daemon_keeps_serving() {
         .region_write(pci::BAR0_REGION, u64::MAX - 1, &[0; 4])
         .is_error());
     // Odd widths where registers are.
+    assert!(raw.region_write(pci::BAR2_REGION, 4, &[6, 0, 0]).is_error());
     assert!(raw
-        .region_write(pci::CONFIG_REGION, 4, &[6, 0, 0])
+        .region_read(pci::BAR0_REGION, lanai::SPECIALS + 0x1F8, 3)
         .is_error());
     assert!(raw.region_read(pci::BAR4_REGION, 1, 4).is_error());
     // A good access still works on the same connection.
     let ok = raw.region_read(pci::CONFIG_REGION, 0, 4);
     assert!(!ok.is_error());
-    // DMA: no fd, unmapping what is not mapped.
+    // DMA: no fd is refused. Unmapping what is not mapped succeeds, as kernel VFIO answers
+    // (QEMU relies on it), and is counted.
     assert!(raw.dma_map_no_fd(0x10000, 0x1000).is_error());
-    assert!(raw.dma_unmap(0x10000, 0x1000).is_error());
+    assert!(!raw.dma_unmap(0x10000, 0x1000).is_error());
+    assert_eq!(d.counter(0, "dma_unmap_empty"), 1);
     // Region 42 is refused by the protocol layer before the NI sees it; the other six count.
     assert!(d.counter(0, "bad_accesses") >= 6);
-    assert!(d.counter(0, "dma_map_errors") >= 2);
+    assert!(d.counter(0, "dma_map_errors") >= 1);
 
     // Overlapping maps through the crate's client.
     let mut c1 = d.client(1);

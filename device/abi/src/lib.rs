@@ -6,6 +6,7 @@
 
 pub mod cm5;
 pub mod control;
+pub mod fastpath;
 pub mod lanai;
 pub mod pci;
 pub mod regs;

@@ -41,6 +41,10 @@ pub mod vector {
     pub const GREEN: u16 = 3;
     pub const LANAI: u16 = 4;
     pub const EVENT_QUEUE_BASE: u16 = 5;
+    /// The fast path's completion ring (when armed through `CQ_ARM`).
+    pub const CQ: u16 = EVENT_QUEUE_BASE;
+    /// T3E message-queue threshold interrupt (IR_STATUS.MSG_ADDR_VALID).
+    pub const MQ: u16 = EVENT_QUEUE_BASE + 1;
     pub const COUNT: u16 = 16;
 }
 

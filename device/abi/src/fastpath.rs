@@ -1,0 +1,334 @@
+//! The fast path (design.md §3.2): how clients hand work to the NI with no trapped access.
+//!
+//! The full description, with who owns each field when, is `docs/fastpath.md`. In short:
+//! the client writes 64-byte requests into a submission ring in the NI's SRAM (mmapped, so
+//! the writes never trap) and publishes them by advancing `SQ_TAIL`; the device polls the
+//! ring, executes each request (copying payloads straight between the two clients'
+//! registered memory), and writes 64-byte completions into a ring in the client's own
+//! memory. Only when the device's poller has gone to sleep (`DEV_SLEEPING`) does the client
+//! write the trapped `DOORBELL`; only when the client has armed `CQ_ARM` does the device
+//! send an MSI-X.
+//!
+//! Everything here is little-endian (it is ours, not the Lanai's big-endian LBUS layout).
+
+/// SRAM control page (offsets from SRAM start). Fields on separate cache lines by writer.
+pub mod ctrl {
+    /// Device writes `MAGIC` once the fast path serves this NI; `VERSION` beside it.
+    pub const MAGIC: u64 = 0x000;
+    pub const MAGIC_VALUE: u32 = 0x5046_494E; // "NIFP"
+    pub const VERSION: u64 = 0x004;
+    pub const VERSION_VALUE: u32 = 1;
+    /// Device writes: physical node number, rank and size in the partition, partition id.
+    pub const NODE: u64 = 0x008;
+    pub const RANK: u64 = 0x00C;
+    pub const SIZE: u64 = 0x010;
+    pub const PARTITION: u64 = 0x014;
+    /// Client writes: requests published (free-running count).
+    pub const SQ_TAIL: u64 = 0x040;
+    /// Device writes: requests consumed (free-running count).
+    pub const SQ_HEAD: u64 = 0x080;
+    /// Device writes 1 before its poller sleeps, 0 when it wakes.
+    pub const DEV_SLEEPING: u64 = 0x0C0;
+    /// Client writes: completions consumed (free-running count).
+    pub const CQ_HEAD: u64 = 0x100;
+    /// Client writes 1 to ask for an MSI-X (vector `CQ`) with the next completion; the device
+    /// writes 0 when it sends it.
+    pub const CQ_ARM: u64 = 0x140;
+    /// Client writes: active-message slots consumed (free-running count).
+    pub const AM_HEAD: u64 = 0x180;
+}
+
+/// The submission ring in SRAM.
+pub const SQ_OFFSET: u64 = 0x1000;
+pub const SQ_ENTRIES: u32 = 1024;
+pub const ENTRY_SIZE: u64 = 64;
+
+/// Active messages: one slot per message in the receiver's AM ring.
+pub const AM_SLOT: u64 = 4096;
+/// Header at the start of an AM slot; payload follows.
+pub const AM_HEADER: u64 = 64;
+pub const AM_MAX_PAYLOAD: u64 = AM_SLOT - AM_HEADER;
+
+/// The largest single transfer (send, put, get).
+pub const MAX_TRANSFER: u64 = 1 << 32;
+/// Largest completion ring.
+pub const MAX_CQ_ENTRIES: u64 = 1 << 20;
+
+/// The T3E message-queue message (HMM-148-0): 64 bytes, slot 0 holds the MQCW.
+pub const MQ_MESSAGE: u64 = 64;
+
+/// Request opcodes.
+pub mod op {
+    pub const CQ_SETUP: u8 = 0x01;
+    pub const REG_MR: u8 = 0x02;
+    pub const DEREG_MR: u8 = 0x03;
+    pub const AM_SETUP: u8 = 0x04;
+    pub const SEND: u8 = 0x10;
+    pub const RECV: u8 = 0x11;
+    /// MLINK WRITE.
+    pub const PUT: u8 = 0x20;
+    /// MLINK READ.
+    pub const GET: u8 = 0x21;
+    /// MLINK ROP: remote function invocation (an active message).
+    pub const ROP: u8 = 0x22;
+    /// MLINK NOOP: connection status.
+    pub const NOOP: u8 = 0x23;
+    /// MLINK RESET: administrator only; always refused from a client.
+    pub const RESET: u8 = 0x24;
+    /// T3E SEND of one 64-byte message into a remote message queue.
+    pub const MQ_SEND: u8 = 0x30;
+    /// Completion-only: an active message arrived (`tag` = handler, `aux` = slot).
+    pub const AM_ARRIVED: u8 = 0x80;
+}
+
+/// Remote access granted by `REG_MR`.
+pub mod access {
+    pub const REMOTE_READ: u32 = 1 << 0;
+    pub const REMOTE_WRITE: u32 = 1 << 1;
+    /// The region holds message queues other NIs may SEND into.
+    pub const MESSAGE_QUEUE: u32 = 1 << 2;
+    pub const ALL: u32 = 0x7;
+}
+
+/// `rank` value meaning "any source" in a RECV.
+pub const ANY_RANK: u32 = u32::MAX;
+
+/// Completion status. Names say what went wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Status {
+    Ok = 0,
+    /// The peer's NI has no client (its process or guest went away), or it went mid-operation.
+    PeerDown = 1,
+    /// The rank is not in this NI's partition.
+    OutOfPartition = 2,
+    /// The local buffer is not in memory the client mapped for DMA.
+    NotRegistered = 3,
+    /// The remote key is not registered at the target, or lacks the access asked for.
+    BadKey = 4,
+    /// The remote offset and length fall outside the registered region.
+    OutOfBounds = 5,
+    /// T3E SEND rejected: the queue's Tail equals its Limit (ERS FULL_SR).
+    QueueFull = 6,
+    /// A length that is zero where not allowed, too large, or overflows.
+    BadLength = 7,
+    /// The message was longer than the receive buffer; the buffer holds its first bytes.
+    Truncated = 8,
+    /// The operation is reserved for the administrator (MLINK RESET).
+    Permission = 9,
+    BadOpcode = 10,
+    /// A malformed request: unaligned MQCW, bad ring geometry, duplicate key.
+    BadDescriptor = 11,
+    /// The target has not set up an active-message ring.
+    NoHandlerRing = 12,
+    /// Cancelled: this NI was reset or its partition changed.
+    Cancelled = 13,
+}
+
+impl Status {
+    pub fn from_u16(v: u16) -> Option<Status> {
+        use Status::*;
+        [
+            Ok,
+            PeerDown,
+            OutOfPartition,
+            NotRegistered,
+            BadKey,
+            OutOfBounds,
+            QueueFull,
+            BadLength,
+            Truncated,
+            Permission,
+            BadOpcode,
+            BadDescriptor,
+            NoHandlerRing,
+            Cancelled,
+        ]
+        .into_iter()
+        .find(|s| *s as u16 == v)
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Status::Ok => "success",
+            Status::PeerDown => "peer down: the target NI has no client or it went away",
+            Status::OutOfPartition => "rank out of partition",
+            Status::NotRegistered => "local buffer not registered (not mapped for DMA)",
+            Status::BadKey => "remote key not registered or lacks the access asked for",
+            Status::OutOfBounds => "remote offset and length outside the registered region",
+            Status::QueueFull => "message queue full (Tail = Limit): message rejected",
+            Status::BadLength => "bad length",
+            Status::Truncated => "message truncated: receive buffer too small",
+            Status::Permission => "permission denied: reserved for the administrator",
+            Status::BadOpcode => "unknown opcode",
+            Status::BadDescriptor => "malformed request",
+            Status::NoHandlerRing => "target has no active-message ring",
+            Status::Cancelled => "cancelled by a reset or partition change",
+        }
+    }
+}
+
+/// A request as the client writes it into the submission ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    pub opcode: u8,
+    pub flags: u8,
+    /// Destination (or RECV source, or `ANY_RANK`), partition-relative.
+    pub rank: u32,
+    /// Echoed in the completion.
+    pub user: u64,
+    /// Local buffer (an IOVA the client mapped).
+    pub addr: u64,
+    pub len: u64,
+    /// SEND/RECV: tag. PUT/GET/MQ_SEND: offset in the remote region.
+    pub tag: u64,
+    /// RECV: tag bits that must match. ROP: handler index.
+    pub mask: u64,
+    /// PUT/GET/MQ_SEND: remote key. REG_MR/DEREG_MR: the key.
+    pub key: u32,
+    /// REG_MR: `access` bits.
+    pub access: u32,
+}
+
+impl Request {
+    pub fn encode(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0] = self.opcode;
+        b[1] = self.flags;
+        b[4..8].copy_from_slice(&self.rank.to_le_bytes());
+        b[8..16].copy_from_slice(&self.user.to_le_bytes());
+        b[16..24].copy_from_slice(&self.addr.to_le_bytes());
+        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.tag.to_le_bytes());
+        b[40..48].copy_from_slice(&self.mask.to_le_bytes());
+        b[48..52].copy_from_slice(&self.key.to_le_bytes());
+        b[52..56].copy_from_slice(&self.access.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; 64]) -> Request {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        Request {
+            opcode: b[0],
+            flags: b[1],
+            rank: u32_at(4),
+            user: u64_at(8),
+            addr: u64_at(16),
+            len: u64_at(24),
+            tag: u64_at(32),
+            mask: u64_at(40),
+            key: u32_at(48),
+            access: u32_at(52),
+        }
+    }
+}
+
+/// A completion as the device writes it into the client's completion ring. `seq` is
+/// written last: entry `n` (from 0) is valid once its `seq` reads `n + 1`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub opcode: u8,
+    pub status: u16,
+    /// The peer: destination of a send/put/get, source of a received message or AM.
+    pub rank: u32,
+    pub user: u64,
+    /// Bytes moved, or the full message length (RECV, also when truncated).
+    pub len: u64,
+    /// RECV: the message's tag. AM_ARRIVED: handler index. MQ_SEND: Tail after the store.
+    pub tag: u64,
+    /// AM_ARRIVED: slot index. NOOP: 1 if the peer is up.
+    pub aux: u64,
+    pub seq: u32,
+}
+
+/// Offset of `seq` in a completion entry.
+pub const COMPLETION_SEQ: u64 = 60;
+
+impl Completion {
+    /// The first 60 bytes; `seq` is stored separately, last, with release ordering.
+    pub fn encode_body(&self) -> [u8; 60] {
+        let mut b = [0u8; 60];
+        b[0] = self.opcode;
+        b[2..4].copy_from_slice(&self.status.to_le_bytes());
+        b[4..8].copy_from_slice(&self.rank.to_le_bytes());
+        b[8..16].copy_from_slice(&self.user.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.tag.to_le_bytes());
+        b[32..40].copy_from_slice(&self.aux.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; 64]) -> Completion {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        Completion {
+            opcode: b[0],
+            status: u16::from_le_bytes([b[2], b[3]]),
+            rank: u32_at(4),
+            user: u64_at(8),
+            len: u64_at(16),
+            tag: u64_at(24),
+            aux: u64_at(32),
+            seq: u32_at(60),
+        }
+    }
+}
+
+/// The AM slot header the device writes before the payload.
+pub mod am_header {
+    pub const SRC_RANK: u64 = 0;
+    pub const HANDLER: u64 = 8;
+    pub const LEN: u64 = 16;
+}
+
+/// T3E message-queue control word (HMM-148-0 Fig. 1): Sig 63, Tail 62:42, Limit 41:21,
+/// Threshold 20:0; the fields are slot offsets from the MQCW.
+pub mod mqcw {
+    pub const SIG: u64 = 1 << 63;
+    pub const TAIL_SHIFT: u32 = 42;
+    pub const LIMIT_SHIFT: u32 = 21;
+    pub const FIELD: u64 = (1 << 21) - 1;
+    pub const MAX_LIMIT: u64 = FIELD;
+
+    pub const fn make(sig: bool, tail: u64, limit: u64, threshold: u64) -> u64 {
+        (if sig { SIG } else { 0 })
+            | ((tail & FIELD) << TAIL_SHIFT)
+            | ((limit & FIELD) << LIMIT_SHIFT)
+            | (threshold & FIELD)
+    }
+    pub const fn sig(w: u64) -> bool {
+        w & SIG != 0
+    }
+    pub const fn tail(w: u64) -> u64 {
+        (w >> TAIL_SHIFT) & FIELD
+    }
+    pub const fn limit(w: u64) -> u64 {
+        (w >> LIMIT_SHIFT) & FIELD
+    }
+    pub const fn threshold(w: u64) -> u64 {
+        w & FIELD
+    }
+}
+
+/// Trapped fast-path registers: a page of BAR0 after the config window (BAR0 + `PAGE`).
+pub mod regs {
+    pub const PAGE: u64 = 0x90_0000;
+    pub const PAGE_SIZE: u64 = 0x1000;
+    /// Write anything: wake the device's poller (needed only while `DEV_SLEEPING` is 1).
+    pub const DOORBELL: u64 = 0x000;
+    /// T3E IR_STATUS (64-bit): bit 32 MSG_ADDR_VALID, bit 33 MSG_MULTIPLE; write 1 to clear.
+    pub const IR_STATUS: u64 = 0x008;
+    /// The high word of IR_STATUS, for 32-bit writes that clear VALID/MULTIPLE (bits 0 and 1).
+    pub const IR_STATUS_HI: u64 = 0x00C;
+    pub const MSG_ADDR_VALID: u64 = 1 << 32;
+    pub const MSG_MULTIPLE: u64 = 1 << 33;
+    /// Enables the message-queue interrupt (the seed leaves its bit position open).
+    pub const IR_ENABLE: u64 = 1 << 0;
+    /// T3E MSG_ADDR (64-bit, read-only): the MQCW address that set MSG_ADDR_VALID, locked
+    /// until VALID is cleared. Our "GVA" is the IOVA of the MQCW in the client's memory.
+    pub const MSG_ADDR: u64 = 0x010;
+    /// Read-only copies of the control page's identity, for drivers that have not mapped SRAM.
+    pub const RANK: u64 = 0x018;
+    pub const SIZE: u64 = 0x01C;
+}

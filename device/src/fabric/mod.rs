@@ -1,0 +1,328 @@
+//! The fabric between the daemon's NIs, and the fast path that feeds it (docs/fastpath.md).
+//!
+//! One poller thread serves every NI: it takes requests from each client's submission ring in
+//! SRAM, moves data between the clients' registered memory (one copy, straight from the
+//! sender's pages into the receiver's), and writes completions into each client's completion
+//! ring. It spins briefly when work stops, then yields, then sleeps until a doorbell, so a
+//! 2-core machine shared with the clients keeps running them.
+
+pub mod mq;
+pub mod node;
+pub mod ops;
+pub mod partition;
+
+use std::sync::atomic::{fence, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ni_abi::fastpath::{ctrl, Completion, Request, ENTRY_SIZE, SQ_ENTRIES, SQ_OFFSET};
+use ni_abi::pci::vector;
+
+use crate::counters::FabricCounters;
+use crate::ni::read_dma;
+use crate::server::{lock, Slot};
+use node::Node;
+use partition::Partitions;
+
+/// How long the poller spins, then yields, after its last piece of work before sleeping.
+pub const SPIN: Duration = Duration::from_micros(20);
+pub const YIELD: Duration = Duration::from_millis(2);
+/// The longest the poller sleeps without a doorbell (it re-checks attachments then).
+pub const SLEEP: Duration = Duration::from_millis(50);
+/// Requests taken from one NI's ring per pass, so one busy client cannot starve the others.
+const BATCH: u32 = 64;
+
+/// The poller's wake-up: rung by a trapped DOORBELL write, a reset or a detach.
+#[derive(Default)]
+pub struct Doorbell {
+    rung: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Doorbell {
+    pub fn ring(&self) {
+        *self.rung.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_one();
+    }
+
+    /// Sleep until rung or `timeout`; clears the bell.
+    fn wait(&self, timeout: Duration) {
+        let g = self.rung.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut g, _) = self
+            .cv
+            .wait_timeout_while(g, timeout, |rung| !*rung)
+            .unwrap_or_else(|e| e.into_inner());
+        *g = false;
+    }
+}
+
+pub struct Fabric {
+    pub state: Mutex<State>,
+    pub doorbell: Arc<Doorbell>,
+}
+
+/// Everything the poller owns. Lock order: `Fabric::state`, then an NI's `Slot::ni`, then its
+/// DMA space; the vfio-user threads never take `state`.
+pub struct State {
+    pub nodes: Vec<Node>,
+    pub partitions: Partitions,
+    slots: Vec<Arc<Slot>>,
+}
+
+impl Fabric {
+    pub fn new(doorbell: Arc<Doorbell>, slots: Vec<Arc<Slot>>, partitions: Partitions) -> Fabric {
+        let nodes = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Node::new(i as u32, lock(&s.ni).dma.clone()))
+            .collect();
+        Fabric {
+            state: Mutex::new(State {
+                nodes,
+                partitions,
+                slots,
+            }),
+            doorbell,
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The poller: runs forever.
+    pub fn run(self: Arc<Self>) {
+        let mut last_work = Instant::now();
+        loop {
+            if self.lock().poll_once() {
+                last_work = Instant::now();
+                continue;
+            }
+            let idle = last_work.elapsed();
+            if idle < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            if idle < SPIN + YIELD {
+                std::thread::yield_now();
+                continue;
+            }
+            // Announce the sleep, then look once more: a client that published a request
+            // before it could see DEV_SLEEPING is caught here; one that published after will
+            // see it and ring (both sides fence between their store and their load).
+            self.lock().set_sleeping(true);
+            fence(Ordering::SeqCst);
+            if self.lock().poll_once() {
+                self.lock().set_sleeping(false);
+                last_work = Instant::now();
+                continue;
+            }
+            self.doorbell.wait(SLEEP);
+            self.lock().set_sleeping(false);
+            last_work = Instant::now();
+        }
+    }
+
+    pub fn counters(&self, node: u32) -> Option<FabricCounters> {
+        self.lock()
+            .nodes
+            .get(node as usize)
+            .map(|n| n.counters.clone())
+    }
+
+    pub fn reset_counters(&self, node: u32) {
+        if let Some(n) = self.lock().nodes.get_mut(node as usize) {
+            n.counters = FabricCounters::default();
+        }
+    }
+}
+
+impl State {
+    fn set_sleeping(&self, sleeping: bool) {
+        for n in &self.nodes {
+            if let Some(sram) = n.live_sram() {
+                sram.store_u32(ctrl::DEV_SLEEPING, sleeping as u32);
+            }
+        }
+    }
+
+    /// One pass over every NI. Returns whether anything was done.
+    pub fn poll_once(&mut self) -> bool {
+        let mut work = false;
+        for i in 0..self.nodes.len() {
+            work |= self.sync_generation(i);
+        }
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].live {
+                continue;
+            }
+            work |= self.take_requests(i);
+            work |= self.flush_completions(i);
+            work |= self.flush_active_messages(i);
+        }
+        work
+    }
+
+    /// Notice a reset, attach or detach of NI `i` (its generation moved) and act on it.
+    fn sync_generation(&mut self, i: usize) -> bool {
+        let slot = self.slots[i].clone();
+        let ni = lock(&slot.ni);
+        let generation = ni.generation.load(Ordering::SeqCst);
+        if generation == self.nodes[i].generation {
+            return false;
+        }
+        let attached = slot.attachment.lock().map(|a| a.attached).unwrap_or(false);
+        let sram = ni.sram.clone();
+        let dma = ni.dma.clone();
+        drop(ni);
+        let was_live = self.nodes[i].live;
+        self.node_down(i);
+        self.nodes[i].generation = generation;
+        self.nodes[i].dma = dma;
+        if attached {
+            self.nodes[i].live = true;
+            self.nodes[i].sram = Some(sram);
+            self.publish_identity(i);
+            tracing::debug!(ni = i, "fast path live");
+        } else if was_live {
+            tracing::debug!(ni = i, "fast path down");
+        }
+        true
+    }
+
+    /// Write the control page's identity: magic, version, node, rank, size, partition.
+    pub fn publish_identity(&mut self, i: usize) {
+        let (rank, size) = self.partitions.rank_size(i as u32);
+        let pid = self
+            .partitions
+            .list()
+            .position(|p| p.nodes.contains(&(i as u32)))
+            .map(|p| p as u32)
+            .unwrap_or(u32::MAX);
+        if let Some(sram) = self.nodes[i].sram.clone() {
+            sram.store_u32(ctrl::NODE, i as u32);
+            sram.store_u32(ctrl::RANK, rank);
+            sram.store_u32(ctrl::SIZE, size);
+            sram.store_u32(ctrl::PARTITION, pid);
+            sram.store_u32(ctrl::VERSION, ctrl::VERSION_VALUE);
+            sram.store_u32(ctrl::MAGIC, ctrl::MAGIC_VALUE);
+        }
+        let mut ni = lock(&self.slots[i].ni);
+        ni.rank = rank;
+        ni.size = size;
+    }
+
+    /// Take up to a batch of requests from NI `i`'s submission ring.
+    fn take_requests(&mut self, i: usize) -> bool {
+        let Some(sram) = self.nodes[i].live_sram() else {
+            return false;
+        };
+        let tail = sram.load_u32(ctrl::SQ_TAIL);
+        let mut head = self.nodes[i].sq_head;
+        let pending = tail.wrapping_sub(head);
+        if pending == 0 {
+            return false;
+        }
+        if pending > SQ_ENTRIES {
+            // The client overwrote requests it had not seen consumed: those are gone, so
+            // say so and resynchronise on the newest ring's worth.
+            self.nodes[i].counters.sq_overruns += 1;
+            tracing::warn!(ni = i, pending, "submission ring overrun");
+            head = tail.wrapping_sub(SQ_ENTRIES);
+        }
+        let mut taken = 0;
+        while head != tail && taken < BATCH && self.nodes[i].accepts_more() {
+            let mut raw = [0u8; 64];
+            let at = SQ_OFFSET + (head % SQ_ENTRIES) as u64 * ENTRY_SIZE;
+            if sram.read(at, &mut raw).is_err() {
+                break;
+            }
+            head = head.wrapping_add(1);
+            taken += 1;
+            self.nodes[i].sq_head = head;
+            sram.store_u32(ctrl::SQ_HEAD, head);
+            self.nodes[i].counters.requests += 1;
+            self.execute(i, Request::decode(&raw));
+            if !self.nodes[i].live {
+                break;
+            }
+        }
+        taken > 0
+    }
+
+    /// Queue a completion for NI `i` and write what fits into its ring.
+    pub fn complete(&mut self, i: usize, c: Completion) {
+        let n = &mut self.nodes[i];
+        if !n.live {
+            return;
+        }
+        n.counters.completions += 1;
+        n.backlog.push_back(c);
+        self.flush_completions(i);
+    }
+
+    /// Write held completions while the client's ring has room; interrupt if it asked.
+    fn flush_completions(&mut self, i: usize) -> bool {
+        let n = &mut self.nodes[i];
+        if n.backlog.is_empty() {
+            return false;
+        }
+        let (Some(sram), Some(cq)) = (n.live_sram(), n.cq) else {
+            if n.live && n.cq.is_none() {
+                n.counters.cq_lost += n.backlog.len() as u64;
+                n.backlog.clear();
+            }
+            return false;
+        };
+        let consumed = sram.load_u32(ctrl::CQ_HEAD);
+        let dma = read_dma(&n.dma);
+        let mut wrote = false;
+        while let Some(c) = n.backlog.front() {
+            if n.cq_produced.wrapping_sub(consumed) >= cq.entries {
+                n.counters.cq_full_waits += 1;
+                break;
+            }
+            let at = cq.iova + (n.cq_produced % cq.entries) as u64 * ENTRY_SIZE;
+            let seq = n.cq_produced.wrapping_add(1);
+            let ok = dma.write(at, &c.encode_body()).is_ok()
+                && dma
+                    .store_u32_release(at + ni_abi::fastpath::COMPLETION_SEQ, seq)
+                    .is_ok();
+            if !ok {
+                // The client unmapped its own ring: nothing can be delivered any more.
+                n.counters.cq_lost += n.backlog.len() as u64;
+                n.backlog.clear();
+                n.cq = None;
+                break;
+            }
+            n.backlog.pop_front();
+            n.cq_produced = seq;
+            wrote = true;
+        }
+        drop(dma);
+        if wrote {
+            // Pairs with the client's store of CQ_ARM, fence, re-check of the ring.
+            fence(Ordering::SeqCst);
+            if sram.atomic_u32(ctrl::CQ_ARM).swap(0, Ordering::AcqRel) != 0 {
+                n.counters.cq_interrupts += 1;
+                lock(&self.slots[i].ni).deliver(vector::CQ);
+            }
+        }
+        wrote
+    }
+
+    /// Deliver the interrupt a message-queue threshold hit asks for.
+    pub fn mq_interrupt(&mut self, i: usize, mqcw_iova: u64) {
+        use ni_abi::fastpath::regs::{IR_ENABLE, MSG_ADDR_VALID, MSG_MULTIPLE};
+        let mut ni = lock(&self.slots[i].ni);
+        if ni.ir_status & MSG_ADDR_VALID == 0 {
+            ni.ir_status |= MSG_ADDR_VALID;
+            ni.msg_addr = mqcw_iova;
+            if ni.ir_status & IR_ENABLE != 0 {
+                ni.deliver(vector::MQ);
+            }
+        } else {
+            ni.ir_status |= MSG_MULTIPLE;
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! T3E message-queue arrival (HMM-148-0 pp. 9-15, digest cray-metro.md §A.3).
+//!
+//! The receiving NI reads the MQCW with an atomic read-modify-write, so a client's own atomic
+//! SWAP of the MQCW (the documented software reset) never races it. The model stores the 64
+//! bytes before it moves Tail, so software that polls Tail never sees a slot before its data.
+
+use ni_abi::fastpath::{mqcw, Status, MQ_MESSAGE};
+use std::sync::atomic::Ordering;
+
+use crate::dma::DmaSpace;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Stored; `tail` is the new Tail; `threshold` when Tail reached Threshold (Sig set).
+    Stored { tail: u64, threshold: bool },
+    /// Tail = Limit: nothing stored, MQCW unchanged (the sender sees FULL_SR).
+    Rejected,
+}
+
+/// Store one message into the queue whose MQCW is at `mqcw_iova`; `region_end` bounds the
+/// slots (the end of the registered region holding the queue).
+pub fn arrive(
+    dma: &DmaSpace,
+    mqcw_iova: u64,
+    region_end: u64,
+    msg: &[u8; 64],
+) -> Result<Arrival, Status> {
+    if !mqcw_iova.is_multiple_of(MQ_MESSAGE) {
+        return Err(Status::BadDescriptor);
+    }
+    let word = dma
+        .atomic_u64(mqcw_iova)
+        .map_err(|_| Status::NotRegistered)?;
+    loop {
+        let w = word.load(Ordering::Acquire);
+        let (tail, limit, threshold) = (mqcw::tail(w), mqcw::limit(w), mqcw::threshold(w));
+        // Tail > Limit is not specified: treat it as full.
+        if tail >= limit {
+            return Ok(Arrival::Rejected);
+        }
+        // Tail 0 would store the message over the MQCW itself (a software error the seed
+        // warns of); refuse it rather than corrupt the control word.
+        if tail == 0 {
+            return Err(Status::BadDescriptor);
+        }
+        let slot = mqcw_iova + tail * MQ_MESSAGE;
+        if slot + MQ_MESSAGE > region_end {
+            return Err(Status::OutOfBounds);
+        }
+        dma.write(slot, msg).map_err(|_| Status::NotRegistered)?;
+        let new_tail = tail + 1;
+        let hit = new_tail == threshold;
+        let next = mqcw::make(mqcw::sig(w) || hit, new_tail, limit, threshold);
+        if word
+            .compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return Ok(Arrival::Stored {
+                tail: new_tail,
+                threshold: hit,
+            });
+        }
+        // Software swapped the MQCW meanwhile: start over with its new value.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+
+    fn space() -> (DmaSpace, File) {
+        let fd = nix::sys::memfd::memfd_create(c"mq", nix::sys::memfd::MemFdCreateFlag::empty())
+            .unwrap();
+        let f = File::from(fd);
+        f.set_len(0x10000).unwrap();
+        let mut d = DmaSpace::new();
+        d.map(
+            true,
+            true,
+            0,
+            0x100000,
+            0x10000,
+            Some(f.try_clone().unwrap()),
+        )
+        .unwrap();
+        (d, f)
+    }
+
+    fn mqcw_at(d: &DmaSpace, iova: u64) -> u64 {
+        d.atomic_u64(iova).unwrap().load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn seed_walkthroughs_with_limit_4() {
+        let (d, _f) = space();
+        let q = 0x100000;
+        let end = 0x110000;
+        // tail 1, thr 3: slot 1, tail 2, no interrupt.
+        d.atomic_u64(q)
+            .unwrap()
+            .store(mqcw::make(false, 1, 4, 3), Ordering::SeqCst);
+        assert_eq!(
+            arrive(&d, q, end, &[1; 64]),
+            Ok(Arrival::Stored {
+                tail: 2,
+                threshold: false
+            })
+        );
+        // tail 2, thr 3: slot 2, tail 3 = thr: Sig.
+        assert_eq!(
+            arrive(&d, q, end, &[2; 64]),
+            Ok(Arrival::Stored {
+                tail: 3,
+                threshold: true
+            })
+        );
+        assert!(mqcw::sig(mqcw_at(&d, q)));
+        let mut b = [0u8; 64];
+        d.read(q + 128, &mut b).unwrap();
+        assert_eq!(b, [2; 64]);
+        // tail 3, thr 2 (software reprogrammed): slot 3, tail 4, nothing signalled.
+        d.atomic_u64(q)
+            .unwrap()
+            .store(mqcw::make(false, 3, 4, 2), Ordering::SeqCst);
+        assert_eq!(
+            arrive(&d, q, end, &[3; 64]),
+            Ok(Arrival::Stored {
+                tail: 4,
+                threshold: false
+            })
+        );
+        assert!(!mqcw::sig(mqcw_at(&d, q)));
+        // tail 4 = limit: rejected, MQCW unchanged, slot 4 untouched.
+        let before = mqcw_at(&d, q);
+        assert_eq!(arrive(&d, q, end, &[4; 64]), Ok(Arrival::Rejected));
+        assert_eq!(mqcw_at(&d, q), before);
+        d.read(q + 256, &mut b).unwrap();
+        assert_eq!(b, [0; 64]);
+    }
+
+    #[test]
+    fn swap_resets_the_queue_and_bad_geometry_is_refused() {
+        let (d, _f) = space();
+        let q = 0x100000;
+        d.atomic_u64(q)
+            .unwrap()
+            .store(mqcw::make(false, 1, 2, 5), Ordering::SeqCst);
+        assert!(matches!(
+            arrive(&d, q, 0x110000, &[9; 64]),
+            Ok(Arrival::Stored { tail: 2, .. })
+        ));
+        assert_eq!(arrive(&d, q, 0x110000, &[9; 64]), Ok(Arrival::Rejected));
+        // Software reset: an atomic swap of the MQCW; the old value gives the drain point.
+        let old = d
+            .atomic_u64(q)
+            .unwrap()
+            .swap(mqcw::make(false, 1, 2, 5), Ordering::SeqCst);
+        assert_eq!(mqcw::tail(old), 2);
+        assert!(matches!(
+            arrive(&d, q, 0x110000, &[9; 64]),
+            Ok(Arrival::Stored { tail: 2, .. })
+        ));
+        // Unaligned MQCW, Tail 0, slots past the region.
+        assert_eq!(
+            arrive(&d, q + 8, 0x110000, &[0; 64]),
+            Err(Status::BadDescriptor)
+        );
+        d.atomic_u64(q)
+            .unwrap()
+            .store(mqcw::make(false, 0, 5, 0), Ordering::SeqCst);
+        assert_eq!(
+            arrive(&d, q, 0x110000, &[0; 64]),
+            Err(Status::BadDescriptor)
+        );
+        d.atomic_u64(q)
+            .unwrap()
+            .store(mqcw::make(false, 3, 9, 0), Ordering::SeqCst);
+        assert_eq!(
+            arrive(&d, q, q + 3 * 64, &[0; 64]),
+            Err(Status::OutOfBounds)
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! One NI's fast-path state inside the fabric: its rings, registered regions, and the
+//! messages and receives waiting to be matched.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, RwLock};
+
+use crate::counters::FabricCounters;
+use crate::dma::DmaSpace;
+use crate::sram::Sram;
+
+/// Requests of one NI that may wait inside the fabric at once (sends not yet matched,
+/// receives posted, active messages waiting for ring space). Past it the fabric stops
+/// taking that NI's requests, so its submission ring fills and the client sees
+/// "would block": the fabric never drops a request for lack of room.
+pub const MAX_OUTSTANDING: usize = 65536;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ring {
+    pub iova: u64,
+    pub entries: u32,
+}
+
+/// A region the client registered for remote access (`REG_MR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mr {
+    pub iova: u64,
+    pub len: u64,
+    pub access: u32,
+}
+
+/// A send that reached its destination before a matching receive: only its description
+/// waits; the payload stays in the sender's memory until it is copied once, into the receive.
+#[derive(Clone, Copy, Debug)]
+pub struct PendingSend {
+    pub src: usize,
+    pub src_rank: u32,
+    pub user: u64,
+    pub addr: u64,
+    pub len: u64,
+    pub tag: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct PostedRecv {
+    pub user: u64,
+    pub addr: u64,
+    pub len: u64,
+    pub tag: u64,
+    pub mask: u64,
+    /// The physical NI the receive is for, or any.
+    pub from: Option<usize>,
+    pub from_rank: u32,
+}
+
+impl PostedRecv {
+    pub fn matches(&self, s: &PendingSend) -> bool {
+        self.from.is_none_or(|f| f == s.src) && (s.tag & self.mask) == (self.tag & self.mask)
+    }
+}
+
+/// An active message waiting for a free slot in the target's AM ring.
+#[derive(Clone, Copy, Debug)]
+pub struct PendingAm {
+    pub src: usize,
+    pub src_rank: u32,
+    pub user: u64,
+    pub addr: u64,
+    pub len: u64,
+    pub handler: u64,
+}
+
+pub struct Node {
+    pub index: u32,
+    /// The NI generation this state belongs to.
+    pub generation: u64,
+    /// A client is attached and the control page is published.
+    pub live: bool,
+    pub sram: Option<Arc<Sram>>,
+    pub dma: Arc<RwLock<DmaSpace>>,
+    pub sq_head: u32,
+    pub cq: Option<Ring>,
+    pub cq_produced: u32,
+    pub backlog: VecDeque<ni_abi::fastpath::Completion>,
+    pub am: Option<Ring>,
+    pub am_produced: u32,
+    pub mrs: HashMap<u32, Mr>,
+    pub recvs: VecDeque<PostedRecv>,
+    /// Sends addressed to this NI, in arrival order, not yet matched.
+    pub unexpected: VecDeque<PendingSend>,
+    /// Active messages addressed to this NI waiting for ring space.
+    pub am_waiting: VecDeque<PendingAm>,
+    /// This NI's own requests still waiting in the fabric.
+    pub outstanding: usize,
+    pub counters: FabricCounters,
+}
+
+impl Node {
+    pub fn new(index: u32, dma: Arc<RwLock<DmaSpace>>) -> Node {
+        Node {
+            index,
+            generation: 0,
+            live: false,
+            sram: None,
+            dma,
+            sq_head: 0,
+            cq: None,
+            cq_produced: 0,
+            backlog: VecDeque::new(),
+            am: None,
+            am_produced: 0,
+            mrs: HashMap::new(),
+            recvs: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            am_waiting: VecDeque::new(),
+            outstanding: 0,
+            counters: FabricCounters::default(),
+        }
+    }
+
+    pub fn live_sram(&self) -> Option<Arc<Sram>> {
+        if self.live {
+            self.sram.clone()
+        } else {
+            None
+        }
+    }
+
+    pub fn accepts_more(&self) -> bool {
+        self.outstanding < MAX_OUTSTANDING
+    }
+
+    /// Forget everything of the client that was here (counters stay).
+    pub fn clear(&mut self) {
+        let counters = std::mem::take(&mut self.counters);
+        let dma = self.dma.clone();
+        *self = Node::new(self.index, dma);
+        self.counters = counters;
+    }
+}

@@ -1,0 +1,597 @@
+//! Executing fast-path requests: ring setup, registration, send/receive matching, MLINK
+//! WRITE/READ/ROP/NOOP/RESET, T3E message-queue SEND.
+//!
+//! Matching (docs/fastpath.md "Ordering"): a message matches the earliest posted receive
+//! whose source (or any) and tag under the receive's mask agree; a receive matches the
+//! earliest such waiting message. Messages from one sender to one receiver are therefore
+//! non-overtaking, as in MPI; messages from different senders are ordered by when the
+//! fabric took them from their rings.
+
+use ni_abi::fastpath::{
+    access, am_header, op, Completion, Request, Status, AM_HEADER, AM_MAX_PAYLOAD, AM_SLOT,
+    ANY_RANK, MAX_CQ_ENTRIES, MAX_TRANSFER, MQ_MESSAGE,
+};
+
+use super::mq::{self, Arrival};
+use super::node::{Mr, PendingAm, PendingSend, PostedRecv, Ring};
+use super::State;
+use crate::dma::DmaSpace;
+use crate::ni::read_dma;
+
+/// Which side of a two-party copy faulted.
+enum CopyFault {
+    Source,
+    Destination,
+}
+
+impl State {
+    pub(super) fn execute(&mut self, a: usize, r: Request) {
+        let result = match r.opcode {
+            op::CQ_SETUP => self.cq_setup(a, &r),
+            op::REG_MR => self.reg_mr(a, &r),
+            op::DEREG_MR => match self.nodes[a].mrs.remove(&r.key) {
+                Some(_) => Ok(done(&r)),
+                None => Err(Status::BadKey),
+            },
+            op::AM_SETUP => self.am_setup(a, &r),
+            op::SEND => self.send(a, &r),
+            op::RECV => self.recv(a, &r),
+            op::PUT => self.put_get(a, &r, true),
+            op::GET => self.put_get(a, &r, false),
+            op::ROP => self.rop(a, &r),
+            op::NOOP => self.noop(a, &r),
+            // MLINK RESET of a remote NI is the administrator's (the control socket's
+            // reset_node); a client never gets it.
+            op::RESET => Err(Status::Permission),
+            op::MQ_SEND => self.mq_send(a, &r),
+            _ => Err(Status::BadOpcode),
+        };
+        match result {
+            Ok(Some(c)) => self.complete(a, c),
+            Ok(None) => {}
+            Err(status) => self.fail(a, &r, status),
+        }
+    }
+
+    /// Complete `r` at NI `a` with an error, counted by cause.
+    pub(super) fn fail(&mut self, a: usize, r: &Request, status: Status) {
+        count_error(&mut self.nodes[a].counters, status);
+        tracing::debug!(ni = a, opcode = r.opcode, ?status, "request failed");
+        self.complete(
+            a,
+            Completion {
+                opcode: r.opcode,
+                status: status as u16,
+                rank: r.rank,
+                user: r.user,
+                len: r.len,
+                tag: r.tag,
+                ..Default::default()
+            },
+        );
+    }
+
+    fn rank_of(&self, node: usize) -> u32 {
+        self.partitions.rank_size(node as u32).0
+    }
+
+    /// The live NI that `rank` names for `a`.
+    fn peer(&self, a: usize, rank: u32) -> Result<usize, Status> {
+        let b = self
+            .partitions
+            .resolve(a as u32, rank)
+            .ok_or(Status::OutOfPartition)? as usize;
+        if self.nodes[b].live {
+            Ok(b)
+        } else {
+            Err(Status::PeerDown)
+        }
+    }
+
+    fn check_local(&self, a: usize, addr: u64, len: u64, write: bool) -> Result<(), Status> {
+        if len > MAX_TRANSFER || addr.checked_add(len).is_none() {
+            return Err(Status::BadLength);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        read_dma(&self.nodes[a].dma)
+            .check(addr, len, write)
+            .map_err(|_| Status::NotRegistered)
+    }
+
+    /// Copy between two NIs' client memory: the fabric's one copy.
+    fn copy(
+        &self,
+        src: usize,
+        src_addr: u64,
+        dst: usize,
+        dst_addr: u64,
+        len: u64,
+    ) -> Result<(), CopyFault> {
+        if len == 0 {
+            return Ok(());
+        }
+        let s = read_dma(&self.nodes[src].dma);
+        let run = |d: &DmaSpace| -> Result<(), CopyFault> {
+            s.check(src_addr, len, false)
+                .map_err(|_| CopyFault::Source)?;
+            d.check(dst_addr, len, true)
+                .map_err(|_| CopyFault::Destination)?;
+            s.copy_to(src_addr, d, dst_addr, len as usize)
+                .map_err(|_| CopyFault::Destination)
+        };
+        if src == dst {
+            run(&s)
+        } else {
+            run(&read_dma(&self.nodes[dst].dma))
+        }
+    }
+
+    fn cq_setup(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let entries = r.len;
+        if entries == 0
+            || entries > MAX_CQ_ENTRIES
+            || !entries.is_power_of_two()
+            || !r.addr.is_multiple_of(64)
+        {
+            return Err(Status::BadDescriptor);
+        }
+        self.check_local(a, r.addr, entries * 64, true)?;
+        let n = &mut self.nodes[a];
+        n.cq = Some(Ring {
+            iova: r.addr,
+            entries: entries as u32,
+        });
+        n.cq_produced = 0;
+        if let Some(sram) = n.live_sram() {
+            sram.store_u32(ni_abi::fastpath::ctrl::CQ_HEAD, 0);
+        }
+        Ok(done(r))
+    }
+
+    fn reg_mr(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        if r.len == 0 || r.access & !access::ALL != 0 {
+            return Err(Status::BadDescriptor);
+        }
+        let writable = r.access & (access::REMOTE_WRITE | access::MESSAGE_QUEUE) != 0;
+        self.check_local(a, r.addr, r.len, writable)?;
+        let n = &mut self.nodes[a];
+        if n.mrs.contains_key(&r.key) {
+            return Err(Status::BadDescriptor);
+        }
+        n.mrs.insert(
+            r.key,
+            Mr {
+                iova: r.addr,
+                len: r.len,
+                access: r.access,
+            },
+        );
+        Ok(done(r))
+    }
+
+    fn am_setup(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let slots = r.len;
+        if slots == 0 || slots > 65536 || !r.addr.is_multiple_of(64) {
+            return Err(Status::BadDescriptor);
+        }
+        self.check_local(a, r.addr, slots * AM_SLOT, true)?;
+        let n = &mut self.nodes[a];
+        n.am = Some(Ring {
+            iova: r.addr,
+            entries: slots as u32,
+        });
+        n.am_produced = 0;
+        if let Some(sram) = n.live_sram() {
+            sram.store_u32(ni_abi::fastpath::ctrl::AM_HEAD, 0);
+        }
+        Ok(done(r))
+    }
+
+    fn send(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let b = self.peer(a, r.rank)?;
+        self.check_local(a, r.addr, r.len, false)?;
+        let src_rank = self.rank_of(a);
+        self.nodes[a].counters.sends += 1;
+        self.nodes[a].outstanding += 1;
+        self.nodes[b].unexpected.push_back(PendingSend {
+            src: a,
+            src_rank,
+            user: r.user,
+            addr: r.addr,
+            len: r.len,
+            tag: r.tag,
+        });
+        self.match_at(b);
+        Ok(None)
+    }
+
+    fn recv(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let from = if r.rank == ANY_RANK {
+            None
+        } else {
+            Some(self.peer(a, r.rank)?)
+        };
+        self.check_local(a, r.addr, r.len, true)?;
+        self.nodes[a].outstanding += 1;
+        self.nodes[a].recvs.push_back(PostedRecv {
+            user: r.user,
+            addr: r.addr,
+            len: r.len,
+            tag: r.tag,
+            mask: r.mask,
+            from,
+            from_rank: r.rank,
+        });
+        self.match_at(a);
+        Ok(None)
+    }
+
+    /// Pair waiting messages at NI `b` with its posted receives, oldest message first.
+    fn match_at(&mut self, b: usize) {
+        let mut i = 0;
+        while i < self.nodes[b].unexpected.len() {
+            let s = self.nodes[b].unexpected[i];
+            let Some(j) = self.nodes[b].recvs.iter().position(|r| r.matches(&s)) else {
+                i += 1;
+                continue;
+            };
+            let rv = self.nodes[b].recvs[j];
+            let n = s.len.min(rv.len);
+            match self.copy(s.src, s.addr, b, rv.addr, n) {
+                Ok(()) => {
+                    self.nodes[b].unexpected.remove(i);
+                    self.nodes[b].recvs.remove(j);
+                    self.nodes[b].outstanding -= 1;
+                    self.nodes[s.src].outstanding -= 1;
+                    let truncated = s.len > rv.len;
+                    let nb = &mut self.nodes[b];
+                    nb.counters.recvs += 1;
+                    nb.counters.recv_bytes += n;
+                    if truncated {
+                        nb.counters.err_truncated += 1;
+                    }
+                    self.nodes[s.src].counters.send_bytes += n;
+                    let dst_rank = self.rank_of(b);
+                    self.complete(
+                        b,
+                        Completion {
+                            opcode: op::RECV,
+                            status: if truncated {
+                                Status::Truncated
+                            } else {
+                                Status::Ok
+                            } as u16,
+                            rank: s.src_rank,
+                            user: rv.user,
+                            len: s.len,
+                            tag: s.tag,
+                            ..Default::default()
+                        },
+                    );
+                    self.complete(
+                        s.src,
+                        Completion {
+                            opcode: op::SEND,
+                            status: Status::Ok as u16,
+                            rank: dst_rank,
+                            user: s.user,
+                            len: s.len,
+                            tag: s.tag,
+                            ..Default::default()
+                        },
+                    );
+                }
+                Err(CopyFault::Source) => {
+                    // The sender unmapped its buffer before the message could be taken.
+                    self.nodes[b].unexpected.remove(i);
+                    self.nodes[s.src].outstanding -= 1;
+                    let r = Request {
+                        opcode: op::SEND,
+                        rank: self.rank_of(b),
+                        user: s.user,
+                        len: s.len,
+                        tag: s.tag,
+                        ..Default::default()
+                    };
+                    self.fail(s.src, &r, Status::NotRegistered);
+                }
+                Err(CopyFault::Destination) => {
+                    // The receiver unmapped its buffer: that receive fails, the message waits.
+                    self.nodes[b].recvs.remove(j);
+                    self.nodes[b].outstanding -= 1;
+                    let r = Request {
+                        opcode: op::RECV,
+                        rank: rv.from_rank,
+                        user: rv.user,
+                        len: rv.len,
+                        tag: rv.tag,
+                        ..Default::default()
+                    };
+                    self.fail(b, &r, Status::NotRegistered);
+                }
+            }
+        }
+    }
+
+    /// The target region `key` at NI `b` for `[offset, offset + len)` with `need` access.
+    fn remote(&self, b: usize, key: u32, offset: u64, len: u64, need: u32) -> Result<u64, Status> {
+        let mr = self.nodes[b].mrs.get(&key).ok_or(Status::BadKey)?;
+        if mr.access & need != need {
+            return Err(Status::BadKey);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= mr.len => Ok(mr.iova + offset),
+            _ => Err(Status::OutOfBounds),
+        }
+    }
+
+    fn put_get(&mut self, a: usize, r: &Request, put: bool) -> Result<Option<Completion>, Status> {
+        let b = self.peer(a, r.rank)?;
+        self.check_local(a, r.addr, r.len, !put)?;
+        let need = if put {
+            access::REMOTE_WRITE
+        } else {
+            access::REMOTE_READ
+        };
+        let target = self.remote(b, r.key, r.tag, r.len, need)?;
+        let result = if put {
+            self.copy(a, r.addr, b, target, r.len)
+        } else {
+            self.copy(b, target, a, r.addr, r.len)
+        };
+        match result {
+            Ok(()) => {}
+            // Local side faulted (checked above, so unmapped meanwhile), or the target's
+            // registered region is no longer mapped by its client.
+            Err(CopyFault::Source) if put => return Err(Status::NotRegistered),
+            Err(CopyFault::Destination) if !put => return Err(Status::NotRegistered),
+            Err(_) => return Err(Status::OutOfBounds),
+        }
+        let c = &mut self.nodes[a].counters;
+        if put {
+            c.puts += 1;
+            c.put_bytes += r.len;
+        } else {
+            c.gets += 1;
+            c.get_bytes += r.len;
+        }
+        Ok(done(r))
+    }
+
+    fn rop(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let b = self.peer(a, r.rank)?;
+        if r.len > AM_MAX_PAYLOAD {
+            return Err(Status::BadLength);
+        }
+        self.check_local(a, r.addr, r.len, false)?;
+        if self.nodes[b].am.is_none() {
+            return Err(Status::NoHandlerRing);
+        }
+        let src_rank = self.rank_of(a);
+        self.nodes[a].counters.rops += 1;
+        self.nodes[a].outstanding += 1;
+        self.nodes[b].am_waiting.push_back(PendingAm {
+            src: a,
+            src_rank,
+            user: r.user,
+            addr: r.addr,
+            len: r.len,
+            handler: r.mask,
+        });
+        self.flush_active_messages(b);
+        Ok(None)
+    }
+
+    /// Deliver waiting active messages into NI `b`'s AM ring while it has free slots.
+    pub(super) fn flush_active_messages(&mut self, b: usize) -> bool {
+        let mut work = false;
+        loop {
+            let n = &self.nodes[b];
+            let (Some(ring), Some(sram), Some(am)) =
+                (n.am, n.live_sram(), n.am_waiting.front().copied())
+            else {
+                return work;
+            };
+            let consumed = sram.load_u32(ni_abi::fastpath::ctrl::AM_HEAD);
+            if n.am_produced.wrapping_sub(consumed) >= ring.entries {
+                return work;
+            }
+            let slot_index = n.am_produced % ring.entries;
+            let slot = ring.iova + slot_index as u64 * AM_SLOT;
+            self.nodes[b].am_waiting.pop_front();
+            self.nodes[am.src].outstanding -= 1;
+            work = true;
+            let mut header = [0u8; AM_HEADER as usize];
+            header[am_header::SRC_RANK as usize..][..4].copy_from_slice(&am.src_rank.to_le_bytes());
+            header[am_header::HANDLER as usize..][..8].copy_from_slice(&am.handler.to_le_bytes());
+            header[am_header::LEN as usize..][..8].copy_from_slice(&am.len.to_le_bytes());
+            let wrote = read_dma(&self.nodes[b].dma).write(slot, &header).is_ok();
+            let copied = wrote
+                && self
+                    .copy(am.src, am.addr, b, slot + AM_HEADER, am.len)
+                    .is_ok();
+            let dst_rank = self.rank_of(b);
+            let req = Request {
+                opcode: op::ROP,
+                rank: dst_rank,
+                user: am.user,
+                len: am.len,
+                mask: am.handler,
+                ..Default::default()
+            };
+            if !copied {
+                self.fail(am.src, &req, Status::NotRegistered);
+                continue;
+            }
+            self.nodes[b].am_produced = self.nodes[b].am_produced.wrapping_add(1);
+            self.nodes[b].counters.rops_delivered += 1;
+            self.complete(
+                b,
+                Completion {
+                    opcode: op::AM_ARRIVED,
+                    status: Status::Ok as u16,
+                    rank: am.src_rank,
+                    len: am.len,
+                    tag: am.handler,
+                    aux: slot_index as u64,
+                    ..Default::default()
+                },
+            );
+            self.complete(
+                am.src,
+                Completion {
+                    opcode: op::ROP,
+                    status: Status::Ok as u16,
+                    rank: dst_rank,
+                    user: am.user,
+                    len: am.len,
+                    tag: am.handler,
+                    ..Default::default()
+                },
+            );
+        }
+    }
+
+    fn noop(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        self.nodes[a].counters.noops += 1;
+        self.peer(a, r.rank)?;
+        let mut c = done(r).expect("a completion");
+        c.aux = 1;
+        Ok(Some(c))
+    }
+
+    fn mq_send(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let b = self.peer(a, r.rank)?;
+        if r.len != MQ_MESSAGE {
+            return Err(Status::BadLength);
+        }
+        self.check_local(a, r.addr, MQ_MESSAGE, false)?;
+        let mr = *self.nodes[b].mrs.get(&r.key).ok_or(Status::BadKey)?;
+        if mr.access & access::MESSAGE_QUEUE == 0 {
+            return Err(Status::BadKey);
+        }
+        if r.tag.checked_add(8).is_none_or(|e| e > mr.len) {
+            return Err(Status::OutOfBounds);
+        }
+        let mut msg = [0u8; 64];
+        read_dma(&self.nodes[a].dma)
+            .read(r.addr, &mut msg)
+            .map_err(|_| Status::NotRegistered)?;
+        self.nodes[a].counters.mq_sends += 1;
+        let mqcw = mr.iova + r.tag;
+        let arrival = mq::arrive(&read_dma(&self.nodes[b].dma), mqcw, mr.iova + mr.len, &msg)?;
+        match arrival {
+            Arrival::Rejected => {
+                self.nodes[b].counters.mq_rejected += 1;
+                Err(Status::QueueFull)
+            }
+            Arrival::Stored { tail, threshold } => {
+                self.nodes[b].counters.mq_stored += 1;
+                if threshold {
+                    self.nodes[b].counters.mq_threshold += 1;
+                    self.mq_interrupt(b, mqcw);
+                }
+                let mut c = done(r).expect("a completion");
+                c.aux = tail;
+                Ok(Some(c))
+            }
+        }
+    }
+
+    /// NI `x` lost its client or was reset: fail what others were waiting on it for, drop
+    /// what it had sent that nobody took yet, and forget its state.
+    pub(super) fn node_down(&mut self, x: usize) {
+        let waiting: Vec<PendingSend> = self.nodes[x].unexpected.drain(..).collect();
+        let ams: Vec<PendingAm> = self.nodes[x].am_waiting.drain(..).collect();
+        let was_live = self.nodes[x].live;
+        let x_rank = self.rank_of(x);
+        self.nodes[x].clear();
+        if !was_live {
+            return;
+        }
+        for s in waiting.into_iter().filter(|s| s.src != x) {
+            self.nodes[s.src].outstanding -= 1;
+            let r = Request {
+                opcode: op::SEND,
+                rank: x_rank,
+                user: s.user,
+                len: s.len,
+                tag: s.tag,
+                ..Default::default()
+            };
+            self.fail(s.src, &r, Status::PeerDown);
+        }
+        for m in ams.into_iter().filter(|m| m.src != x) {
+            self.nodes[m.src].outstanding -= 1;
+            let r = Request {
+                opcode: op::ROP,
+                rank: x_rank,
+                user: m.user,
+                len: m.len,
+                mask: m.handler,
+                ..Default::default()
+            };
+            self.fail(m.src, &r, Status::PeerDown);
+        }
+        for j in 0..self.nodes.len() {
+            if j == x {
+                continue;
+            }
+            let n = &mut self.nodes[j];
+            // What x sent that nobody took: its sender is gone, nobody waits for it.
+            n.unexpected.retain(|s| s.src != x);
+            n.am_waiting.retain(|m| m.src != x);
+            // Receives waiting for x in particular can never complete.
+            let (dead, live): (Vec<PostedRecv>, Vec<PostedRecv>) =
+                n.recvs.drain(..).partition(|r| r.from == Some(x));
+            n.recvs = live.into();
+            n.outstanding -= dead.len();
+            for rv in dead {
+                let r = Request {
+                    opcode: op::RECV,
+                    rank: rv.from_rank,
+                    user: rv.user,
+                    len: rv.len,
+                    tag: rv.tag,
+                    ..Default::default()
+                };
+                self.fail(j, &r, Status::PeerDown);
+            }
+        }
+    }
+}
+
+/// The success completion of a request that finishes at once.
+fn done(r: &Request) -> Option<Completion> {
+    Some(Completion {
+        opcode: r.opcode,
+        status: Status::Ok as u16,
+        rank: r.rank,
+        user: r.user,
+        len: r.len,
+        tag: r.tag,
+        ..Default::default()
+    })
+}
+
+fn count_error(c: &mut crate::counters::FabricCounters, s: Status) {
+    let field = match s {
+        Status::Ok => return,
+        Status::PeerDown => &mut c.err_peer_down,
+        Status::OutOfPartition => &mut c.err_out_of_partition,
+        Status::NotRegistered => &mut c.err_not_registered,
+        Status::BadKey => &mut c.err_bad_key,
+        Status::OutOfBounds => &mut c.err_out_of_bounds,
+        Status::QueueFull => &mut c.err_queue_full,
+        Status::BadLength => &mut c.err_bad_length,
+        Status::Truncated => &mut c.err_truncated,
+        Status::Permission => &mut c.err_permission,
+        Status::BadOpcode => &mut c.err_bad_opcode,
+        Status::BadDescriptor => &mut c.err_bad_descriptor,
+        Status::NoHandlerRing => &mut c.err_no_handler_ring,
+        Status::Cancelled => &mut c.err_cancelled,
+    };
+    *field += 1;
+}
