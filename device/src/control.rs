@@ -223,5 +223,24 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
             }
             Err(e) => error(e),
         },
+        Request::Route { from, to } => match node_range(daemon, &[from, to]) {
+            Ok(_) => match torus(daemon).and_then(|t| t.route_info(from, to)) {
+                Ok(r) => Response::Route(r),
+                Err(e) => error(e.to_string()),
+            },
+            Err(e) => error(e),
+        },
+        Request::Topology => match torus(daemon) {
+            Ok(t) => Response::Topology(t.topology_info()),
+            Err(e) => error(e.to_string()),
+        },
     }
+}
+
+/// The interconnect torus the daemon's NIs sit on. Built on demand from the NI count: it is
+/// a few hundred bytes, and nothing reconfigures it yet.
+fn torus(
+    daemon: &Daemon,
+) -> Result<crate::fabric::topology::Torus, crate::fabric::topology::TopologyError> {
+    crate::fabric::topology::Torus::for_nodes(daemon.slots.len() as u32)
 }

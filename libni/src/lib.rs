@@ -1,1 +1,963 @@
-//! libni: the NI user-space driver (in progress).
+//! libni: drive an NI from user space — send/receive, one-sided put/get, T3E message queues,
+//! active messages — with no system call and no trapped register access in steady state.
+//!
+//! A process attaches to one NI of an `ni-device` daemon (host mode: the vfio-user socket
+//! named by `NI_SOCKET`, as `nirun` sets it). Memory the NI may touch is allocated with
+//! [`Ni::alloc`]: a memfd mapped into the process and into the NI (DMA_MAP, IOVA = its
+//! address here), registered under a key peers can name. Requests go into a ring in the NI's
+//! SRAM; completions come back into a ring in the process's memory; the NI copies payloads
+//! straight from the sender's region into the receiver's. See `docs/fastpath.md`.
+//!
+//! ```no_run
+//! use ni::Ni; // the libni package's library is `ni` (libni.so, libni.a)
+//! # fn main() -> Result<(), ni::Error> {
+//! let ni = Ni::attach()?; // NI_SOCKET=/run/dir/ni0.sock
+//! let buf = ni.alloc(4096)?;
+//! if ni.rank() == 0 {
+//!     buf.write_at(0, b"hello");
+//!     ni.send(1, &buf, 0..5, 7)?;
+//! } else if ni.rank() == 1 {
+//!     let st = ni.recv(Some(0), &buf, 0..4096, 7, u64::MAX)?;
+//!     let mut msg = vec![0; st.len as usize];
+//!     buf.read_at(0, &mut msg);
+//!     assert_eq!(msg, b"hello");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Keys are handed out in allocation order from 1, so processes of one program that allocate
+//! the same regions in the same order know each other's keys (a symmetric heap, as in SHMEM).
+
+pub mod capi;
+mod mem;
+mod vfio_user;
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::Read;
+use std::ops::Range;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::Path;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use ni_abi::fastpath::{
+    access, ctrl, mqcw, op, regs as fp, Completion, Request, AM_HEADER, AM_MAX_PAYLOAD, AM_SLOT,
+    ANY_RANK, COMPLETION_SEQ, ENTRY_SIZE, MQ_MESSAGE, SQ_ENTRIES, SQ_OFFSET,
+};
+use ni_abi::pci;
+
+use mem::Mem;
+pub use ni_abi::fastpath::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("NI_SOCKET is not set: run under nirun, or set it to an NI's socket (e.g. /tmp/ni/ni0.sock)")]
+    NoSocket,
+    #[error("cannot attach to the NI at {path}: {reason}")]
+    Attach { path: String, reason: String },
+    #[error("NI device: {0}")]
+    Device(String),
+    #[error("{op} to/from rank {rank}: {}", .status.describe())]
+    Failed {
+        op: &'static str,
+        status: Status,
+        rank: u32,
+    },
+    #[error("would block: the submission ring is full; call progress() and retry")]
+    WouldBlock,
+    #[error("bad argument: {0}")]
+    BadArgument(String),
+    #[error("allocating registered memory: {0}")]
+    Memory(String),
+    #[error("the NI was reset (by the administrator or a device reset): attach again")]
+    Reset,
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn op_name(opcode: u8) -> &'static str {
+    match opcode {
+        op::SEND => "send",
+        op::RECV => "recv",
+        op::PUT => "put",
+        op::GET => "get",
+        op::ROP => "active message",
+        op::NOOP => "ping",
+        op::RESET => "reset",
+        op::MQ_SEND => "message-queue send",
+        op::REG_MR => "register",
+        op::CQ_SETUP => "completion ring setup",
+        op::AM_SETUP => "active-message ring setup",
+        _ => "request",
+    }
+}
+
+/// How a finished operation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    pub status: Status,
+    /// The peer's rank (the source, for a receive).
+    pub rank: u32,
+    /// Message length (for a receive: the sender's length, even if truncated).
+    pub len: u64,
+    pub tag: u64,
+    /// Message-queue send: Tail after the store. Ping: 1 if the peer is up.
+    pub aux: u64,
+}
+
+/// A pending non-blocking operation; finish it with [`Ni::wait`] or [`Ni::test`].
+#[derive(Debug)]
+#[must_use = "an operation must be waited for or tested"]
+pub struct Op {
+    user: u64,
+    opcode: u8,
+    rank: u32,
+}
+
+/// A region of this process's memory the NI may read and write, registered under `key`.
+pub struct Region {
+    mem: Mem,
+    key: u32,
+    ni: Weak<Mutex<Inner>>,
+}
+
+/// Where a peer's message queue is: its region key and the MQCW's offset in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MqAddr {
+    pub key: u32,
+    pub offset: u64,
+}
+
+/// What a T3E SEND got back: stored (with the queue's new Tail) or rejected (FULL_SR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MqOutcome {
+    Accepted { tail: u64 },
+    Rejected,
+}
+
+type Handler = Box<dyn FnMut(u32, &[u8]) + Send>;
+
+struct Inner {
+    dev: vfio_user::Device,
+    sram: Mem,
+    epoch: u32,
+    sq_tail: u32,
+    cq: Mem,
+    cq_entries: u32,
+    cq_head: u32,
+    am: Mem,
+    am_slots: u32,
+    am_head: u32,
+    bounce: Mem,
+    next_user: u64,
+    next_key: u32,
+    done: HashMap<u64, Completion>,
+    ignored: HashSet<u64>,
+    handlers: HashMap<u64, Handler>,
+    /// Active messages that arrived before a handler was registered.
+    am_pending: Vec<(u64, u32, Vec<u8>)>,
+}
+
+/// One attached NI.
+pub struct Ni {
+    inner: Arc<Mutex<Inner>>,
+    cq_event: File,
+    mq_event: File,
+    rank: u32,
+    size: u32,
+    node: u32,
+}
+
+const CQ_ENTRIES: u32 = 4096;
+const AM_SLOTS: u32 = 64;
+const BOUNCE: usize = 64 << 10;
+/// Spin this long, then yield this long, before blocking on the completion interrupt.
+const SPIN: Duration = Duration::from_micros(20);
+const YIELD: Duration = Duration::from_millis(1);
+
+fn eventfd() -> Result<File> {
+    // SAFETY: eventfd returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(Error::Device(format!(
+            "eventfd: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+impl Inner {
+    fn sram_u32(&self, off: u64) -> &AtomicU32 {
+        // SAFETY: the control page is inside the 8 MiB SRAM mapping and 4-aligned; the
+        // device accesses these words only atomically too.
+        unsafe { &*(self.sram.ptr().add(off as usize) as *const AtomicU32) }
+    }
+
+    fn check_epoch(&self) -> Result<()> {
+        if self.sram_u32(ctrl::EPOCH).load(Ordering::Acquire) != self.epoch {
+            return Err(Error::Reset);
+        }
+        Ok(())
+    }
+
+    /// Publish a request. `Err(WouldBlock)` when the ring is full.
+    fn post(&mut self, mut r: Request) -> Result<u64> {
+        self.check_epoch()?;
+        let head = self.sram_u32(ctrl::SQ_HEAD).load(Ordering::Acquire);
+        if self.sq_tail.wrapping_sub(head) >= SQ_ENTRIES {
+            return Err(Error::WouldBlock);
+        }
+        self.next_user += 1;
+        r.user = self.next_user;
+        let at = SQ_OFFSET + (self.sq_tail % SQ_ENTRIES) as u64 * ENTRY_SIZE;
+        self.sram.write_at(at as usize, &r.encode());
+        self.sq_tail = self.sq_tail.wrapping_add(1);
+        self.sram_u32(ctrl::SQ_TAIL)
+            .store(self.sq_tail, Ordering::Release);
+        // Pairs with the poller's store of DEV_SLEEPING, fence, last look at SQ_TAIL.
+        fence(Ordering::SeqCst);
+        if self.sram_u32(ctrl::DEV_SLEEPING).load(Ordering::Acquire) != 0 {
+            self.dev.write(
+                pci::BAR0_REGION,
+                fp::PAGE + fp::DOORBELL,
+                &1u32.to_le_bytes(),
+            )?;
+        }
+        Ok(r.user)
+    }
+
+    fn cq_seq(&self, index: u32) -> &AtomicU32 {
+        let at = (index % self.cq_entries) as u64 * ENTRY_SIZE + COMPLETION_SEQ;
+        // SAFETY: inside the completion ring, 4-aligned; the device stores it with release.
+        unsafe { &*(self.cq.ptr().add(at as usize) as *const AtomicU32) }
+    }
+
+    fn cq_ready(&self) -> bool {
+        self.cq_seq(self.cq_head).load(Ordering::Acquire) == self.cq_head.wrapping_add(1)
+    }
+
+    /// Take every completion the NI has written. Returns how many.
+    fn progress(&mut self) -> Result<usize> {
+        self.check_epoch()?;
+        let mut n = 0;
+        while self.cq_ready() {
+            let at = (self.cq_head % self.cq_entries) as usize * ENTRY_SIZE as usize;
+            let mut b = [0u8; 64];
+            self.cq.read_at(at, &mut b);
+            let c = Completion::decode(&b);
+            self.cq_head = self.cq_head.wrapping_add(1);
+            self.sram_u32(ctrl::CQ_HEAD)
+                .store(self.cq_head, Ordering::Release);
+            n += 1;
+            if c.opcode == op::AM_ARRIVED {
+                self.run_handler(&c);
+            } else if !self.ignored.remove(&c.user) {
+                self.done.insert(c.user, c);
+            }
+        }
+        Ok(n)
+    }
+
+    fn run_handler(&mut self, c: &Completion) {
+        let slot = (c.aux as usize % self.am_slots as usize) * AM_SLOT as usize;
+        let len = (c.len as usize).min(AM_MAX_PAYLOAD as usize);
+        let mut payload = vec![0u8; len];
+        self.am.read_at(slot + AM_HEADER as usize, &mut payload);
+        // The slot is free again once its payload is copied out.
+        self.am_head = self.am_head.wrapping_add(1);
+        self.sram_u32(ctrl::AM_HEAD)
+            .store(self.am_head, Ordering::Release);
+        match self.handlers.get_mut(&c.tag) {
+            Some(h) => h(c.rank, &payload),
+            None => self.am_pending.push((c.tag, c.rank, payload)),
+        }
+    }
+}
+
+impl Ni {
+    /// Attach to the NI named by `NI_SOCKET`.
+    pub fn attach() -> Result<Ni> {
+        let path = std::env::var_os("NI_SOCKET").ok_or(Error::NoSocket)?;
+        Ni::attach_path(Path::new(&path))
+    }
+
+    /// Attach to the NI whose vfio-user socket is `path`.
+    pub fn attach_path(path: &Path) -> Result<Ni> {
+        let attach_err = |reason: String| Error::Attach {
+            path: path.display().to_string(),
+            reason,
+        };
+        let mut dev = vfio_user::Device::connect(path)?;
+        let info = dev.region_info(pci::BAR0_REGION)?;
+        if info.size != ni_abi::lanai::BAR0_SIZE {
+            return Err(attach_err(format!(
+                "BAR0 is {:#x} bytes: not an NI",
+                info.size
+            )));
+        }
+        let fd = info
+            .fd
+            .ok_or_else(|| attach_err("BAR0 offers no SRAM file descriptor".into()))?;
+        let sram = Mem::map_fd(fd, info.offset, ni_abi::lanai::SRAM_SIZE as usize)?;
+
+        // Memory space and bus mastering, MSI-X on with the fast path's two vectors.
+        let mut cmd = [0u8; 2];
+        dev.read(pci::CONFIG_REGION, 4, &mut cmd)?;
+        let cmd = u16::from_le_bytes(cmd) | 0x6;
+        dev.write(pci::CONFIG_REGION, 4, &cmd.to_le_bytes())?;
+        let mut ctl = [0u8; 2];
+        let msix_ctl = pci::CAP_MSIX as u64 + 2;
+        dev.read(pci::CONFIG_REGION, msix_ctl, &mut ctl)?;
+        let ctl = u16::from_le_bytes(ctl) | 0x8000;
+        dev.write(pci::CONFIG_REGION, msix_ctl, &ctl.to_le_bytes())?;
+        let cq_event = eventfd()?;
+        let mq_event = eventfd()?;
+        const TRIGGER_EVENTFD: u32 = (1 << 2) | (1 << 5);
+        for (v, ev) in [(pci::vector::CQ, &cq_event), (pci::vector::MQ, &mq_event)] {
+            dev.write(
+                pci::BAR4_REGION,
+                pci::MSIX_TABLE_OFFSET + v as u64 * pci::MSIX_ENTRY_SIZE + 12,
+                &0u32.to_le_bytes(),
+            )?;
+            dev.set_irqs(
+                pci::MSIX_IRQ_INDEX,
+                TRIGGER_EVENTFD,
+                v as u32,
+                1,
+                &[ev.as_raw_fd()],
+            )?;
+        }
+
+        // The fabric publishes the control page once it has seen this attach.
+        let ctl_word = |off: u64| {
+            // SAFETY: inside the SRAM mapping, 4-aligned.
+            unsafe { &*(sram.ptr().add(off as usize) as *const AtomicU32) }
+        };
+        let t = Instant::now();
+        while ctl_word(ctrl::MAGIC).load(Ordering::Acquire) != ctrl::MAGIC_VALUE {
+            if t.elapsed() > Duration::from_secs(10) {
+                return Err(attach_err(
+                    "the device never published its fast path".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let version = ctl_word(ctrl::VERSION).load(Ordering::Acquire);
+        if version != ctrl::VERSION_VALUE {
+            return Err(attach_err(format!(
+                "fast-path version {version}, libni speaks {}",
+                ctrl::VERSION_VALUE
+            )));
+        }
+        let rank = ctl_word(ctrl::RANK).load(Ordering::Acquire);
+        let size = ctl_word(ctrl::SIZE).load(Ordering::Acquire);
+        let node = ctl_word(ctrl::NODE).load(Ordering::Acquire);
+        let epoch = ctl_word(ctrl::EPOCH).load(Ordering::Acquire);
+        if size == 0 {
+            return Err(attach_err(format!("NI {node} is in no partition")));
+        }
+
+        let cq = Mem::alloc(CQ_ENTRIES as usize * ENTRY_SIZE as usize)?;
+        let am = Mem::alloc(AM_SLOTS as usize * AM_SLOT as usize)?;
+        let bounce = Mem::alloc(BOUNCE)?;
+        for m in [&cq, &am, &bounce] {
+            dev.dma_map(m.fd(), 0, m.iova(), m.len() as u64)?;
+        }
+        let inner = Inner {
+            dev,
+            sram,
+            epoch,
+            sq_tail: 0,
+            cq,
+            cq_entries: CQ_ENTRIES,
+            cq_head: 0,
+            am,
+            am_slots: AM_SLOTS,
+            am_head: 0,
+            bounce,
+            next_user: 0,
+            next_key: 1,
+            done: HashMap::new(),
+            ignored: HashSet::new(),
+            handlers: HashMap::new(),
+            am_pending: Vec::new(),
+        };
+        let ni = Ni {
+            inner: Arc::new(Mutex::new(inner)),
+            cq_event,
+            mq_event,
+            rank,
+            size,
+            node,
+        };
+        // The first request sets up the completion ring; its completion lands in it.
+        let (cq_iova, am_iova) = {
+            let i = ni.lock();
+            (i.cq.iova(), i.am.iova())
+        };
+        let r = Request {
+            opcode: op::CQ_SETUP,
+            addr: cq_iova,
+            len: CQ_ENTRIES as u64,
+            ..Default::default()
+        };
+        let o = ni.start(r)?;
+        ni.wait(o)?;
+        let r = Request {
+            opcode: op::AM_SETUP,
+            addr: am_iova,
+            len: AM_SLOTS as u64,
+            ..Default::default()
+        };
+        let o = ni.start(r)?;
+        ni.wait(o)?;
+        Ok(ni)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This process's rank in its partition.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The number of NIs in the partition.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The NI's physical number in the daemon.
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+
+    /// Memory of at least `len` bytes the NI can reach, registered for remote read, write
+    /// and message-queue access under the next key.
+    pub fn alloc(&self, len: usize) -> Result<Region> {
+        if len == 0 {
+            return Err(Error::BadArgument("cannot register 0 bytes".into()));
+        }
+        let mem = Mem::alloc(len)?;
+        let key = {
+            let mut i = self.lock();
+            i.dev.dma_map(mem.fd(), 0, mem.iova(), mem.len() as u64)?;
+            let key = i.next_key;
+            i.next_key += 1;
+            key
+        };
+        let r = Request {
+            opcode: op::REG_MR,
+            addr: mem.iova(),
+            len: mem.len() as u64,
+            key,
+            access: access::ALL,
+            ..Default::default()
+        };
+        let region = Region {
+            mem,
+            key,
+            ni: Arc::downgrade(&self.inner),
+        };
+        let o = self.start(r)?;
+        self.wait(o)?;
+        Ok(region)
+    }
+
+    /// Publish a request, waiting for ring space.
+    fn start(&self, r: Request) -> Result<Op> {
+        let t = Instant::now();
+        loop {
+            let posted = self.lock().post(r);
+            match posted {
+                Ok(user) => {
+                    return Ok(Op {
+                        user,
+                        opcode: r.opcode,
+                        rank: r.rank,
+                    })
+                }
+                Err(Error::WouldBlock) => {
+                    self.progress()?;
+                    pause(t.elapsed());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Take completions and run active-message handlers. Returns how many completions.
+    pub fn progress(&self) -> Result<usize> {
+        self.lock().progress()
+    }
+
+    /// Whether `op` has finished; `Some` at most once.
+    pub fn test(&self, op: &Op) -> Result<Option<Done>> {
+        let mut i = self.lock();
+        i.progress()?;
+        match i.done.remove(&op.user) {
+            Some(c) => finish(op, c).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Wait for `op`: poll, then yield, then sleep on the completion interrupt.
+    pub fn wait(&self, op: Op) -> Result<Done> {
+        self.wait_timeout(op, None)
+    }
+
+    pub fn wait_timeout(&self, op: Op, timeout: Option<Duration>) -> Result<Done> {
+        let t = Instant::now();
+        loop {
+            {
+                let mut i = self.lock();
+                i.progress()?;
+                if let Some(c) = i.done.remove(&op.user) {
+                    return finish(&op, c);
+                }
+                let idle = t.elapsed();
+                if let Some(limit) = timeout {
+                    if idle > limit {
+                        // Nobody will collect it now.
+                        i.ignored.insert(op.user);
+                        return Err(Error::Timeout(limit));
+                    }
+                }
+                if idle > SPIN + YIELD {
+                    // Ask for an interrupt, then look once more before sleeping.
+                    i.sram_u32(ctrl::CQ_ARM).store(1, Ordering::Release);
+                    fence(Ordering::SeqCst);
+                    if i.cq_ready() {
+                        continue;
+                    }
+                } else {
+                    drop(i);
+                    pause(idle);
+                    continue;
+                }
+            }
+            wait_event(&self.cq_event, Duration::from_millis(20));
+        }
+    }
+
+    fn wait_and_check(&self, op: Op) -> Result<Done> {
+        self.wait(op)
+    }
+
+    fn range_req(region: &Region, range: &Range<usize>) -> Result<(u64, u64)> {
+        if range.start > range.end || range.end > region.len() {
+            return Err(Error::BadArgument(format!(
+                "range {range:?} is outside the {}-byte region",
+                region.len()
+            )));
+        }
+        Ok((
+            region.iova() + range.start as u64,
+            (range.end - range.start) as u64,
+        ))
+    }
+
+    /// Start sending `buf[range]` to `dest` with `tag`; it completes when a matching receive
+    /// took it (the NI copies it straight into the receiver's buffer).
+    pub fn isend(&self, dest: u32, buf: &Region, range: Range<usize>, tag: u64) -> Result<Op> {
+        let (addr, len) = Self::range_req(buf, &range)?;
+        self.start(Request {
+            opcode: op::SEND,
+            rank: dest,
+            addr,
+            len,
+            tag,
+            ..Default::default()
+        })
+    }
+
+    pub fn send(&self, dest: u32, buf: &Region, range: Range<usize>, tag: u64) -> Result<()> {
+        let o = self.isend(dest, buf, range, tag)?;
+        self.wait_and_check(o).map(|_| ())
+    }
+
+    /// Start a receive into `buf[range]` of a message from `src` (or any source) whose tag
+    /// equals `tag` on the bits of `mask`.
+    pub fn irecv(
+        &self,
+        src: Option<u32>,
+        buf: &Region,
+        range: Range<usize>,
+        tag: u64,
+        mask: u64,
+    ) -> Result<Op> {
+        let (addr, len) = Self::range_req(buf, &range)?;
+        self.start(Request {
+            opcode: op::RECV,
+            rank: src.unwrap_or(ANY_RANK),
+            addr,
+            len,
+            tag,
+            mask,
+            ..Default::default()
+        })
+    }
+
+    /// Receive: returns the source, tag and length. A longer message fails with
+    /// `Status::Truncated` (the buffer holds its first bytes).
+    pub fn recv(
+        &self,
+        src: Option<u32>,
+        buf: &Region,
+        range: Range<usize>,
+        tag: u64,
+        mask: u64,
+    ) -> Result<Done> {
+        let o = self.irecv(src, buf, range, tag, mask)?;
+        self.wait(o)
+    }
+
+    /// MLINK WRITE: `local[range]` into `dest`'s region `key` at `offset`.
+    pub fn put(
+        &self,
+        dest: u32,
+        local: &Region,
+        range: Range<usize>,
+        key: u32,
+        offset: u64,
+    ) -> Result<()> {
+        let (addr, len) = Self::range_req(local, &range)?;
+        let o = self.start(Request {
+            opcode: op::PUT,
+            rank: dest,
+            addr,
+            len,
+            key,
+            tag: offset,
+            ..Default::default()
+        })?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// MLINK READ: `dest`'s region `key` at `offset` into `local[range]`.
+    pub fn get(
+        &self,
+        dest: u32,
+        local: &Region,
+        range: Range<usize>,
+        key: u32,
+        offset: u64,
+    ) -> Result<()> {
+        let (addr, len) = Self::range_req(local, &range)?;
+        let o = self.start(Request {
+            opcode: op::GET,
+            rank: dest,
+            addr,
+            len,
+            key,
+            tag: offset,
+            ..Default::default()
+        })?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// MLINK NOOP: is `dest`'s NI up? `Err(Failed { status: PeerDown, .. })` if not.
+    pub fn ping(&self, dest: u32) -> Result<()> {
+        let o = self.start(Request {
+            opcode: op::NOOP,
+            rank: dest,
+            ..Default::default()
+        })?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// MLINK RESET of a remote NI: reserved for the administrator (`ni-ctl`); always refused.
+    pub fn reset_remote(&self, dest: u32) -> Result<()> {
+        let o = self.start(Request {
+            opcode: op::RESET,
+            rank: dest,
+            ..Default::default()
+        })?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// Run `f(source rank, payload)` for every active message sent to `handler`, from
+    /// within `progress`/`wait`. Messages that arrived earlier run now.
+    pub fn am_register(&self, handler: u64, f: impl FnMut(u32, &[u8]) + Send + 'static) {
+        let mut i = self.lock();
+        let mut f: Handler = Box::new(f);
+        let pending = std::mem::take(&mut i.am_pending);
+        for (h, src, payload) in pending {
+            if h == handler {
+                f(src, &payload);
+            } else {
+                i.am_pending.push((h, src, payload));
+            }
+        }
+        i.handlers.insert(handler, f);
+    }
+
+    /// MLINK ROP: run `handler` at `dest` on `payload` (up to 4032 bytes). Returns once the
+    /// message is in the target's active-message ring.
+    pub fn am_send(&self, dest: u32, handler: u64, payload: &[u8]) -> Result<()> {
+        if payload.len() as u64 > AM_MAX_PAYLOAD {
+            return Err(Error::BadArgument(format!(
+                "active-message payload of {} bytes exceeds {AM_MAX_PAYLOAD}",
+                payload.len()
+            )));
+        }
+        let addr = {
+            let i = self.lock();
+            i.bounce.write_at(0, payload);
+            i.bounce.iova()
+        };
+        let o = self.start(Request {
+            opcode: op::ROP,
+            rank: dest,
+            addr,
+            len: payload.len() as u64,
+            mask: handler,
+            ..Default::default()
+        })?;
+        // The bounce buffer is reused: wait before returning.
+        self.wait(o).map(|_| ())
+    }
+
+    /// T3E SEND: one 64-byte message into `dest`'s queue at `mq`.
+    pub fn mq_send(&self, dest: u32, mq: MqAddr, msg: &[u8; 64]) -> Result<MqOutcome> {
+        let addr = {
+            let i = self.lock();
+            i.bounce.write_at(0, msg);
+            i.bounce.iova()
+        };
+        let o = self.start(Request {
+            opcode: op::MQ_SEND,
+            rank: dest,
+            addr,
+            len: MQ_MESSAGE,
+            key: mq.key,
+            tag: mq.offset,
+            ..Default::default()
+        })?;
+        match self.wait(o) {
+            Ok(d) => Ok(MqOutcome::Accepted { tail: d.aux }),
+            Err(Error::Failed {
+                status: Status::QueueFull,
+                ..
+            }) => Ok(MqOutcome::Rejected),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// T3E IR_STATUS (bit 32 MSG_ADDR_VALID, bit 33 MSG_MULTIPLE) and MSG_ADDR.
+    pub fn ir_status(&self) -> Result<(u64, u64)> {
+        let mut i = self.lock();
+        let mut s = [0u8; 8];
+        let mut a = [0u8; 8];
+        i.dev
+            .read(pci::BAR0_REGION, fp::PAGE + fp::IR_STATUS, &mut s)?;
+        i.dev
+            .read(pci::BAR0_REGION, fp::PAGE + fp::MSG_ADDR, &mut a)?;
+        Ok((u64::from_le_bytes(s), u64::from_le_bytes(a)))
+    }
+
+    /// Write IR_STATUS: `enable` the threshold interrupt and clear the bits set in `clear`.
+    pub fn ir_write(&self, enable: bool, clear: u64) -> Result<()> {
+        let v = (enable as u64 * fp::IR_ENABLE) | (clear & (fp::MSG_ADDR_VALID | fp::MSG_MULTIPLE));
+        self.lock()
+            .dev
+            .write(pci::BAR0_REGION, fp::PAGE + fp::IR_STATUS, &v.to_le_bytes())
+    }
+
+    /// Wait up to `timeout` for the message-queue threshold interrupt. Returns whether it came.
+    pub fn wait_mq_interrupt(&self, timeout: Duration) -> bool {
+        wait_event(&self.mq_event, timeout)
+    }
+
+    /// A message queue of `limit` slots (slot 0 is the MQCW) in a fresh region, programmed
+    /// Tail 1, Limit `limit`, Threshold `threshold`.
+    pub fn mq_create(&self, limit: u64, threshold: u64) -> Result<MessageQueue> {
+        if limit == 0 || limit > mqcw::MAX_LIMIT {
+            return Err(Error::BadArgument(format!(
+                "limit {limit} is not 1..={}",
+                mqcw::MAX_LIMIT
+            )));
+        }
+        let region = self.alloc(((limit + 1) * MQ_MESSAGE) as usize)?;
+        let q = MessageQueue { region, head: 1 };
+        q.word()
+            .store(mqcw::make(false, 1, limit, threshold), Ordering::SeqCst);
+        Ok(q)
+    }
+}
+
+/// A T3E message queue in this process's memory: slot 0 is the MQCW, messages from slot 1.
+pub struct MessageQueue {
+    region: Region,
+    head: u64,
+}
+
+impl MessageQueue {
+    fn word(&self) -> &AtomicU64 {
+        // SAFETY: the region starts page-aligned and holds at least one slot; the device
+        // updates the MQCW only with atomic read-modify-writes.
+        unsafe { &*(self.region.mem.ptr() as *const AtomicU64) }
+    }
+
+    /// Where peers send to.
+    pub fn addr(&self) -> MqAddr {
+        MqAddr {
+            key: self.region.key,
+            offset: 0,
+        }
+    }
+
+    pub fn mqcw(&self) -> u64 {
+        self.word().load(Ordering::Acquire)
+    }
+
+    /// The software reset: atomically swap in a new MQCW and get the old one back (its Tail
+    /// is how far to drain).
+    pub fn swap(&self, new: u64) -> u64 {
+        self.word().swap(new, Ordering::AcqRel)
+    }
+
+    /// Messages stored and not yet taken, in order, advancing the software head pointer.
+    pub fn take(&mut self) -> Vec<[u8; 64]> {
+        let tail = mqcw::tail(self.mqcw());
+        let mut out = Vec::new();
+        while self.head < tail {
+            let mut m = [0u8; 64];
+            self.region
+                .mem
+                .read_at((self.head * MQ_MESSAGE) as usize, &mut m);
+            out.push(m);
+            self.head += 1;
+        }
+        out
+    }
+
+    /// Reset the software head pointer (after a swap that restarts the queue at `slot`).
+    pub fn set_head(&mut self, slot: u64) {
+        self.head = slot;
+    }
+
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+}
+
+impl Region {
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mem.len() == 0
+    }
+
+    /// The key peers name this region by.
+    pub fn key(&self) -> u32 {
+        self.key
+    }
+
+    /// The NI's address for it (its address in this process).
+    pub fn iova(&self) -> u64 {
+        self.mem.iova()
+    }
+
+    pub fn write_at(&self, offset: usize, data: &[u8]) {
+        self.mem.write_at(offset, data)
+    }
+
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) {
+        self.mem.read_at(offset, out)
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.mem.ptr()
+    }
+
+    /// The region as a slice.
+    ///
+    /// # Safety
+    /// No NI operation may be writing into the region (a receive, a peer's put) while the
+    /// slice is alive.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: the caller guarantees no concurrent device writes; the mapping is live.
+        unsafe { std::slice::from_raw_parts(self.mem.ptr(), self.mem.len()) }
+    }
+
+    /// The region as a mutable slice.
+    ///
+    /// # Safety
+    /// No NI operation may be reading or writing the region while the slice is alive.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
+        // SAFETY: as above, and the caller holds no other reference into it.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr(), self.mem.len()) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let Some(ni) = self.ni.upgrade() else { return };
+        let mut i = ni.lock().unwrap_or_else(|e| e.into_inner());
+        let r = Request {
+            opcode: op::DEREG_MR,
+            key: self.key,
+            ..Default::default()
+        };
+        if let Ok(user) = i.post(r) {
+            i.ignored.insert(user);
+        }
+        let _ = i.dev.dma_unmap(self.mem.iova(), self.mem.len() as u64);
+    }
+}
+
+fn finish(op: &Op, c: Completion) -> Result<Done> {
+    let status = Status::from_u16(c.status).unwrap_or(Status::BadDescriptor);
+    if status != Status::Ok {
+        return Err(Error::Failed {
+            op: op_name(op.opcode),
+            status,
+            rank: if c.rank == ANY_RANK { op.rank } else { c.rank },
+        });
+    }
+    Ok(Done {
+        status,
+        rank: c.rank,
+        len: c.len,
+        tag: c.tag,
+        aux: c.aux,
+    })
+}
+
+/// Spin first, then yield: never burn a core another runnable thread needs.
+fn pause(idle: Duration) {
+    if idle < SPIN {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Block until the eventfd fires or `timeout`. Returns whether it fired.
+fn wait_event(ev: &File, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: ev.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
+    if r > 0 {
+        let mut b = [0u8; 8];
+        let _ = (&*ev).read(&mut b);
+        true
+    } else {
+        false
+    }
+}

@@ -32,6 +32,10 @@ pub enum Request {
     },
     /// Function-level reset of one NI, as the administrator (the MLINK RESET path).
     ResetNode { node: u32 },
+    /// The direction-order route between two NIs (logical PE numbers) on the torus.
+    Route { from: u32, to: u32 },
+    /// The torus dimensions, datelines and the routing-tag LUT.
+    Topology,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -42,6 +46,8 @@ pub enum Response {
     Counters { counters: Vec<NodeCounters> },
     Done,
     Error { error: String },
+    Route(RouteInfo),
+    Topology(TopologyInfo),
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -73,4 +79,71 @@ pub struct NodeInfo {
 pub struct NodeCounters {
     pub node: u32,
     pub counters: Vec<(String, u64)>,
+}
+
+/// A route through the interconnect torus (CRAY SSD-T90 direction-order routing).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RouteInfo {
+    /// Logical PE numbers (= NI numbers).
+    pub from: u32,
+    pub to: u32,
+    /// Physical PE numbers, hex `ZZYYXX`.
+    pub source: String,
+    pub destination: String,
+    /// The R_NET_LUT routing tag the source's router uses (Table 7 layout).
+    pub tag: u64,
+    /// Shortest hop count between the two nodes on the torus; more hops mean a detour.
+    pub distance: u32,
+    pub hops: Vec<HopInfo>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HopInfo {
+    /// Physical PE numbers, hex `ZZYYXX`.
+    pub from: String,
+    pub to: String,
+    /// `+X` .. `-Z`.
+    pub direction: String,
+    /// Router ports `X0` .. `Z1`, per each router's R_ORIENT.
+    pub out_port: String,
+    pub in_port: String,
+    /// Virtual channel 0-3.
+    pub vc: u8,
+    /// `initial`, `travel` or `final`.
+    pub kind: String,
+    /// The hop crosses a dateline link.
+    pub dateline: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TopologyInfo {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+    pub physical_nodes: u32,
+    pub logical_pes: u32,
+    /// `per_dimension` or `until_destination`: how long VC2/VC3 lasts after a dateline.
+    pub vc_scope: String,
+    pub datelines: Vec<DatelineInfo>,
+    /// Logical PE -> physical PE, in logical order.
+    pub lut: Vec<LutEntry>,
+    /// Healthy physical nodes with no logical PE.
+    pub spares: Vec<String>,
+    pub mapped_out_nodes: Vec<String>,
+    pub mapped_out_links: Vec<String>,
+}
+
+/// A dateline: the link between coordinates `between[0]` and `between[1]` of every ring in
+/// dimension `axis`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct DatelineInfo {
+    pub axis: String,
+    pub between: [u32; 2],
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LutEntry {
+    pub lpe: u32,
+    /// Hex `ZZYYXX`.
+    pub physical: String,
 }

@@ -23,6 +23,9 @@ pub mod ctrl {
     pub const RANK: u64 = 0x00C;
     pub const SIZE: u64 = 0x010;
     pub const PARTITION: u64 = 0x014;
+    /// Device writes: changes whenever the NI is reset under the client (its pending
+    /// requests are then gone and it must attach again).
+    pub const EPOCH: u64 = 0x018;
     /// Client writes: requests published (free-running count).
     pub const SQ_TAIL: u64 = 0x040;
     /// Device writes: requests consumed (free-running count).

@@ -10,6 +10,7 @@ pub mod mq;
 pub mod node;
 pub mod ops;
 pub mod partition;
+pub mod topology;
 
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -200,6 +201,11 @@ impl State {
             .map(|p| p as u32)
             .unwrap_or(u32::MAX);
         if let Some(sram) = self.nodes[i].sram.clone() {
+            // Whatever the client had published before a reset is void.
+            let tail = sram.load_u32(ctrl::SQ_TAIL);
+            self.nodes[i].sq_head = tail;
+            sram.store_u32(ctrl::SQ_HEAD, tail);
+            sram.store_u32(ctrl::EPOCH, self.nodes[i].generation as u32);
             sram.store_u32(ctrl::NODE, i as u32);
             sram.store_u32(ctrl::RANK, rank);
             sram.store_u32(ctrl::SIZE, size);

@@ -1,0 +1,1 @@
+//! The C ABI (include/ni.h).

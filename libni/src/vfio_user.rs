@@ -1,0 +1,226 @@
+//! A small vfio-user client: the messages libni needs to drive an NI from a host process.
+//!
+//! The `vfio_user` crate's client cannot read the server's error replies (it waits for a
+//! reply body the server never sends), and libni must report those, so it speaks the
+//! protocol itself: version negotiation, region info (with the SRAM file descriptor), region
+//! reads and writes, DMA map/unmap with file descriptors, SET_IRQS with eventfds.
+
+use std::fs::File;
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+use crate::Error;
+
+const VERSION: u16 = 1;
+const DMA_MAP: u16 = 2;
+const DMA_UNMAP: u16 = 3;
+const DEVICE_GET_INFO: u16 = 4;
+const DEVICE_GET_REGION_INFO: u16 = 5;
+const SET_IRQS: u16 = 8;
+const REGION_READ: u16 = 9;
+const REGION_WRITE: u16 = 10;
+const FLAG_ERROR: u32 = 1 << 5;
+const HEADER: usize = 16;
+
+pub struct Device {
+    stream: UnixStream,
+    id: u16,
+}
+
+/// What `DEVICE_GET_REGION_INFO` says about a region.
+pub struct RegionInfo {
+    pub size: u64,
+    /// Offset to mmap the region's file descriptor at.
+    pub offset: u64,
+    pub fd: Option<File>,
+}
+
+impl Device {
+    pub fn connect(path: &Path) -> Result<Device, Error> {
+        let stream = UnixStream::connect(path).map_err(|e| Error::Attach {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let mut d = Device { stream, id: 0 };
+        let caps = br#"{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576}}"#;
+        let mut p = Vec::new();
+        p.extend_from_slice(&0u16.to_le_bytes());
+        p.extend_from_slice(&1u16.to_le_bytes());
+        p.extend_from_slice(caps);
+        p.push(0);
+        d.call(VERSION, &p, &[])?;
+        let (_, flags, _, _) = {
+            let mut q = Vec::new();
+            q.extend_from_slice(&16u32.to_le_bytes());
+            q.extend_from_slice(&[0; 12]);
+            let (body, _) = d.call(DEVICE_GET_INFO, &q, &[])?;
+            let u = |o: usize| u32::from_le_bytes(body[o..o + 4].try_into().unwrap());
+            (u(0), u(4), u(8), u(12))
+        };
+        const VFIO_DEVICE_FLAGS_PCI: u32 = 1 << 1;
+        if flags & VFIO_DEVICE_FLAGS_PCI == 0 {
+            return Err(Error::Attach {
+                path: path.display().to_string(),
+                reason: "the server is not a PCI device".into(),
+            });
+        }
+        Ok(d)
+    }
+
+    fn io_err(&self, command: u16, e: impl std::fmt::Display) -> Error {
+        Error::Device(format!("vfio-user command {command}: {e}"))
+    }
+
+    /// Send one command and read its reply body (after the header) and any fds.
+    fn call(
+        &mut self,
+        command: u16,
+        payload: &[u8],
+        fds: &[RawFd],
+    ) -> Result<(Vec<u8>, Vec<File>), Error> {
+        self.id = self.id.wrapping_add(1);
+        let mut h = [0u8; HEADER];
+        h[0..2].copy_from_slice(&self.id.to_le_bytes());
+        h[2..4].copy_from_slice(&command.to_le_bytes());
+        h[4..8].copy_from_slice(&((HEADER + payload.len()) as u32).to_le_bytes());
+        let iov = [IoSlice::new(&h), IoSlice::new(payload)];
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        let total = HEADER + payload.len();
+        let sent = sendmsg::<()>(
+            self.stream.as_raw_fd(),
+            &iov,
+            if fds.is_empty() { &[] } else { &cmsg },
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )
+        .map_err(|e| self.io_err(command, e))?;
+        if sent < total {
+            let mut all = h.to_vec();
+            all.extend_from_slice(payload);
+            self.stream
+                .write_all(&all[sent..])
+                .map_err(|e| self.io_err(command, e))?;
+        }
+        // Reply header, with any file descriptors riding on it.
+        let mut rh = [0u8; HEADER];
+        let mut files = Vec::new();
+        let mut got = 0;
+        while got < HEADER {
+            let mut cbuf = nix::cmsg_space!([RawFd; 4]);
+            let mut iov = [IoSliceMut::new(&mut rh[got..])];
+            let msg = recvmsg::<()>(
+                self.stream.as_raw_fd(),
+                &mut iov,
+                Some(&mut cbuf),
+                MsgFlags::empty(),
+            )
+            .map_err(|e| self.io_err(command, e))?;
+            if msg.bytes == 0 {
+                return Err(Error::Device("the device closed the connection".into()));
+            }
+            got += msg.bytes;
+            for c in msg.cmsgs().map_err(|e| self.io_err(command, e))? {
+                if let ControlMessageOwned::ScmRights(fds) = c {
+                    // SAFETY: the kernel just installed these descriptors for us.
+                    files.extend(fds.into_iter().map(|fd| unsafe { File::from_raw_fd(fd) }));
+                }
+            }
+        }
+        let size = u32::from_le_bytes(rh[4..8].try_into().unwrap()) as usize;
+        let flags = u32::from_le_bytes(rh[8..12].try_into().unwrap());
+        let errno = u32::from_le_bytes(rh[12..16].try_into().unwrap());
+        if size < HEADER || size > HEADER + (64 << 20) {
+            return Err(self.io_err(command, format!("reply of {size} bytes")));
+        }
+        let mut body = vec![0u8; size - HEADER];
+        self.stream
+            .read_exact(&mut body)
+            .map_err(|e| self.io_err(command, e))?;
+        if flags & FLAG_ERROR != 0 {
+            return Err(Error::Device(format!(
+                "the device refused vfio-user command {command} (errno {errno}); its log says why"
+            )));
+        }
+        Ok((body, files))
+    }
+
+    pub fn region_info(&mut self, index: u32) -> Result<RegionInfo, Error> {
+        let mut p = Vec::new();
+        p.extend_from_slice(&(32u32 + 256).to_le_bytes()); // argsz: room for capabilities
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&index.to_le_bytes());
+        p.extend_from_slice(&[0; 20]);
+        let (body, mut fds) = self.call(DEVICE_GET_REGION_INFO, &p, &[])?;
+        if body.len() < 32 {
+            return Err(Error::Device("short region info".into()));
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().unwrap());
+        Ok(RegionInfo {
+            size: u64_at(16),
+            offset: u64_at(24),
+            fd: fds.pop(),
+        })
+    }
+
+    pub fn read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Error> {
+        let mut p = Vec::new();
+        p.extend_from_slice(&offset.to_le_bytes());
+        p.extend_from_slice(&region.to_le_bytes());
+        p.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        let (body, _) = self.call(REGION_READ, &p, &[])?;
+        if body.len() != 16 + data.len() {
+            return Err(Error::Device("short region read".into()));
+        }
+        data.copy_from_slice(&body[16..]);
+        Ok(())
+    }
+
+    pub fn write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), Error> {
+        let mut p = Vec::new();
+        p.extend_from_slice(&offset.to_le_bytes());
+        p.extend_from_slice(&region.to_le_bytes());
+        p.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        p.extend_from_slice(data);
+        self.call(REGION_WRITE, &p, &[]).map(|_| ())
+    }
+
+    pub fn dma_map(&mut self, fd: RawFd, offset: u64, iova: u64, size: u64) -> Result<(), Error> {
+        let mut p = Vec::new();
+        p.extend_from_slice(&32u32.to_le_bytes());
+        p.extend_from_slice(&3u32.to_le_bytes()); // read | write
+        p.extend_from_slice(&offset.to_le_bytes());
+        p.extend_from_slice(&iova.to_le_bytes());
+        p.extend_from_slice(&size.to_le_bytes());
+        self.call(DMA_MAP, &p, &[fd]).map(|_| ())
+    }
+
+    pub fn dma_unmap(&mut self, iova: u64, size: u64) -> Result<(), Error> {
+        let mut p = Vec::new();
+        p.extend_from_slice(&24u32.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&iova.to_le_bytes());
+        p.extend_from_slice(&size.to_le_bytes());
+        self.call(DMA_UNMAP, &p, &[]).map(|_| ())
+    }
+
+    pub fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: &[RawFd],
+    ) -> Result<(), Error> {
+        let mut p = Vec::new();
+        p.extend_from_slice(&20u32.to_le_bytes());
+        p.extend_from_slice(&flags.to_le_bytes());
+        p.extend_from_slice(&index.to_le_bytes());
+        p.extend_from_slice(&start.to_le_bytes());
+        p.extend_from_slice(&count.to_le_bytes());
+        self.call(SET_IRQS, &p, fds).map(|_| ())
+    }
+}
