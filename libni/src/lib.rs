@@ -43,13 +43,14 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use ni_abi::fastpath::{
-    access, ctrl, mqcw, op, regs as fp, Completion, Request, AM_HEADER, AM_MAX_PAYLOAD, AM_SLOT,
-    ANY_RANK, COMPLETION_SEQ, ENTRY_SIZE, MQ_MESSAGE, SQ_ENTRIES, SQ_OFFSET,
+    access, ctrl, mqcw, op, regs as fp, Completion, AM_HEADER, AM_MAX_PAYLOAD, AM_SLOT, ANY_RANK,
+    COMPLETION_SEQ, ENTRY_SIZE, MQ_MESSAGE, SQ_ENTRIES, SQ_OFFSET,
 };
 use ni_abi::pci;
 
 use mem::Mem;
-pub use ni_abi::fastpath::Status;
+pub use ni_abi::fastpath::op as opcode;
+pub use ni_abi::fastpath::{Request, Status};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -491,6 +492,12 @@ impl Ni {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Publish a raw fast-path request (diagnostics and conformance tests: it lets a caller
+    /// send what the typed API never would, to see the device refuse it).
+    pub fn submit(&self, r: Request) -> Result<Op> {
+        self.start(r)
     }
 
     /// Take completions and run active-message handlers. Returns how many completions.

@@ -1,1 +1,164 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the cross-crate integration tests: find the workspace's binaries, start
+//! a real `ni-device`, run rank processes against it, read counters.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>`, where cargo put this test and the workspace's binaries.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap();
+    if dir.ends_with("deps") {
+        dir.parent().unwrap().to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// A workspace binary, built on demand when `cargo test -p ni-tests` ran alone.
+pub fn binary(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    if !p.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.args(["build", "-p", "ni-device", "-p", "libni", "--bins"]);
+        if target_dir().ends_with("release") {
+            c.arg("--release");
+        }
+        let st = c.status().expect("running cargo build");
+        assert!(st.success(), "cargo build of the workspace binaries failed");
+    }
+    assert!(p.exists(), "{} missing after building", p.display());
+    p
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub dir: PathBuf,
+    root: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(nodes: u32) -> Daemon {
+        Self::start_with(nodes, None)
+    }
+
+    /// Start with an optional TOML config file body (partitions).
+    pub fn start_with(nodes: u32, config: Option<&str>) -> Daemon {
+        let root =
+            std::env::temp_dir().join(format!("ni-tests-{}-{}", std::process::id(), rand_u64()));
+        std::fs::create_dir_all(&root).unwrap();
+        let dir = root.join("run");
+        let mut c = Command::new(binary("ni-device"));
+        c.args(["--nodes", &nodes.to_string(), "--run-dir"])
+            .arg(&dir);
+        if let Some(body) = config {
+            let p = root.join("ni.toml");
+            std::fs::write(&p, body).unwrap();
+            c.arg("--config").arg(p);
+        }
+        c.stderr(std::fs::File::create(root.join("daemon.log")).unwrap());
+        let child = c.spawn().expect("ni-device starts");
+        let t = Instant::now();
+        while !dir.join("control.sock").exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "daemon did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Daemon { child, dir, root }
+    }
+
+    pub fn sock(&self, i: u32) -> PathBuf {
+        self.dir.join(format!("ni{i}.sock"))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Start `ni-test-rank SCENARIO` on NI `node`.
+    pub fn rank(&self, rank_bin: &Path, node: u32, scenario: &str) -> Child {
+        Command::new(rank_bin)
+            .arg(scenario)
+            .env("NI_SOCKET", self.sock(node))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn control(&self, line: &str) -> serde_json::Value {
+        let mut s = UnixStream::connect(self.dir.join("control.sock")).unwrap();
+        s.write_all(line.as_bytes()).unwrap();
+        s.write_all(b"\n").unwrap();
+        let mut out = String::new();
+        BufReader::new(s).read_line(&mut out).unwrap();
+        serde_json::from_str(&out).unwrap()
+    }
+
+    pub fn counter(&self, node: u32, name: &str) -> u64 {
+        let v = self.control(&format!(
+            r#"{{"version":1,"request":"counters","nodes":[{node}]}}"#
+        ));
+        v["counters"][0]["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p[0] == name)
+            .unwrap_or_else(|| panic!("no counter {name}"))[1]
+            .as_u64()
+            .unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    let _ = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    u64::from_le_bytes(b)
+}
+
+/// Wait for a child with a deadline; kill it past the deadline.
+pub fn finish(mut c: Child, limit: Duration) -> Output {
+    let t = Instant::now();
+    loop {
+        if c.try_wait().unwrap().is_some() {
+            return c.wait_with_output().unwrap();
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            let out = c.wait_with_output().unwrap();
+            panic!(
+                "rank timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Assert a rank process succeeded and printed `ok SCENARIO`.
+pub fn assert_ok(out: &Output, scenario: &str, daemon: &Daemon) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&format!("ok {scenario}")),
+        "{scenario} failed ({})\nstdout:\n{stdout}\nstderr:\n{}\ndaemon log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        daemon.log()
+    );
+}

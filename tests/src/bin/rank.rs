@@ -1,0 +1,483 @@
+//! One rank of a multi-process test scenario: `ni-test-rank SCENARIO`, with `NI_SOCKET` set.
+//! Prints `ok SCENARIO` and exits 0 when every check passed; panics (exit 101) otherwise.
+
+use std::time::{Duration, Instant};
+
+use ni::{opcode, Error, MqAddr, MqOutcome, Ni, Request, Status};
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn status_of(e: &Error) -> Option<Status> {
+    match e {
+        Error::Failed { status, .. } => Some(*status),
+        _ => None,
+    }
+}
+
+fn expect_status<T: std::fmt::Debug>(r: Result<T, Error>, want: Status) {
+    match r {
+        Err(e) if status_of(&e) == Some(want) => {}
+        other => panic!("expected {want:?}, got {other:?}"),
+    }
+}
+
+/// A two-rank barrier over send/recv (tag space above user tags).
+fn barrier(ni: &Ni, scratch: &ni::Region) {
+    let tag = 0xBA55_0000_0000_0000;
+    if ni.rank() == 0 {
+        for r in 1..ni.size() {
+            ni.recv(Some(r), scratch, 0..0, tag, u64::MAX).unwrap();
+        }
+        for r in 1..ni.size() {
+            ni.send(r, scratch, 0..0, tag + 1).unwrap();
+        }
+    } else {
+        ni.send(0, scratch, 0..0, tag).unwrap();
+        ni.recv(Some(0), scratch, 0..0, tag + 1, u64::MAX).unwrap();
+    }
+}
+
+fn integrity(ni: &Ni) {
+    let sizes = [0usize, 1, 63, 64, 65, 4096, 1 << 20, 64 << 20];
+    let buf = ni.alloc(64 << 20).unwrap();
+    for (i, &n) in sizes.iter().enumerate() {
+        let want = pattern(n, i as u64 + 1);
+        if ni.rank() == 0 {
+            buf.write_at(0, &want);
+            ni.send(1, &buf, 0..n, i as u64).unwrap();
+            buf.write_at(0, &vec![0u8; n.min(4096)]);
+            let d = ni
+                .recv(Some(1), &buf, 0..64 << 20, i as u64 + 100, u64::MAX)
+                .unwrap();
+            assert_eq!(d.len as usize, n);
+            let mut got = vec![0u8; n];
+            buf.read_at(0, &mut got);
+            assert!(got == want, "echo of {n} bytes differs");
+        } else if ni.rank() == 1 {
+            let d = ni
+                .recv(Some(0), &buf, 0..64 << 20, i as u64, u64::MAX)
+                .unwrap();
+            assert_eq!((d.len as usize, d.rank, d.tag), (n, 0, i as u64));
+            let mut got = vec![0u8; n];
+            buf.read_at(0, &mut got);
+            assert!(got == want, "{n} bytes arrived corrupted");
+            ni.send(0, &buf, 0..n, i as u64 + 100).unwrap();
+        }
+    }
+    // A message longer than the receive buffer: truncated, the prefix delivered.
+    if ni.rank() == 0 {
+        buf.write_at(0, &pattern(100, 9));
+        ni.send(1, &buf, 0..100, 77).unwrap();
+    } else if ni.rank() == 1 {
+        let r = ni.recv(Some(0), &buf, 1000..1010, 77, u64::MAX);
+        expect_status(r, Status::Truncated);
+        let mut got = [0u8; 10];
+        buf.read_at(1000, &mut got);
+        assert_eq!(&got[..], &pattern(100, 9)[..10]);
+    }
+}
+
+/// Every rank but 0 sends `K` messages to rank 0, which receives from any source and checks
+/// that each sender's messages arrive in order and intact.
+fn many_to_one(ni: &Ni) {
+    const K: u64 = 200;
+    let buf = ni.alloc(1 << 16).unwrap();
+    if ni.rank() == 0 {
+        let mut next = vec![0u64; ni.size() as usize];
+        for _ in 0..K * (ni.size() as u64 - 1) {
+            let d = ni.recv(None, &buf, 0..1 << 16, 0, 0).unwrap();
+            let src = d.rank as usize;
+            let mut got = vec![0u8; d.len as usize];
+            buf.read_at(0, &mut got);
+            let seq = u64::from_le_bytes(got[..8].try_into().unwrap());
+            assert_eq!(seq, next[src], "rank {src}'s messages out of order");
+            assert_eq!(d.tag, seq);
+            assert!(got[8..] == pattern(got.len() - 8, seq * 1000 + src as u64)[..]);
+            next[src] += 1;
+        }
+        assert!(next[1..].iter().all(|&n| n == K));
+    } else {
+        let mut ops = Vec::new();
+        let regions: Vec<ni::Region> = (0..4).map(|_| ni.alloc(1 << 16).unwrap()).collect();
+        for seq in 0..K {
+            let len = 8 + (seq as usize * 37 % 3000);
+            let mut m = seq.to_le_bytes().to_vec();
+            m.extend(pattern(len - 8, seq * 1000 + ni.rank() as u64));
+            let r = &regions[seq as usize % 4];
+            if ops.len() == 4 {
+                ni.wait(ops.remove(0)).unwrap();
+            }
+            r.write_at(0, &m);
+            ops.push(ni.isend(0, r, 0..len, seq).unwrap());
+        }
+        for o in ops {
+            ni.wait(o).unwrap();
+        }
+    }
+}
+
+/// T3E message queue: fill to Limit, rejection, Threshold interrupt, reset by swap.
+fn mq(ni: &Ni) {
+    let ctl = ni.alloc(4096).unwrap();
+    if ni.rank() == 1 {
+        // Limit 5: slots 1..4 hold messages (slot 0 is the MQCW). Threshold 4.
+        let mut q = ni.mq_create(5, 4).unwrap();
+        ni.ir_write(true, u64::MAX).unwrap();
+        let a = q.addr();
+        ctl.write_at(0, &a.key.to_le_bytes());
+        ni.send(0, &ctl, 0..4, 1).unwrap();
+        assert!(
+            ni.wait_mq_interrupt(Duration::from_secs(10)),
+            "no threshold interrupt"
+        );
+        let (ir, addr) = ni.ir_status().unwrap();
+        assert_ne!(ir & (1 << 32), 0, "MSG_ADDR_VALID");
+        assert_eq!(
+            addr,
+            q.region().iova(),
+            "MSG_ADDR latches the MQCW's address"
+        );
+        ni.recv(Some(0), &ctl, 0..0, 2, u64::MAX).unwrap(); // sender saw the rejection
+        let w = q.mqcw();
+        assert!(ni_abi::fastpath::mqcw::sig(w), "Sig set at Threshold");
+        assert_eq!(ni_abi::fastpath::mqcw::tail(w), 5);
+        let msgs = q.take();
+        assert_eq!(msgs.len(), 4);
+        for (i, m) in msgs.iter().enumerate() {
+            assert_eq!(m[..], pattern(64, i as u64)[..], "slot {} content", i + 1);
+        }
+        // Software reset: swap in a fresh MQCW; the old one says how far it was filled.
+        let old = q.swap(ni_abi::fastpath::mqcw::make(false, 1, 5, 0));
+        assert_eq!(ni_abi::fastpath::mqcw::tail(old), 5);
+        q.set_head(1);
+        ni.ir_write(true, 1 << 32).unwrap();
+        assert_eq!(
+            ni.ir_status().unwrap().0 & (1 << 32),
+            0,
+            "VALID cleared by writing 1"
+        );
+        ni.send(0, &ctl, 0..0, 3).unwrap();
+        ni.recv(Some(0), &ctl, 0..0, 4, u64::MAX).unwrap();
+        let msgs = q.take();
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(msgs[0][..], pattern(64, 99)[..]);
+    } else if ni.rank() == 0 {
+        ni.recv(Some(1), &ctl, 0..4, 1, u64::MAX).unwrap();
+        let mut k = [0u8; 4];
+        ctl.read_at(0, &mut k);
+        let addr = MqAddr {
+            key: u32::from_le_bytes(k),
+            offset: 0,
+        };
+        for i in 0..4u64 {
+            let m: [u8; 64] = pattern(64, i).try_into().unwrap();
+            assert_eq!(
+                ni.mq_send(1, addr, &m).unwrap(),
+                MqOutcome::Accepted { tail: i + 2 }
+            );
+        }
+        let m = [0xEE; 64];
+        assert_eq!(
+            ni.mq_send(1, addr, &m).unwrap(),
+            MqOutcome::Rejected,
+            "Tail = Limit"
+        );
+        // A queue key without message-queue access, and an offset past the region.
+        expect_status(
+            ni.mq_send(
+                1,
+                MqAddr {
+                    key: 999,
+                    offset: 0,
+                },
+                &m,
+            ),
+            Status::BadKey,
+        );
+        expect_status(
+            ni.mq_send(
+                1,
+                MqAddr {
+                    key: addr.key,
+                    offset: 1 << 20,
+                },
+                &m,
+            ),
+            Status::OutOfBounds,
+        );
+        ni.send(1, &ctl, 0..0, 2).unwrap();
+        ni.recv(Some(1), &ctl, 0..0, 3, u64::MAX).unwrap();
+        let m: [u8; 64] = pattern(64, 99).try_into().unwrap();
+        assert_eq!(
+            ni.mq_send(1, addr, &m).unwrap(),
+            MqOutcome::Accepted { tail: 2 }
+        );
+        ni.send(1, &ctl, 0..0, 4).unwrap();
+    }
+}
+
+fn put_get(ni: &Ni) {
+    // Same allocation order on both ranks: the same keys name the same regions.
+    let scratch = ni.alloc(4096).unwrap();
+    let win = ni.alloc(1 << 20).unwrap();
+    let local = ni.alloc(1 << 20).unwrap();
+    win.write_at(0, &pattern(1 << 20, ni.rank() as u64));
+    barrier(ni, &scratch);
+    if ni.rank() == 0 {
+        ni.get(1, &local, 0..65536, win.key(), 4096).unwrap();
+        let mut got = vec![0u8; 65536];
+        local.read_at(0, &mut got);
+        assert!(got[..] == pattern(1 << 20, 1)[4096..4096 + 65536]);
+        local.write_at(0, &pattern(5000, 42));
+        ni.put(1, &local, 0..5000, win.key(), (1 << 20) - 5000)
+            .unwrap();
+        // Bounds and keys are the target's to check.
+        expect_status(
+            ni.get(1, &local, 0..4096, win.key(), (1 << 20) - 4095),
+            Status::OutOfBounds,
+        );
+        expect_status(
+            ni.put(1, &local, 0..1, win.key(), u64::MAX),
+            Status::OutOfBounds,
+        );
+        expect_status(ni.get(1, &local, 0..16, 4242, 0), Status::BadKey);
+        expect_status(
+            ni.put(7, &local, 0..16, win.key(), 0),
+            Status::OutOfPartition,
+        );
+    }
+    barrier(ni, &scratch);
+    if ni.rank() == 1 {
+        let mut got = vec![0u8; 5000];
+        win.read_at((1 << 20) - 5000, &mut got);
+        assert!(got == pattern(5000, 42), "put did not land");
+    }
+}
+
+fn active_messages(ni: &Ni) {
+    const N: usize = 100;
+    let scratch = ni.alloc(4096).unwrap();
+    if ni.rank() == 0 {
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let g = got.clone();
+        ni.am_register(7, move |src, payload| {
+            g.lock().unwrap().push((src, payload.to_vec()))
+        });
+        barrier(ni, &scratch);
+        let t = Instant::now();
+        while got.lock().unwrap().len() < N {
+            ni.progress().unwrap();
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "active messages missing"
+            );
+        }
+        for (i, (src, p)) in got.lock().unwrap().iter().enumerate() {
+            assert_eq!(*src, 1);
+            assert!(p[..] == pattern(i * 40 % 4000, i as u64)[..], "AM {i}");
+        }
+        barrier(ni, &scratch);
+    } else if ni.rank() == 1 {
+        barrier(ni, &scratch);
+        for i in 0..N {
+            ni.am_send(0, 7, &pattern(i * 40 % 4000, i as u64)).unwrap();
+        }
+        assert!(matches!(
+            ni.am_send(0, 7, &[0; 5000]),
+            Err(Error::BadArgument(_))
+        ));
+        barrier(ni, &scratch);
+    }
+}
+
+/// Rank 1 leaves at once; rank 0 sees its NI go down through ping.
+fn ping_down(ni: &Ni) {
+    if ni.rank() == 1 {
+        return;
+    }
+    expect_status(ni.ping(ni.size()), Status::OutOfPartition);
+    let t = Instant::now();
+    loop {
+        match ni.ping(1) {
+            Ok(()) => {}
+            Err(e) if status_of(&e) == Some(Status::PeerDown) => break,
+            Err(e) => panic!("ping: {e}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "peer never seen down"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    expect_status(ni.reset_remote(0), Status::Permission);
+}
+
+/// Rank 1 attaches, says so, and waits to be killed; rank 0 has a 64 MiB send and a receive
+/// pending towards it and must see both fail once it dies.
+fn killed(ni: &Ni) {
+    let scratch = ni.alloc(64 << 20).unwrap();
+    if ni.rank() == 1 {
+        ni.send(0, &scratch, 0..0, 1).unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    ni.recv(Some(1), &scratch, 0..0, 1, u64::MAX).unwrap();
+    let s = ni.isend(1, &scratch, 0..64 << 20, 5).unwrap();
+    let r = ni.irecv(Some(1), &scratch, 0..4096, 6, u64::MAX).unwrap();
+    println!("pending");
+    let t = Instant::now();
+    expect_status(ni.wait(s), Status::PeerDown);
+    expect_status(ni.wait(r), Status::PeerDown);
+    println!("failed after {:?}", t.elapsed());
+}
+
+/// Malformed requests: each fails with its own status and the NI keeps working.
+fn bad_requests(ni: &Ni) {
+    let buf = ni.alloc(4096).unwrap();
+    let try_req = |r: Request| ni.wait(ni.submit(r).unwrap());
+    let base = Request {
+        rank: 0,
+        ..Default::default()
+    };
+    // A buffer the client never mapped for DMA.
+    expect_status(
+        try_req(Request {
+            opcode: opcode::SEND,
+            addr: 0x1000,
+            len: 64,
+            ..base
+        }),
+        Status::NotRegistered,
+    );
+    expect_status(
+        try_req(Request {
+            opcode: opcode::RECV,
+            addr: 0x1000,
+            len: 64,
+            ..base
+        }),
+        Status::NotRegistered,
+    );
+    // A length that runs off the end of the address space, and one beyond the maximum.
+    expect_status(
+        try_req(Request {
+            opcode: opcode::SEND,
+            addr: u64::MAX - 10,
+            len: 100,
+            ..base
+        }),
+        Status::BadLength,
+    );
+    expect_status(
+        try_req(Request {
+            opcode: opcode::PUT,
+            addr: buf.iova(),
+            len: u64::MAX,
+            ..base
+        }),
+        Status::BadLength,
+    );
+    // Straddling the end of a registered region.
+    expect_status(
+        try_req(Request {
+            opcode: opcode::SEND,
+            addr: buf.iova() + 4000,
+            len: 200,
+            ..base
+        }),
+        Status::NotRegistered,
+    );
+    expect_status(
+        try_req(Request {
+            opcode: opcode::SEND,
+            rank: 4096,
+            addr: buf.iova(),
+            len: 1,
+            ..base
+        }),
+        Status::OutOfPartition,
+    );
+    expect_status(
+        try_req(Request {
+            opcode: 0x77,
+            ..base
+        }),
+        Status::BadOpcode,
+    );
+    expect_status(
+        try_req(Request {
+            opcode: opcode::RESET,
+            ..base
+        }),
+        Status::Permission,
+    );
+    expect_status(
+        try_req(Request {
+            opcode: opcode::MQ_SEND,
+            addr: buf.iova(),
+            len: 10,
+            ..base
+        }),
+        Status::BadLength,
+    );
+    expect_status(
+        try_req(Request {
+            opcode: opcode::CQ_SETUP,
+            addr: buf.iova() + 1,
+            len: 3,
+            ..base
+        }),
+        Status::BadDescriptor,
+    );
+    expect_status(
+        try_req(Request {
+            opcode: opcode::REG_MR,
+            addr: buf.iova(),
+            len: 64,
+            key: buf.key(),
+            access: 1,
+            ..base
+        }),
+        Status::BadDescriptor,
+    );
+    // Still working: a message to itself.
+    buf.write_at(0, b"still here");
+    let r = ni
+        .irecv(Some(ni.rank()), &buf, 100..200, 9, u64::MAX)
+        .unwrap();
+    ni.send(ni.rank(), &buf, 0..10, 9).unwrap();
+    assert_eq!(ni.wait(r).unwrap().len, 10);
+    let mut got = [0u8; 10];
+    buf.read_at(100, &mut got);
+    assert_eq!(&got, b"still here");
+}
+
+fn main() {
+    let scenario = std::env::args()
+        .nth(1)
+        .expect("usage: ni-test-rank SCENARIO");
+    let ni = Ni::attach().unwrap_or_else(|e| panic!("attach: {e}"));
+    match scenario.as_str() {
+        "integrity" => integrity(&ni),
+        "many-to-one" => many_to_one(&ni),
+        "mq" => mq(&ni),
+        "put-get" => put_get(&ni),
+        "am" => active_messages(&ni),
+        "ping-down" => ping_down(&ni),
+        "killed" => killed(&ni),
+        "bad" => bad_requests(&ni),
+        "attach" => println!("rank {} of {} on NI {}", ni.rank(), ni.size(), ni.node()),
+        other => panic!("unknown scenario {other}"),
+    }
+    println!("ok {scenario}");
+}

@@ -1,0 +1,142 @@
+//! Point-to-point through the NI (issue 3): separate processes on a real daemon.
+
+use std::time::{Duration, Instant};
+
+use ni_tests::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn run(nodes: u32, scenario: &str) -> Daemon {
+    let d = Daemon::start(nodes);
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ni-test-rank"));
+    let ranks: Vec<_> = (0..nodes).map(|i| d.rank(&bin, i, scenario)).collect();
+    for r in ranks {
+        let out = finish(r, LIMIT);
+        assert_ok(&out, scenario, &d);
+    }
+    d
+}
+
+#[test]
+fn payload_integrity_from_0_bytes_to_64_mib() {
+    let d = run(2, "integrity");
+    // Counters equal the traffic: 8 sizes each way plus the truncated one.
+    assert_eq!(d.counter(0, "sends"), 9);
+    assert_eq!(d.counter(1, "recvs"), 9);
+    let bytes: u64 = [0u64, 1, 63, 64, 65, 4096, 1 << 20, 64 << 20].iter().sum();
+    assert_eq!(d.counter(1, "send_bytes"), bytes);
+    assert_eq!(d.counter(1, "err_truncated"), 1);
+}
+
+#[test]
+fn many_senders_to_one_receiver_keep_per_sender_order() {
+    let d = run(5, "many-to-one");
+    assert_eq!(d.counter(0, "recvs"), 4 * 200);
+}
+
+#[test]
+fn message_queue_fill_reject_threshold_and_reset_by_swap() {
+    let d = run(2, "mq");
+    assert_eq!(d.counter(1, "mq_stored"), 5);
+    assert_eq!(d.counter(1, "mq_rejected"), 1);
+    assert_eq!(d.counter(1, "mq_threshold"), 1);
+    assert_eq!(d.counter(0, "err_queue_full"), 1);
+}
+
+#[test]
+fn put_get_with_bounds_and_keys_checked_by_the_target() {
+    let d = run(2, "put-get");
+    assert_eq!(d.counter(0, "gets"), 1);
+    assert_eq!(d.counter(0, "puts"), 1);
+    assert_eq!(d.counter(0, "err_out_of_bounds"), 2);
+    assert_eq!(d.counter(0, "err_bad_key"), 1);
+    assert_eq!(d.counter(0, "err_out_of_partition"), 1);
+}
+
+#[test]
+fn active_message_handlers_run_in_order() {
+    let d = run(2, "am");
+    assert_eq!(d.counter(0, "rops_delivered"), 100);
+}
+
+#[test]
+fn ping_sees_a_departed_peer_down() {
+    run(2, "ping-down");
+}
+
+#[test]
+fn malformed_requests_fail_with_their_cause_and_are_counted() {
+    let d = run(1, "bad");
+    for c in [
+        "err_not_registered",
+        "err_bad_length",
+        "err_out_of_partition",
+        "err_bad_opcode",
+        "err_permission",
+        "err_bad_descriptor",
+    ] {
+        assert!(d.counter(0, c) >= 1, "{c} not counted");
+    }
+    assert_eq!(d.counter(0, "err_not_registered"), 3);
+}
+
+#[test]
+fn a_peer_killed_mid_transfer_fails_the_survivor_in_bounded_time() {
+    let d = Daemon::start(2);
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ni-test-rank"));
+    let mut victim = d.rank(&bin, 1, "killed");
+    let mut survivor = d.rank(&bin, 0, "killed");
+    // Wait until the survivor has its send and receive pending.
+    let mut out = std::io::BufReader::new(survivor.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "pending");
+    let t = Instant::now();
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let st = survivor.wait().unwrap();
+    assert!(
+        st.success() && rest.contains("ok killed"),
+        "survivor: {st} {rest}\n{}",
+        d.log()
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(d.counter(0, "err_peer_down"), 2);
+    // The victim's NI is free again and takes a new client.
+    let t = Instant::now();
+    while d.control(r#"{"version":1,"request":"nodes"}"#)["nodes"][1]["state"] != "free" {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let again = finish(d.rank(&bin, 1, "attach"), LIMIT);
+    assert_ok(&again, "attach", &d);
+}
+
+#[test]
+fn partitions_isolate_and_number_relatively() {
+    let d = Daemon::start_with(
+        4,
+        Some("[[partition]]\nname = \"a\"\nnodes = [2, 0]\n[[partition]]\nname = \"b\"\nnodes = [1, 3]\n"),
+    );
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ni-test-rank"));
+    let out = finish(d.rank(&bin, 0, "attach"), LIMIT);
+    assert_ok(&out, "attach", &d);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rank 1 of 2 on NI 0"));
+    // Partition "a" is {2, 0}: its rank 0 (NI 2) and rank 1 (NI 0) exchange; NI 0 has no
+    // way to name NIs 1 or 3.
+    let a0 = d.rank(&bin, 2, "integrity");
+    let a1 = d.rank(&bin, 0, "integrity");
+    assert_ok(&finish(a0, LIMIT), "integrity", &d);
+    assert_ok(&finish(a1, LIMIT), "integrity", &d);
+    assert_eq!(
+        d.counter(1, "recvs") + d.counter(3, "recvs"),
+        0,
+        "nothing leaked into b"
+    );
+}
