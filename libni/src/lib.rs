@@ -6,7 +6,7 @@
 //! [`Ni::alloc`]: a memfd mapped into the process and into the NI (DMA_MAP, IOVA = its
 //! address here), registered under a key peers can name. Requests go into a ring in the NI's
 //! SRAM; completions come back into a ring in the process's memory; the NI copies payloads
-//! straight from the sender's region into the receiver's. See `docs/fastpath.md`.
+//! straight from the sender's region into the receiver's. See `device/abi/fastpath.md`.
 //!
 //! ```no_run
 //! use ni::Ni; // the libni package's library is `ni` (libni.so, libni.a)
@@ -177,7 +177,7 @@ const CQ_ENTRIES: u32 = 4096;
 const AM_SLOTS: u32 = 64;
 const BOUNCE: usize = 64 << 10;
 /// Spin this long, then yield this long, before blocking on the completion interrupt.
-const SPIN: Duration = Duration::from_micros(20);
+const SPIN: Duration = Duration::from_micros(2);
 const YIELD: Duration = Duration::from_millis(1);
 
 fn eventfd() -> Result<File> {

@@ -1,6 +1,6 @@
 //! The fast path (design.md §3.2): how clients hand work to the NI with no trapped access.
 //!
-//! The full description, with who owns each field when, is `docs/fastpath.md`. In short:
+//! The full description, with who owns each field when, is `device/abi/fastpath.md`. In short:
 //! the client writes 64-byte requests into a submission ring in the NI's SRAM (mmapped, so
 //! the writes never trap) and publishes them by advancing `SQ_TAIL`; the device polls the
 //! ring, executes each request (copying payloads straight between the two clients'

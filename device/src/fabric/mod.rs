@@ -1,4 +1,4 @@
-//! The fabric between the daemon's NIs, and the fast path that feeds it (docs/fastpath.md).
+//! The fabric between the daemon's NIs, and the fast path that feeds it (device/abi/fastpath.md).
 //!
 //! One poller thread serves every NI: it takes requests from each client's submission ring in
 //! SRAM, moves data between the clients' registered memory (one copy, straight from the

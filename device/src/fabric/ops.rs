@@ -1,7 +1,7 @@
 //! Executing fast-path requests: ring setup, registration, send/receive matching, MLINK
 //! WRITE/READ/ROP/NOOP/RESET, T3E message-queue SEND.
 //!
-//! Matching (docs/fastpath.md "Ordering"): a message matches the earliest posted receive
+//! Matching (device/abi/fastpath.md "Ordering"): a message matches the earliest posted receive
 //! whose source (or any) and tag under the receive's mask agree; a receive matches the
 //! earliest such waiting message. Messages from one sender to one receiver are therefore
 //! non-overtaking, as in MPI; messages from different senders are ordered by when the
