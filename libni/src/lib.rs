@@ -30,6 +30,7 @@
 
 pub mod capi;
 mod mem;
+mod transport;
 mod vfio_user;
 
 use std::collections::{HashMap, HashSet};
@@ -49,6 +50,7 @@ use ni_abi::fastpath::{
 use ni_abi::pci;
 
 use mem::Mem;
+use transport::Transport;
 pub use ni_abi::fastpath::op as opcode;
 pub use ni_abi::fastpath::{Request, Status};
 
@@ -143,7 +145,7 @@ pub enum MqOutcome {
 type Handler = Box<dyn FnMut(u32, &[u8]) + Send>;
 
 struct Inner {
-    dev: vfio_user::Device,
+    dev: Box<dyn Transport>,
     sram: Mem,
     epoch: u32,
     sq_tail: u32,
@@ -224,7 +226,7 @@ impl Inner {
         // Pairs with the poller's store of DEV_SLEEPING, fence, last look at SQ_TAIL.
         fence(Ordering::SeqCst);
         if self.sram_u32(ctrl::DEV_SLEEPING).load(Ordering::Acquire) != 0 {
-            self.dev.write(
+            self.dev.region_write(
                 pci::BAR0_REGION,
                 fp::PAGE + fp::DOORBELL,
                 &1u32.to_le_bytes(),
@@ -282,58 +284,60 @@ impl Inner {
 }
 
 impl Ni {
-    /// Attach to the NI named by `NI_SOCKET`.
+    /// Attach to the NI named by `NI_SOCKET` and wait until every NI of the partition has its
+    /// process attached (as `MPI_Init` does), for up to `NI_ATTACH_TIMEOUT` seconds (default
+    /// 60). This is what a program started by `nirun` calls.
     pub fn attach() -> Result<Ni> {
         let path = std::env::var_os("NI_SOCKET").ok_or(Error::NoSocket)?;
-        Ni::attach_path(Path::new(&path))
+        let ni = Ni::attach_path(Path::new(&path))?;
+        let secs = std::env::var("NI_ATTACH_TIMEOUT")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(60.0);
+        ni.wait_for_partition(Duration::from_secs_f64(secs))?;
+        Ok(ni)
     }
 
-    /// Attach to the NI whose vfio-user socket is `path`.
+    /// How many NIs of the partition have had a process attached since this one attached
+    /// (itself included).
+    pub fn peers_up(&self) -> u32 {
+        self.lock().sram_u32(ctrl::PEERS_UP).load(Ordering::Acquire)
+    }
+
+    /// Wait until every NI of the partition has a process attached.
+    pub fn wait_for_partition(&self, timeout: Duration) -> Result<()> {
+        let t = Instant::now();
+        while self.peers_up() < self.size {
+            if t.elapsed() > timeout {
+                return Err(Error::Timeout(timeout));
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        Ok(())
+    }
+
+    /// Attach to the NI whose vfio-user socket is `path`, without waiting for its peers.
     pub fn attach_path(path: &Path) -> Result<Ni> {
+        Ni::attach_transport(Box::new(vfio_user::Device::connect(path)?), &path.display().to_string())
+    }
+
+    fn attach_transport(mut dev: Box<dyn Transport>, name: &str) -> Result<Ni> {
         let attach_err = |reason: String| Error::Attach {
-            path: path.display().to_string(),
+            path: name.to_string(),
             reason,
         };
-        let mut dev = vfio_user::Device::connect(path)?;
-        let info = dev.region_info(pci::BAR0_REGION)?;
-        if info.size != ni_abi::lanai::BAR0_SIZE {
-            return Err(attach_err(format!(
-                "BAR0 is {:#x} bytes: not an NI",
-                info.size
-            )));
-        }
-        let fd = info
-            .fd
-            .ok_or_else(|| attach_err("BAR0 offers no SRAM file descriptor".into()))?;
-        let sram = Mem::map_fd(fd, info.offset, ni_abi::lanai::SRAM_SIZE as usize)?;
-
-        // Memory space and bus mastering, MSI-X on with the fast path's two vectors.
+        let sram = dev.map_sram()?;
+        // Memory space and bus mastering, then the fast path's two MSI-X vectors.
         let mut cmd = [0u8; 2];
-        dev.read(pci::CONFIG_REGION, 4, &mut cmd)?;
+        dev.region_read(pci::CONFIG_REGION, 4, &mut cmd)?;
         let cmd = u16::from_le_bytes(cmd) | 0x6;
-        dev.write(pci::CONFIG_REGION, 4, &cmd.to_le_bytes())?;
-        let mut ctl = [0u8; 2];
-        let msix_ctl = pci::CAP_MSIX as u64 + 2;
-        dev.read(pci::CONFIG_REGION, msix_ctl, &mut ctl)?;
-        let ctl = u16::from_le_bytes(ctl) | 0x8000;
-        dev.write(pci::CONFIG_REGION, msix_ctl, &ctl.to_le_bytes())?;
+        dev.region_write(pci::CONFIG_REGION, 4, &cmd.to_le_bytes())?;
         let cq_event = eventfd()?;
         let mq_event = eventfd()?;
-        const TRIGGER_EVENTFD: u32 = (1 << 2) | (1 << 5);
-        for (v, ev) in [(pci::vector::CQ, &cq_event), (pci::vector::MQ, &mq_event)] {
-            dev.write(
-                pci::BAR4_REGION,
-                pci::MSIX_TABLE_OFFSET + v as u64 * pci::MSIX_ENTRY_SIZE + 12,
-                &0u32.to_le_bytes(),
-            )?;
-            dev.set_irqs(
-                pci::MSIX_IRQ_INDEX,
-                TRIGGER_EVENTFD,
-                v as u32,
-                1,
-                &[ev.as_raw_fd()],
-            )?;
-        }
+        dev.enable_msix(&[
+            (pci::vector::CQ as u32, cq_event.as_raw_fd()),
+            (pci::vector::MQ as u32, mq_event.as_raw_fd()),
+        ])?;
 
         // The fabric publishes the control page once it has seen this attach.
         let ctl_word = |off: u64| {
@@ -368,7 +372,7 @@ impl Ni {
         let am = Mem::alloc(AM_SLOTS as usize * AM_SLOT as usize)?;
         let bounce = Mem::alloc(BOUNCE)?;
         for m in [&cq, &am, &bounce] {
-            dev.dma_map(m.fd(), 0, m.iova(), m.len() as u64)?;
+            dev.dma_map(m)?;
         }
         let inner = Inner {
             dev,
@@ -449,7 +453,7 @@ impl Ni {
         let mem = Mem::alloc(len)?;
         let key = {
             let mut i = self.lock();
-            i.dev.dma_map(mem.fd(), 0, mem.iova(), mem.len() as u64)?;
+            i.dev.dma_map(&mem)?;
             let key = i.next_key;
             i.next_key += 1;
             key
@@ -764,9 +768,9 @@ impl Ni {
         let mut s = [0u8; 8];
         let mut a = [0u8; 8];
         i.dev
-            .read(pci::BAR0_REGION, fp::PAGE + fp::IR_STATUS, &mut s)?;
+            .region_read(pci::BAR0_REGION, fp::PAGE + fp::IR_STATUS, &mut s)?;
         i.dev
-            .read(pci::BAR0_REGION, fp::PAGE + fp::MSG_ADDR, &mut a)?;
+            .region_read(pci::BAR0_REGION, fp::PAGE + fp::MSG_ADDR, &mut a)?;
         Ok((u64::from_le_bytes(s), u64::from_le_bytes(a)))
     }
 
@@ -775,7 +779,7 @@ impl Ni {
         let v = (enable as u64 * fp::IR_ENABLE) | (clear & (fp::MSG_ADDR_VALID | fp::MSG_MULTIPLE));
         self.lock()
             .dev
-            .write(pci::BAR0_REGION, fp::PAGE + fp::IR_STATUS, &v.to_le_bytes())
+            .region_write(pci::BAR0_REGION, fp::PAGE + fp::IR_STATUS, &v.to_le_bytes())
     }
 
     /// Wait up to `timeout` for the message-queue threshold interrupt. Returns whether it came.

@@ -13,6 +13,8 @@ use std::path::Path;
 
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
+use crate::mem::Mem;
+use crate::transport::Transport;
 use crate::Error;
 
 const VERSION: u16 = 1;
@@ -133,7 +135,7 @@ impl Device {
         let size = u32::from_le_bytes(rh[4..8].try_into().unwrap()) as usize;
         let flags = u32::from_le_bytes(rh[8..12].try_into().unwrap());
         let errno = u32::from_le_bytes(rh[12..16].try_into().unwrap());
-        if size < HEADER || size > HEADER + (64 << 20) {
+        if !(HEADER..=HEADER + (64 << 20)).contains(&size) {
             return Err(self.io_err(command, format!("reply of {size} bytes")));
         }
         let mut body = vec![0u8; size - HEADER];
@@ -148,7 +150,7 @@ impl Device {
         Ok((body, files))
     }
 
-    pub fn region_info(&mut self, index: u32) -> Result<RegionInfo, Error> {
+    fn region_info(&mut self, index: u32) -> Result<RegionInfo, Error> {
         let mut p = Vec::new();
         p.extend_from_slice(&(32u32 + 256).to_le_bytes()); // argsz: room for capabilities
         p.extend_from_slice(&0u32.to_le_bytes());
@@ -166,7 +168,7 @@ impl Device {
         })
     }
 
-    pub fn read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Error> {
+    fn read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Error> {
         let mut p = Vec::new();
         p.extend_from_slice(&offset.to_le_bytes());
         p.extend_from_slice(&region.to_le_bytes());
@@ -179,7 +181,7 @@ impl Device {
         Ok(())
     }
 
-    pub fn write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), Error> {
+    fn write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), Error> {
         let mut p = Vec::new();
         p.extend_from_slice(&offset.to_le_bytes());
         p.extend_from_slice(&region.to_le_bytes());
@@ -188,7 +190,7 @@ impl Device {
         self.call(REGION_WRITE, &p, &[]).map(|_| ())
     }
 
-    pub fn dma_map(&mut self, fd: RawFd, offset: u64, iova: u64, size: u64) -> Result<(), Error> {
+    fn map(&mut self, fd: RawFd, offset: u64, iova: u64, size: u64) -> Result<(), Error> {
         let mut p = Vec::new();
         p.extend_from_slice(&32u32.to_le_bytes());
         p.extend_from_slice(&3u32.to_le_bytes()); // read | write
@@ -198,7 +200,7 @@ impl Device {
         self.call(DMA_MAP, &p, &[fd]).map(|_| ())
     }
 
-    pub fn dma_unmap(&mut self, iova: u64, size: u64) -> Result<(), Error> {
+    fn unmap(&mut self, iova: u64, size: u64) -> Result<(), Error> {
         let mut p = Vec::new();
         p.extend_from_slice(&24u32.to_le_bytes());
         p.extend_from_slice(&0u32.to_le_bytes());
@@ -222,5 +224,55 @@ impl Device {
         p.extend_from_slice(&start.to_le_bytes());
         p.extend_from_slice(&count.to_le_bytes());
         self.call(SET_IRQS, &p, fds).map(|_| ())
+    }
+}
+
+impl Transport for Device {
+    fn map_sram(&mut self) -> Result<Mem, Error> {
+        let info = self.region_info(ni_abi::pci::BAR0_REGION)?;
+        if info.size != ni_abi::lanai::BAR0_SIZE {
+            return Err(Error::Device(format!("BAR0 is {:#x} bytes: not an NI", info.size)));
+        }
+        let fd = info
+            .fd
+            .ok_or_else(|| Error::Device("BAR0 offers no SRAM file descriptor".into()))?;
+        Mem::map_fd(fd, info.offset, ni_abi::lanai::SRAM_SIZE as usize)
+    }
+
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Error> {
+        self.read(region, offset, data)
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), Error> {
+        self.write(region, offset, data)
+    }
+
+    fn dma_map(&mut self, mem: &Mem) -> Result<(), Error> {
+        self.map(mem.fd(), 0, mem.iova(), mem.len() as u64)
+    }
+
+    fn dma_unmap(&mut self, iova: u64, len: u64) -> Result<(), Error> {
+        self.unmap(iova, len)
+    }
+
+    /// Over vfio-user the client programs MSI-X itself: the enable bit in config space, the
+    /// vectors' mask bits in the table, and one eventfd per vector.
+    fn enable_msix(&mut self, vectors: &[(u32, RawFd)]) -> Result<(), Error> {
+        use ni_abi::pci;
+        let mut ctl = [0u8; 2];
+        let msix_ctl = pci::CAP_MSIX as u64 + 2;
+        self.read(pci::CONFIG_REGION, msix_ctl, &mut ctl)?;
+        let ctl = u16::from_le_bytes(ctl) | 0x8000;
+        self.write(pci::CONFIG_REGION, msix_ctl, &ctl.to_le_bytes())?;
+        const TRIGGER_EVENTFD: u32 = (1 << 2) | (1 << 5);
+        for &(v, fd) in vectors {
+            self.write(
+                pci::BAR4_REGION,
+                pci::MSIX_TABLE_OFFSET + v as u64 * pci::MSIX_ENTRY_SIZE + 12,
+                &0u32.to_le_bytes(),
+            )?;
+            self.set_irqs(pci::MSIX_IRQ_INDEX, TRIGGER_EVENTFD, v, 1, &[fd])?;
+        }
+        Ok(())
     }
 }

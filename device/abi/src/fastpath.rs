@@ -26,6 +26,10 @@ pub mod ctrl {
     /// Device writes: changes whenever the NI is reset under the client (its pending
     /// requests are then gone and it must attach again).
     pub const EPOCH: u64 = 0x018;
+    /// Device writes: how many NIs of the partition have had a client attached since this
+    /// one's client attached (itself included; sticky, so a peer that already left still
+    /// counts). `Ni::attach` waits for it to reach SIZE, as MPI_Init waits for every rank.
+    pub const PEERS_UP: u64 = 0x01C;
     /// Client writes: requests published (free-running count).
     pub const SQ_TAIL: u64 = 0x040;
     /// Device writes: requests consumed (free-running count).

@@ -149,10 +149,14 @@ impl State {
 
     /// One pass over every NI. Returns whether anything was done.
     pub fn poll_once(&mut self) -> bool {
-        let mut work = false;
+        let mut changed = false;
         for i in 0..self.nodes.len() {
-            work |= self.sync_generation(i);
+            changed |= self.sync_generation(i);
         }
+        if changed {
+            self.publish_peers_up();
+        }
+        let mut work = changed;
         for i in 0..self.nodes.len() {
             if !self.nodes[i].live {
                 continue;
@@ -216,6 +220,27 @@ impl State {
         let mut ni = lock(&self.slots[i].ni);
         ni.rank = rank;
         ni.size = size;
+    }
+
+    /// Tell every live NI how many members of its partition have been attached since it
+    /// attached. Sticky, so a peer that attached and already finished still counts: a
+    /// program whose ranks start together sees them all, however quickly one leaves.
+    fn publish_peers_up(&mut self) {
+        let parts: Vec<Vec<u32>> = self.partitions.list().map(|p| p.nodes.clone()).collect();
+        for members in parts {
+            let live: Vec<u32> = members
+                .iter()
+                .copied()
+                .filter(|&n| self.nodes[n as usize].live)
+                .collect();
+            for &n in &live {
+                let node = &mut self.nodes[n as usize];
+                node.seen.extend(live.iter().copied());
+                if let Some(sram) = node.live_sram() {
+                    sram.store_u32(ctrl::PEERS_UP, node.seen.len() as u32);
+                }
+            }
+        }
     }
 
     /// Take up to a batch of requests from NI `i`'s submission ring.

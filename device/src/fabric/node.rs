@@ -91,6 +91,8 @@ pub struct Node {
     pub am_waiting: VecDeque<PendingAm>,
     /// This NI's own requests still waiting in the fabric.
     pub outstanding: usize,
+    /// Partition members seen attached since this NI's client attached (for PEERS_UP).
+    pub seen: std::collections::BTreeSet<u32>,
     pub counters: FabricCounters,
 }
 
@@ -113,6 +115,7 @@ impl Node {
             unexpected: VecDeque::new(),
             am_waiting: VecDeque::new(),
             outstanding: 0,
+            seen: Default::default(),
             counters: FabricCounters::default(),
         }
     }

@@ -1,0 +1,23 @@
+//! How libni reaches its NI: the device's regions, DMA mappings and interrupts.
+//!
+//! Host processes reach the daemon over vfio-user ([`crate::vfio_user::Device`]); a guest's
+//! processes reach the same device model through the kernel's VFIO. Everything above this
+//! trait — the fast path, the API — is the same for both.
+
+use std::os::fd::RawFd;
+
+use crate::mem::Mem;
+use crate::Result;
+
+pub(crate) trait Transport: Send {
+    /// Map the NI's SRAM (BAR0's first 8 MiB) into this process.
+    fn map_sram(&mut self) -> Result<Mem>;
+    /// A trapped read of a region (VFIO region index: BAR0 = 0, config = 7, ...).
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<()>;
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<()>;
+    /// Let the NI reach `mem` at IOVA = its address in this process.
+    fn dma_map(&mut self, mem: &Mem) -> Result<()>;
+    fn dma_unmap(&mut self, iova: u64, len: u64) -> Result<()>;
+    /// Enable MSI-X and deliver each `(vector, eventfd)`.
+    fn enable_msix(&mut self, vectors: &[(u32, RawFd)]) -> Result<()>;
+}
