@@ -7,6 +7,14 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "host packages the tests use (from bookworm)"
+need=()
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v gcc >/dev/null || need+=(gcc)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get install -y -t bookworm "${need[@]}"
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -77,6 +77,13 @@ counters! {
     mq_rejected,
     /// Threshold hits: Sig set, IR_STATUS latched.
     mq_threshold,
+    /// CM-5 combines (scans, reductions, network-done) this NI joined; network-dones done.
+    combines,
+    network_done,
+    /// Vector collectives joined, and the bytes of this NI's contribution.
+    collectives,
+    collective_bytes,
+    sync_globals,
     completions,
     /// Completions held back because the client's ring was full (none is dropped).
     cq_full_waits,
@@ -94,6 +101,10 @@ counters! {
     err_bad_descriptor,
     err_no_handler_ring,
     err_cancelled,
+    err_collision,
+    err_abstaining,
+    err_abstain_changed,
+    err_timeout,
     /// The client published more requests than the ring holds.
     sq_overruns,
     /// Completions that could not be written (no ring set up, ring unmapped).

@@ -28,6 +28,8 @@ pub struct ConfigFile {
     /// `[[partition]]` tables with `name` and `nodes`; default: one partition of all NIs.
     #[serde(default)]
     pub partition: Vec<PartitionConfig>,
+    /// How long a collective may wait for its last member before it fails everywhere.
+    pub collective_timeout_secs: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,6 +112,7 @@ impl Daemon {
         run_dir: &Path,
         nodes: u32,
         partitions: &[PartitionConfig],
+        collective_timeout: std::time::Duration,
     ) -> Result<Arc<Daemon>> {
         if nodes == 0 || nodes > MAX_NODES {
             bail!("--nodes must be between 1 and {MAX_NODES}, not {nodes}");
@@ -140,7 +143,12 @@ impl Daemon {
             listeners.push(bind_fresh(&socket_path(&run_dir, i), 0o600)?);
         }
         let control = bind_fresh(&control_path(&run_dir), 0o600)?;
-        let fabric = Arc::new(Fabric::new(doorbell, slots.clone(), partitions));
+        let fabric = Arc::new(Fabric::new(
+            doorbell,
+            slots.clone(),
+            partitions,
+            collective_timeout,
+        ));
         let daemon = Arc::new(Daemon {
             run_dir,
             slots,

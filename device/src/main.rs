@@ -19,9 +19,14 @@ struct Args {
     /// `run_dir`, or $XDG_RUNTIME_DIR/ni, or /tmp/ni-$UID].
     #[arg(long)]
     run_dir: Option<PathBuf>,
-    /// TOML config file with `nodes = N` and `run_dir = "DIR"`.
+    /// TOML config file: `nodes = N`, `run_dir = "DIR"`, `collective_timeout_secs = S`,
+    /// and `[[partition]]` tables with `name` and `nodes = [..]`.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Seconds a collective may wait for its last member before it fails on every member
+    /// [default: 30, or the config file's `collective_timeout_secs`].
+    #[arg(long)]
+    collective_timeout: Option<f64>,
 }
 
 fn default_run_dir() -> PathBuf {
@@ -60,7 +65,12 @@ fn main() -> Result<()> {
     signals.add(Signal::SIGTERM);
     signals.thread_block().context("blocking signals")?;
 
-    let daemon = Daemon::start(&run_dir, nodes, &file.partition)?;
+    let timeout = args
+        .collective_timeout
+        .or(file.collective_timeout_secs)
+        .map(std::time::Duration::from_secs_f64)
+        .unwrap_or(ni_device::fabric::collective::DEFAULT_TIMEOUT);
+    let daemon = Daemon::start(&run_dir, nodes, &file.partition, timeout)?;
     let sig = signals.wait().context("waiting for a signal")?;
     tracing::info!("{sig:?}: shutting down");
     daemon.cleanup();

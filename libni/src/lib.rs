@@ -31,6 +31,7 @@
 pub mod capi;
 mod mem;
 mod transport;
+mod vfio;
 mod vfio_user;
 
 use std::collections::{HashMap, HashSet};
@@ -95,6 +96,11 @@ fn op_name(opcode: u8) -> &'static str {
         op::REG_MR => "register",
         op::CQ_SETUP => "completion ring setup",
         op::AM_SETUP => "active-message ring setup",
+        op::COMBINE => "combine",
+        op::COLLECTIVE => "collective",
+        op::SYNC_GLOBAL => "sync global",
+        op::COM_FLUSH => "combine flush",
+        op::COM_CONTROL => "participation change",
         _ => "request",
     }
 }
@@ -163,11 +169,15 @@ struct Inner {
     handlers: HashMap<u64, Handler>,
     /// Active messages that arrived before a handler was registered.
     am_pending: Vec<(u64, u32, Vec<u8>)>,
+    /// Times the asynchronous global OR rose (with `GLOBAL_REC_IE`).
+    global_rises: u64,
 }
 
 /// One attached NI.
 pub struct Ni {
     inner: Arc<Mutex<Inner>>,
+    /// Held while the shared bounce buffer carries a request's payload.
+    bounce: Mutex<()>,
     cq_event: File,
     mq_event: File,
     rank: u32,
@@ -260,6 +270,8 @@ impl Inner {
             n += 1;
             if c.opcode == op::AM_ARRIVED {
                 self.run_handler(&c);
+            } else if c.opcode == op::GLOBAL_REC {
+                self.global_rises += 1;
             } else if !self.ignored.remove(&c.user) {
                 self.done.insert(c.user, c);
             }
@@ -284,17 +296,24 @@ impl Inner {
 }
 
 impl Ni {
-    /// Attach to the NI named by `NI_SOCKET` and wait until every NI of the partition has its
-    /// process attached (as `MPI_Init` does), for up to `NI_ATTACH_TIMEOUT` seconds (default
-    /// 60). This is what a program started by `nirun` calls.
+    /// Attach to the NI named by `NI_SOCKET` (unset: this machine's NI PCI function through
+    /// VFIO, see [`Ni::attach_pci`]), wait until every NI of the partition has its process
+    /// attached (for up to `NI_ATTACH_TIMEOUT` seconds, default 60), and end with a barrier,
+    /// as `MPI_Init` does. This is what a program started by `nirun` calls.
     pub fn attach() -> Result<Ni> {
-        let path = std::env::var_os("NI_SOCKET").ok_or(Error::NoSocket)?;
-        let ni = Ni::attach_path(Path::new(&path))?;
+        let ni = match std::env::var_os("NI_SOCKET") {
+            Some(path) => Ni::attach_path(Path::new(&path))?,
+            // No socket: in a guest the NI is a PCI function, driven through VFIO.
+            None => Ni::attach_pci(&vfio::find().ok_or(Error::NoSocket)?)?,
+        };
         let secs = std::env::var("NI_ATTACH_TIMEOUT")
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
             .unwrap_or(60.0);
         ni.wait_for_partition(Duration::from_secs_f64(secs))?;
+        // Everyone has joined the control network once this returns, so no combine can
+        // complete without a member that is still starting up.
+        ni.barrier()?;
         Ok(ni)
     }
 
@@ -319,6 +338,14 @@ impl Ni {
     /// Attach to the NI whose vfio-user socket is `path`, without waiting for its peers.
     pub fn attach_path(path: &Path) -> Result<Ni> {
         Ni::attach_transport(Box::new(vfio_user::Device::connect(path)?), &path.display().to_string())
+    }
+
+    /// Attach to the NI that is PCI function `addr` of this machine (e.g. `0000:01:00.0`)
+    /// through VFIO, binding it to `vfio-pci` if needed, without waiting for its peers.
+    /// [`Ni::attach`] uses this when `NI_SOCKET` is unset (`NI_PCI` names the function,
+    /// default: the first NI found).
+    pub fn attach_pci(addr: &str) -> Result<Ni> {
+        Ni::attach_transport(Box::new(vfio::Device::open(addr)?), &format!("PCI {addr}"))
     }
 
     fn attach_transport(mut dev: Box<dyn Transport>, name: &str) -> Result<Ni> {
@@ -392,9 +419,11 @@ impl Ni {
             ignored: HashSet::new(),
             handlers: HashMap::new(),
             am_pending: Vec::new(),
+            global_rises: 0,
         };
         let ni = Ni {
             inner: Arc::new(Mutex::new(inner)),
+            bounce: Mutex::new(()),
             cq_event,
             mq_event,
             rank,
@@ -422,6 +451,9 @@ impl Ni {
         };
         let o = ni.start(r)?;
         ni.wait(o)?;
+        // Take part in the control network (the NI comes out of reset abstaining from
+        // everything, as the CM-5's does; CMNA_participate_in does the same).
+        ni.set_participation(0)?;
         Ok(ni)
     }
 
@@ -713,6 +745,7 @@ impl Ni {
     /// MLINK ROP: run `handler` at `dest` on `payload` (up to 4032 bytes). Returns once the
     /// message is in the target's active-message ring.
     pub fn am_send(&self, dest: u32, handler: u64, payload: &[u8]) -> Result<()> {
+        let _b = self.bounce.lock().unwrap_or_else(|e| e.into_inner());
         if payload.len() as u64 > AM_MAX_PAYLOAD {
             return Err(Error::BadArgument(format!(
                 "active-message payload of {} bytes exceeds {AM_MAX_PAYLOAD}",
@@ -738,6 +771,7 @@ impl Ni {
 
     /// T3E SEND: one 64-byte message into `dest`'s queue at `mq`.
     pub fn mq_send(&self, dest: u32, mq: MqAddr, msg: &[u8; 64]) -> Result<MqOutcome> {
+        let _b = self.bounce.lock().unwrap_or_else(|e| e.into_inner());
         let addr = {
             let i = self.lock();
             i.bounce.write_at(0, msg);
@@ -801,6 +835,278 @@ impl Ni {
         q.word()
             .store(mqcw::make(false, 1, limit, threshold), Ordering::SeqCst);
         Ok(q)
+    }
+}
+
+/// Element types of vector collectives.
+pub trait Elem: Copy + Default + 'static {
+    const DTYPE: u32;
+    const SIZE: usize;
+}
+
+macro_rules! elem {
+    ($t:ty, $d:ident) => {
+        impl Elem for $t {
+            const DTYPE: u32 = ni_abi::fastpath::dtype::$d;
+            const SIZE: usize = std::mem::size_of::<$t>();
+        }
+    };
+}
+elem!(i32, I32);
+elem!(u32, U32);
+elem!(i64, I64);
+elem!(u64, U64);
+elem!(f32, F32);
+elem!(f64, F64);
+
+/// Reduction operators. Floats take `Sum`, `Prod`, `Min`, `Max`; the bitwise ones are for
+/// integers. The CM-5 combiners map onto them (ADD and UADD are `Sum` on signed and unsigned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum = 0,
+    Prod = 1,
+    Min = 2,
+    Max = 3,
+    And = 4,
+    Or = 5,
+    Xor = 6,
+}
+
+/// CM-5 combine patterns (§4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    ScanBackward = 1,
+    ScanForward = 2,
+    Reduce = 3,
+}
+
+/// CM-5 combiners (§4.2): no AND, MIN or unsigned max exist on the CM-5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combiner {
+    Or = 0,
+    Add = 1,
+    Xor = 2,
+    Uadd = 3,
+    Max = 4,
+}
+
+/// What a CM-5 combine gave this member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CombineResult {
+    /// `None` for an abstainer's scan (it gets no result).
+    pub words: Option<Vec<u32>>,
+    /// `com_scan_overflow`: the exact sum does not fit the words.
+    pub overflow: bool,
+}
+
+pub use ni_abi::fastpath::participation;
+
+/// A vector-collective request.
+fn coll_request(kind: u8, dtype: u32, op: ReduceOp, root: u32, send: u64, recv: u64, count: usize) -> Request {
+    Request {
+        opcode: op::COLLECTIVE,
+        flags: kind,
+        access: dtype | (op as u32) << 8,
+        rank: root,
+        addr: send,
+        tag: recv,
+        len: count as u64,
+        ..Default::default()
+    }
+}
+
+impl Ni {
+    fn span<T: Elem>(r: &Region, offset: usize, count: usize) -> Result<u64> {
+        let bytes = count
+            .checked_mul(T::SIZE)
+            .and_then(|b| b.checked_add(offset))
+            .ok_or_else(|| Error::BadArgument("count overflows".into()))?;
+        if bytes > r.len() {
+            return Err(Error::BadArgument(format!(
+                "{count} elements at byte {offset} do not fit the {}-byte region",
+                r.len()
+            )));
+        }
+        Ok(r.iova() + offset as u64)
+    }
+
+    /// Barrier over the partition, done in the network.
+    pub fn barrier(&self) -> Result<()> {
+        let o = self.ibarrier()?;
+        self.wait(o).map(|_| ())
+    }
+
+    pub fn ibarrier(&self) -> Result<Op> {
+        self.start(coll_request(ni_abi::fastpath::coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))
+    }
+
+    /// Every member's `buf[offset..]` (`count` elements) gets `root`'s.
+    pub fn broadcast<T: Elem>(&self, root: u32, buf: &Region, offset: usize, count: usize) -> Result<()> {
+        let o = self.ibroadcast::<T>(root, buf, offset, count)?;
+        self.wait(o).map(|_| ())
+    }
+
+    pub fn ibroadcast<T: Elem>(&self, root: u32, buf: &Region, offset: usize, count: usize) -> Result<Op> {
+        let a = Self::span::<T>(buf, offset, count)?;
+        self.start(coll_request(ni_abi::fastpath::coll::BCAST, T::DTYPE, ReduceOp::Sum, root, a, a, count))
+    }
+
+    /// Reduce `count` elements of every member's `send` into `root`'s `recv`, in rank order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce<T: Elem>(&self, root: u32, op: ReduceOp, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<()> {
+        let s = Self::span::<T>(send, send_off, count)?;
+        let r = Self::span::<T>(recv, recv_off, count)?;
+        let o = self.start(coll_request(ni_abi::fastpath::coll::REDUCE, T::DTYPE, op, root, s, r, count))?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// Every member gets the reduction of all members' `send` in its `recv` (may be the same
+    /// place). Combined in rank order, so every member gets the same bits.
+    pub fn allreduce<T: Elem>(&self, op: ReduceOp, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<()> {
+        let o = self.iallreduce::<T>(op, send, send_off, recv, recv_off, count)?;
+        self.wait(o).map(|_| ())
+    }
+
+    pub fn iallreduce<T: Elem>(&self, op: ReduceOp, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<Op> {
+        let s = Self::span::<T>(send, send_off, count)?;
+        let r = Self::span::<T>(recv, recv_off, count)?;
+        self.start(coll_request(ni_abi::fastpath::coll::ALLREDUCE, T::DTYPE, op, 0, s, r, count))
+    }
+
+    /// Prefix reduction: inclusive (member i gets ranks 0..=i) or exclusive (0..i; rank 0
+    /// gets the identity).
+    #[allow(clippy::too_many_arguments)]
+    pub fn scan<T: Elem>(&self, op: ReduceOp, inclusive: bool, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<()> {
+        let s = Self::span::<T>(send, send_off, count)?;
+        let r = Self::span::<T>(recv, recv_off, count)?;
+        let kind = if inclusive { ni_abi::fastpath::coll::SCAN } else { ni_abi::fastpath::coll::EXSCAN };
+        let o = self.start(coll_request(kind, T::DTYPE, op, 0, s, r, count))?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// Every member's `recv` gets all members' `count` elements, in rank order.
+    pub fn allgather<T: Elem>(&self, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<()> {
+        let s = Self::span::<T>(send, send_off, count)?;
+        let r = Self::span::<T>(recv, recv_off, count * self.size as usize)?;
+        let o = self.start(coll_request(ni_abi::fastpath::coll::ALLGATHER, T::DTYPE, ReduceOp::Sum, 0, s, r, count))?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// Start a collective on raw addresses (the C ABI and tests use it).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn icollective_raw(&self, kind: u8, dtype: u32, op: ReduceOp, root: u32, send: u64, recv: u64, count: usize) -> Result<Op> {
+        self.start(coll_request(kind, dtype, op, root, send, recv, count))
+    }
+
+    /// CM-5 combine of 1-5 words (adds: least significant word first; MAX: most first).
+    pub fn combine(&self, pattern: Pattern, combiner: Combiner, words: &[u32], scan_start: bool) -> Result<CombineResult> {
+        self.combine_raw(pattern as u8, combiner as u32, words, scan_start, false)
+    }
+
+    /// An abstainer (COM `rec_abstain`, `reduce_rec_abstain` clear) takes the next
+    /// reduction result of `len` words without contributing, as the CM-5's PM does.
+    pub fn combine_receive(&self, len: usize) -> Result<CombineResult> {
+        self.combine_raw(Pattern::Reduce as u8, Combiner::Or as u32, &vec![0; len], false, true)
+    }
+
+    /// Network-done: completes on every member once all non-abstainers have sent it and
+    /// every message sent in the partition has been received.
+    pub fn network_done(&self) -> Result<()> {
+        self.combine_raw(0, 5, &[0], false, false).map(|_| ())
+    }
+
+    fn combine_raw(&self, pattern: u8, combiner: u32, words: &[u32], scan_start: bool, receive_only: bool) -> Result<CombineResult> {
+        use ni_abi::fastpath::combine as c;
+        if words.is_empty() || words.len() > c::MAX_WORDS as usize {
+            return Err(Error::BadArgument(format!("a combine takes 1 to 5 words, not {}", words.len())));
+        }
+        let _b = self.bounce.lock().unwrap_or_else(|e| e.into_inner());
+        let addr = {
+            let i = self.lock();
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            i.bounce.write_at(0, &bytes);
+            i.bounce.iova()
+        };
+        let mut flags = pattern;
+        if scan_start {
+            flags |= c::SCAN_START;
+        }
+        if receive_only {
+            flags |= c::RECEIVE_ONLY;
+        }
+        let o = self.start(Request {
+            opcode: op::COMBINE,
+            flags,
+            access: combiner,
+            addr,
+            len: words.len() as u64,
+            ..Default::default()
+        })?;
+        let d = self.wait(o)?;
+        let has = d.aux & c::HAS_RESULT != 0;
+        let result = has.then(|| {
+            let i = self.lock();
+            let mut b = vec![0u8; words.len() * 4];
+            i.bounce.read_at(0, &mut b);
+            b.chunks_exact(4).map(|x| u32::from_le_bytes(x.try_into().unwrap())).collect()
+        });
+        Ok(CombineResult {
+            words: result,
+            overflow: d.aux & c::OVERFLOW != 0,
+        })
+    }
+
+    /// CM-5 synchronous global: a barrier that returns the OR of every member's bit.
+    pub fn sync_global(&self, bit: bool) -> Result<bool> {
+        let o = self.start(Request {
+            opcode: op::SYNC_GLOBAL,
+            tag: bit as u64,
+            ..Default::default()
+        })?;
+        self.wait(o).map(|d| d.tag & 1 != 0)
+    }
+
+    /// CM-5 asynchronous global: set this member's bit; `global_rec` follows the OR.
+    pub fn set_async_global(&self, bit: bool) -> Result<()> {
+        let o = self.start(Request {
+            opcode: op::ASYNC_GLOBAL,
+            tag: bit as u64,
+            ..Default::default()
+        })?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// How often the asynchronous global OR rose from 0 to 1 while `GLOBAL_REC_IE` was set
+    /// (the CM-5's Green `global rec` interrupt), as seen by `progress`.
+    pub fn global_rises(&self) -> Result<u64> {
+        let mut i = self.lock();
+        i.progress()?;
+        Ok(i.global_rises)
+    }
+
+    /// The asynchronous global OR of the partition, as the NI last published it.
+    pub fn global_rec(&self) -> bool {
+        self.lock().sram_u32(ctrl::GLOBAL_REC).load(Ordering::Acquire) != 0
+    }
+
+    /// Set the control-network participation (abstain) flags: `participation::*`.
+    pub fn set_participation(&self, flags: u32) -> Result<()> {
+        let o = self.start(Request {
+            opcode: op::COM_CONTROL,
+            access: flags,
+            ..Default::default()
+        })?;
+        self.wait(o).map(|_| ())
+    }
+
+    /// Combine flush: every member calls it; clears a collision.
+    pub fn combine_flush(&self) -> Result<()> {
+        let o = self.start(Request {
+            opcode: op::COM_FLUSH,
+            ..Default::default()
+        })?;
+        self.wait(o).map(|_| ())
     }
 }
 

@@ -43,6 +43,8 @@ pub mod ctrl {
     pub const CQ_ARM: u64 = 0x140;
     /// Client writes: active-message slots consumed (free-running count).
     pub const AM_HEAD: u64 = 0x180;
+    /// Device writes: the asynchronous global OR of the partition (`global_rec`).
+    pub const GLOBAL_REC: u64 = 0x1C0;
 }
 
 /// The submission ring in SRAM.
@@ -84,8 +86,98 @@ pub mod op {
     pub const RESET: u8 = 0x24;
     /// T3E SEND of one 64-byte message into a remote message queue.
     pub const MQ_SEND: u8 = 0x30;
+    /// CM-5 combine (scan, reduce, network-done) of 1-5 words at `addr`; the result is
+    /// written back over them. `flags`: `combine::*`; `access`: the combiner; `len`: words.
+    pub const COMBINE: u8 = 0x40;
+    /// Vector collective. `flags`: `coll::*` kind; `access`: dtype | op << 8; `rank`: root;
+    /// `addr`: send (or, for BCAST, the data) buffer; `tag`: receive buffer; `len`: elements.
+    pub const COLLECTIVE: u8 = 0x41;
+    /// CM-5 synchronous global: a barrier returning the OR of the members' bits (`tag` bit 0).
+    pub const SYNC_GLOBAL: u8 = 0x42;
+    /// CM-5 asynchronous global: set this NI's `global_send` bit (`tag` bit 0).
+    pub const ASYNC_GLOBAL: u8 = 0x43;
+    /// Set the control-network participation flags (`access`: `participation::*`).
+    pub const COM_CONTROL: u8 = 0x44;
+    /// Combine flush: every member sends it; clears a collision.
+    pub const COM_FLUSH: u8 = 0x45;
     /// Completion-only: an active message arrived (`tag` = handler, `aux` = slot).
     pub const AM_ARRIVED: u8 = 0x80;
+    /// Completion-only: the asynchronous global OR rose from 0 to 1 (`GLOBAL_REC_IE`).
+    pub const GLOBAL_REC: u8 = 0x81;
+}
+
+/// `flags` of a COMBINE request.
+pub mod combine {
+    /// Bits 1:0: 0 network-done, 1 scan backward, 2 scan forward, 3 reduce (CM-5 encoding).
+    pub const PATTERN_MASK: u8 = 0x3;
+    /// `ni_scan_start`, latched with the request: this member starts a segment.
+    pub const SCAN_START: u8 = 1 << 2;
+    /// An abstainer with `REDUCE_REC_ABSTAIN` clear takes the next reduction result.
+    pub const RECEIVE_ONLY: u8 = 1 << 3;
+    /// Completion `aux` bits.
+    pub const OVERFLOW: u64 = 1 << 0;
+    pub const HAS_RESULT: u64 = 1 << 1;
+    pub const MAX_WORDS: u64 = 5;
+}
+
+/// Kinds of vector collective (`flags` of a COLLECTIVE request).
+pub mod coll {
+    pub const BARRIER: u8 = 0;
+    pub const BCAST: u8 = 1;
+    pub const REDUCE: u8 = 2;
+    pub const ALLREDUCE: u8 = 3;
+    /// Inclusive prefix.
+    pub const SCAN: u8 = 4;
+    /// Exclusive prefix; rank 0 gets the identity.
+    pub const EXSCAN: u8 = 5;
+    pub const ALLGATHER: u8 = 6;
+}
+
+/// Element types of vector collectives (`access` bits 7:0).
+pub mod dtype {
+    pub const I32: u32 = 0;
+    pub const U32: u32 = 1;
+    pub const I64: u32 = 2;
+    pub const U64: u32 = 3;
+    pub const F32: u32 = 4;
+    pub const F64: u32 = 5;
+
+    pub const fn size(d: u32) -> Option<u64> {
+        match d {
+            I32 | U32 | F32 => Some(4),
+            I64 | U64 | F64 => Some(8),
+            _ => None,
+        }
+    }
+}
+
+/// Reduction operators of vector collectives (`access` bits 15:8).
+pub mod redop {
+    pub const SUM: u32 = 0;
+    pub const PROD: u32 = 1;
+    pub const MIN: u32 = 2;
+    pub const MAX: u32 = 3;
+    /// Bitwise: integer types only.
+    pub const AND: u32 = 4;
+    pub const OR: u32 = 5;
+    pub const XOR: u32 = 6;
+}
+
+/// Control-network participation (COM_CONTROL `access`), as the CM-5's abstain flags.
+/// After an NI reset every abstain flag is set (§6.10); libni clears them when it attaches.
+pub mod participation {
+    /// COM `rec_abstain`: contribute the identity, get no scan result, may not send.
+    pub const COM_REC_ABSTAIN: u32 = 1 << 0;
+    /// COM `reduce_rec_abstain`: an abstainer also gets no reduction result.
+    pub const REDUCE_REC_ABSTAIN: u32 = 1 << 1;
+    /// BC `rec_abstain`: receive no broadcasts.
+    pub const BC_REC_ABSTAIN: u32 = 1 << 2;
+    /// `ni_sync_global_abstain`.
+    pub const SYNC_GLOBAL_ABSTAIN: u32 = 1 << 3;
+    /// `global_rec_ie`: a GLOBAL_REC completion when the async global OR rises.
+    pub const GLOBAL_REC_IE: u32 = 1 << 4;
+    pub const RESET: u32 = COM_REC_ABSTAIN | REDUCE_REC_ABSTAIN | BC_REC_ABSTAIN | SYNC_GLOBAL_ABSTAIN;
+    pub const ALL: u32 = 0x1F;
 }
 
 /// Remote access granted by `REG_MR`.
@@ -130,6 +222,15 @@ pub enum Status {
     NoHandlerRing = 12,
     /// Cancelled: this NI was reset or its partition changed.
     Cancelled = 13,
+    /// Two different collective operations met in one round (`bc_or_com_collision`); CM-5
+    /// combines then fail until every member has sent a combine flush.
+    Collision = 14,
+    /// This NI abstains from the operation (or, for a flush, may not abstain).
+    Abstaining = 15,
+    /// Abstain flags changed while a combine was pending (`com_abstain_changed`): not applied.
+    AbstainChanged = 16,
+    /// A collective round did not complete within the daemon's collective timeout.
+    Timeout = 17,
 }
 
 impl Status {
@@ -150,6 +251,10 @@ impl Status {
             BadDescriptor,
             NoHandlerRing,
             Cancelled,
+            Collision,
+            Abstaining,
+            AbstainChanged,
+            Timeout,
         ]
         .into_iter()
         .find(|s| *s as u16 == v)
@@ -171,6 +276,10 @@ impl Status {
             Status::BadDescriptor => "malformed request",
             Status::NoHandlerRing => "target has no active-message ring",
             Status::Cancelled => "cancelled by a reset or partition change",
+            Status::Collision => "collision: members started different collective operations",
+            Status::Abstaining => "this NI abstains from that operation (or may not abstain from it)",
+            Status::AbstainChanged => "abstain flags changed while a combine was pending: not applied",
+            Status::Timeout => "collective timed out: a member never joined",
         }
     }
 }

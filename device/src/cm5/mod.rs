@@ -1,5 +1,7 @@
 //! The CM-5 NI register file (App. A) behind BAR2: user window and supervisor window.
 
+pub mod combine;
+
 use std::time::Instant;
 
 use ni_abi::cm5::{self, bad_address, cause, green, level};

@@ -6,6 +6,7 @@
 //! ring. It spins briefly when work stops, then yields, then sleeps until a doorbell, so a
 //! 2-core machine shared with the clients keeps running them.
 
+pub mod collective;
 pub mod mq;
 pub mod node;
 pub mod ops;
@@ -68,10 +69,19 @@ pub struct State {
     pub nodes: Vec<Node>,
     pub partitions: Partitions,
     slots: Vec<Arc<Slot>>,
+    /// Control-network state per partition (by name).
+    colls: std::collections::HashMap<String, collective::PartitionColl>,
+    /// How long a collective round may wait for its last member.
+    pub collective_timeout: Duration,
 }
 
 impl Fabric {
-    pub fn new(doorbell: Arc<Doorbell>, slots: Vec<Arc<Slot>>, partitions: Partitions) -> Fabric {
+    pub fn new(
+        doorbell: Arc<Doorbell>,
+        slots: Vec<Arc<Slot>>,
+        partitions: Partitions,
+        collective_timeout: Duration,
+    ) -> Fabric {
         let nodes = slots
             .iter()
             .enumerate()
@@ -82,6 +92,8 @@ impl Fabric {
                 nodes,
                 partitions,
                 slots,
+                colls: Default::default(),
+                collective_timeout,
             }),
             doorbell,
         }
@@ -165,7 +177,7 @@ impl State {
             work |= self.flush_completions(i);
             work |= self.flush_active_messages(i);
         }
-        work
+        work | self.poll_collectives()
     }
 
     /// Notice a reset, attach or detach of NI `i` (its generation moved) and act on it.

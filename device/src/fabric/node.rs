@@ -93,6 +93,8 @@ pub struct Node {
     pub outstanding: usize,
     /// Partition members seen attached since this NI's client attached (for PEERS_UP).
     pub seen: std::collections::BTreeSet<u32>,
+    /// Control-network participation flags (`participation::*`); all abstaining after reset.
+    pub participation: u32,
     pub counters: FabricCounters,
 }
 
@@ -116,6 +118,7 @@ impl Node {
             am_waiting: VecDeque::new(),
             outstanding: 0,
             seen: Default::default(),
+            participation: ni_abi::fastpath::participation::RESET,
             counters: FabricCounters::default(),
         }
     }

@@ -12,6 +12,7 @@ use ni_abi::fastpath::{
     ANY_RANK, MAX_CQ_ENTRIES, MAX_TRANSFER, MQ_MESSAGE,
 };
 
+use super::collective::Kind;
 use super::mq::{self, Arrival};
 use super::node::{Mr, PendingAm, PendingSend, PostedRecv, Ring};
 use super::State;
@@ -44,6 +45,12 @@ impl State {
             // reset_node); a client never gets it.
             op::RESET => Err(Status::Permission),
             op::MQ_SEND => self.mq_send(a, &r),
+            op::COMBINE => self.join(a, Kind::Combine, &r),
+            op::COLLECTIVE => self.join(a, Kind::Vector, &r),
+            op::SYNC_GLOBAL => self.join(a, Kind::Sync, &r),
+            op::COM_FLUSH => self.join(a, Kind::Flush, &r),
+            op::ASYNC_GLOBAL => self.async_global(a, &r),
+            op::COM_CONTROL => self.com_control(a, &r),
             _ => Err(Status::BadOpcode),
         };
         match result {
@@ -503,6 +510,10 @@ impl State {
     /// NI `x` lost its client or was reset: fail what others were waiting on it for, drop
     /// what it had sent that nobody took yet, and forget its state.
     pub(super) fn node_down(&mut self, x: usize) {
+        if self.nodes[x].live {
+            // Collectives need every member: fail what the partition had pending.
+            self.reset_partition_colls(x, Status::PeerDown);
+        }
         let waiting: Vec<PendingSend> = self.nodes[x].unexpected.drain(..).collect();
         let ams: Vec<PendingAm> = self.nodes[x].am_waiting.drain(..).collect();
         let was_live = self.nodes[x].live;
@@ -564,7 +575,7 @@ impl State {
 }
 
 /// The success completion of a request that finishes at once.
-fn done(r: &Request) -> Option<Completion> {
+pub(super) fn done(r: &Request) -> Option<Completion> {
     Some(Completion {
         opcode: r.opcode,
         status: Status::Ok as u16,
@@ -592,6 +603,10 @@ fn count_error(c: &mut crate::counters::FabricCounters, s: Status) {
         Status::BadDescriptor => &mut c.err_bad_descriptor,
         Status::NoHandlerRing => &mut c.err_no_handler_ring,
         Status::Cancelled => &mut c.err_cancelled,
+        Status::Collision => &mut c.err_collision,
+        Status::Abstaining => &mut c.err_abstaining,
+        Status::AbstainChanged => &mut c.err_abstain_changed,
+        Status::Timeout => &mut c.err_timeout,
     };
     *field += 1;
 }

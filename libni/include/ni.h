@@ -1,0 +1,367 @@
+/*
+ * ni.h — the C interface of libni: drive an emulated NI (served by ni-device) from user space.
+ *
+ * Link with libni.so (-lni) or libni.a (plus -lpthread -ldl -lm -lrt -lutil -lgcc_s); with
+ * pkg-config: `pkg-config --cflags --libs ni` (or `--static` for libni.a).
+ *
+ * Model
+ *   A process attaches to one NI (ni_attach: the socket named by NI_SOCKET, which `nirun`
+ *   sets) and gets its rank and the partition's size. Memory the NI may touch is allocated
+ *   with ni_alloc: a region registered under a key that peers name it by. Keys are handed out
+ *   in allocation order from 1 (regions and message queues alike), so processes of one
+ *   program that allocate the same things in the same order know each other's keys.
+ *   Transfers move bytes between regions: two-sided send/receive matched by tag,
+ *   one-sided put/get into/out of a peer's region, T3E message-queue sends of 64-byte
+ *   messages, and active messages that run a registered handler at the target.
+ *
+ * Conventions
+ *   - Every function returns int: NI_OK (0) on success, or a negative NI_E* code.
+ *     ni_strerror(code) describes a code; ni_last_error() gives the full message of the
+ *     calling thread's last failure (which operation, which rank, why).
+ *   - Every pointer argument is checked: NULL gives NI_EINVAL and nothing is done. The only
+ *     exceptions are out-parameters documented as "may be NULL" (then not written), `ctx` of
+ *     ni_am_register (passed through untouched) and `data` of ni_am_send when len is 0.
+ *   - Handle-returning functions set *out to NULL first, so it is NULL on any failure.
+ *   - Ranks are uint32_t and partition-relative; lengths and region offsets size_t; remote
+ *     offsets, tags and masks uint64_t; timeouts uint64_t nanoseconds.
+ *   - Blocking calls spin briefly, then yield, then sleep on the NI's interrupt.
+ *   - An ni_t and its regions may be used from several threads at once. An ni_mq_t's
+ *     ni_mq_take/ni_mq_set_head must not run concurrently on the same queue.
+ *   - No libni function lets a Rust panic escape: an internal bug shows up as NI_EINTERNAL.
+ *
+ * Errors
+ *   -1 .. -99 are the NI's completion statuses (code = -status, described as the device
+ *   describes them); -100 and below are library errors. A region range (offset, len)
+ *   outside the region is NI_EINVAL.
+ */
+#ifndef NI_H
+#define NI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Error codes ------------------------------------------------------------------------ */
+
+#define NI_OK 0
+/* -1 .. -99: completion statuses reported by the NI (code = -status). */
+#define NI_EPEERDOWN (-1)        /* the target NI has no client, or it went mid-operation */
+#define NI_EOUTOFPARTITION (-2)  /* the rank is not in this NI's partition */
+#define NI_ENOTREGISTERED (-3)   /* the local buffer is not memory mapped for the NI */
+#define NI_EBADKEY (-4)          /* remote key not registered, or lacks the access asked for */
+#define NI_EOUTOFBOUNDS (-5)     /* remote offset and length outside the registered region */
+#define NI_EQUEUEFULL (-6)       /* message queue full (Tail = Limit); see ni_mq_send */
+#define NI_EBADLENGTH (-7)       /* a zero, too large or overflowing length */
+#define NI_ETRUNCATED (-8)       /* a receive buffer too small: it holds the first bytes */
+#define NI_EPERM (-9)            /* reserved for the administrator (ni_reset_remote) */
+#define NI_EBADOPCODE (-10)      /* the NI does not know the request */
+#define NI_EBADDESCRIPTOR (-11)  /* a malformed request (e.g. an unaligned or bad MQCW) */
+#define NI_ENOHANDLERRING (-12)  /* the target has no active-message ring */
+#define NI_ECANCELLED (-13)      /* cancelled: this NI was reset or its partition changed */
+#define NI_ECOLLISION (-14)      /* members started different collective operations */
+#define NI_EABSTAINING (-15)     /* this NI abstains from the operation (or may not abstain) */
+#define NI_EABSTAINCHANGED (-16) /* abstain flags changed while a combine was pending */
+#define NI_ECOLLTIMEOUT (-17)    /* a collective round timed out: a member never joined */
+/* -100 and below: library errors. */
+#define NI_EWOULDBLOCK (-100) /* the submission ring is full (libni normally waits for room) */
+#define NI_ERESET (-101)      /* the NI was reset under this process: detach, attach again */
+#define NI_ETIMEDOUT (-102)   /* ni_wait_timeout: the time ran out */
+#define NI_EINVAL (-103)      /* a NULL pointer, a range outside a region, a bad argument */
+#define NI_EDEVICE (-104)     /* talking to the NI failed (e.g. its socket went away) */
+#define NI_ENOSOCKET (-105)   /* ni_attach: no NI to attach to (NI_SOCKET is not set) */
+#define NI_EATTACH (-106)     /* the socket is not a usable NI */
+#define NI_ENOMEM (-107)      /* allocating or mapping registered memory failed */
+#define NI_EINTERNAL (-108)   /* a bug inside libni (a caught panic); see ni_last_error() */
+
+/* ---- Constants ---------------------------------------------------------------------------- */
+
+/* `source` of ni_recv/ni_irecv: accept a message from any rank. */
+#define NI_ANY_SOURCE (-1)
+/* The size of one message-queue message (and of a queue slot). */
+#define NI_MQ_MESSAGE 64
+/* The largest active-message payload. */
+#define NI_AM_MAX_PAYLOAD 4032
+/* The largest message-queue Limit. */
+#define NI_MQ_MAX_LIMIT 0x1FFFFF
+
+/* Message-queue control word (MQCW): Sig bit 63, Tail 62:42, Limit 41:21, Threshold 20:0;
+ * Tail, Limit and Threshold are slot numbers from the MQCW (slot 0), messages from slot 1.
+ * A send stores at slot Tail and increments it, unless Tail >= Limit (rejected); the one
+ * that makes Tail equal Threshold sets Sig and raises the message-queue interrupt. */
+#define NI_MQCW_SIG 0x8000000000000000ULL
+#define NI_MQCW_TAIL_SHIFT 42
+#define NI_MQCW_LIMIT_SHIFT 21
+#define NI_MQCW_FIELD 0x1FFFFFULL
+#define NI_MQCW_TAIL(w) (((uint64_t)(w) >> NI_MQCW_TAIL_SHIFT) & NI_MQCW_FIELD)
+#define NI_MQCW_LIMIT(w) (((uint64_t)(w) >> NI_MQCW_LIMIT_SHIFT) & NI_MQCW_FIELD)
+#define NI_MQCW_THRESHOLD(w) ((uint64_t)(w) & NI_MQCW_FIELD)
+#define NI_MQCW_MAKE(sig, tail, limit, threshold)                                               \
+    (((sig) ? NI_MQCW_SIG : 0) | (((uint64_t)(tail) & NI_MQCW_FIELD) << NI_MQCW_TAIL_SHIFT) | \
+     (((uint64_t)(limit) & NI_MQCW_FIELD) << NI_MQCW_LIMIT_SHIFT) |                          \
+     ((uint64_t)(threshold) & NI_MQCW_FIELD))
+
+/* IR_STATUS bits (ni_ir_status/ni_ir_write). */
+#define NI_IR_ENABLE 0x1ULL
+#define NI_IR_MSG_ADDR_VALID 0x100000000ULL
+#define NI_IR_MSG_MULTIPLE 0x200000000ULL
+
+/* ---- Types ------------------------------------------------------------------------------- */
+
+/* An attached NI. */
+typedef struct ni ni_t;
+/* Registered memory. */
+typedef struct ni_region ni_region_t;
+/* A pending non-blocking operation (from ni_isend/ni_irecv). */
+typedef struct ni_op ni_op_t;
+/* A T3E message queue in this process's memory. */
+typedef struct ni_mq ni_mq_t;
+
+/* How an operation ended (ni_test/ni_wait/ni_wait_timeout). On failure only `error` and
+ * `rank` are meaningful (the other fields are 0). */
+typedef struct ni_status {
+    int32_t error; /* NI_OK or the NI_E* code the operation failed with */
+    uint32_t rank; /* the peer: destination of a send, source of a received message */
+    uint64_t len;  /* bytes moved; a receive: the message's length */
+    uint64_t tag;  /* a receive: the message's tag */
+    uint64_t aux;  /* reserved (0 for sends and receives) */
+} ni_status_t;
+
+/* Where a message queue is: the key of its region and the MQCW's offset in it. */
+typedef struct ni_mq_addr {
+    uint32_t key;
+    uint64_t offset;
+} ni_mq_addr_t;
+
+/* An active-message handler: `src` is the sender's rank, `data`/`len` the payload (valid only
+ * during the call). It runs inside whichever libni call makes progress on the ni_t
+ * (ni_progress, ni_wait, ni_test, any blocking call, or ni_am_register itself for messages
+ * that arrived before it), on that call's thread, with the ni_t locked: it must NOT call any
+ * libni function on the same ni_t (that deadlocks), and must return normally (no longjmp, no
+ * C++ exception). Record what arrived in `ctx` and act on it after the call returns. */
+typedef void (*ni_am_handler_t)(void *ctx, uint32_t src, const void *data, size_t len);
+
+/* ---- Attach ------------------------------------------------------------------------------ */
+
+/* Attach to this process's NI: the vfio-user socket named by the environment variable
+ * NI_SOCKET (as `nirun` sets it); without NI_SOCKET, wherever the Rust Ni::attach looks.
+ * On success *out is the new handle.
+ * Errors: NI_EINVAL (out NULL), NI_ENOSOCKET (no NI found), NI_EDEVICE (cannot connect),
+ * NI_EATTACH (not an NI, no partition, version mismatch), NI_ENOMEM. */
+int ni_attach(ni_t **out);
+
+/* As ni_attach, with the socket path given. Errors: as ni_attach but NI_ENOSOCKET. */
+int ni_attach_path(const char *path, ni_t **out);
+
+/* Detach and free `ni`. Pending operations are abandoned (free their ni_op_t with
+ * ni_op_free). Regions and queues of `ni` stay valid to read and must still be freed with
+ * ni_region_free/ni_mq_free. Errors: NI_EINVAL. */
+int ni_detach(ni_t *ni);
+
+/* This process's rank in its partition. Errors: NI_EINVAL. */
+int ni_rank(const ni_t *ni, uint32_t *rank);
+
+/* The number of ranks (NIs) in the partition. Errors: NI_EINVAL. */
+int ni_size(const ni_t *ni, uint32_t *size);
+
+/* The NI's physical number in the daemon. Errors: NI_EINVAL. */
+int ni_node(const ni_t *ni, uint32_t *node);
+
+/* ---- Regions ----------------------------------------------------------------------------- */
+
+/* Allocate at least `len` bytes (rounded up to whole pages, zeroed) the NI may read and
+ * write, registered for remote read, write and message-queue access under the next key.
+ * Errors: NI_EINVAL (len 0, NULL), NI_ENOMEM, NI_EDEVICE, NI_ERESET, and any completion
+ * status of the registration. */
+int ni_alloc(ni_t *ni, size_t len, ni_region_t **out);
+
+/* Deregister and free a region. No pending operation may still use it. Errors: NI_EINVAL. */
+int ni_region_free(ni_region_t *region);
+
+/* The region's memory. The NI writes into it on receives, gets and peers' puts: read what an
+ * operation delivered only after it completed. Errors: NI_EINVAL. */
+int ni_region_ptr(const ni_region_t *region, void **ptr);
+
+/* The region's length in bytes (whole pages, at least what was asked for).
+ * Errors: NI_EINVAL. */
+int ni_region_len(const ni_region_t *region, size_t *len);
+
+/* The key peers name the region by (for ni_put/ni_get). Errors: NI_EINVAL. */
+int ni_region_key(const ni_region_t *region, uint32_t *key);
+
+/* ---- Send and receive -------------------------------------------------------------------- */
+
+/* Send bytes [offset, offset+len) of `region` to rank `dest` with `tag`, and wait until a
+ * matching receive has taken them (the NI copies straight into the receiver's buffer).
+ * len may be 0. Errors: NI_EINVAL (NULL, range outside the region), NI_EPEERDOWN,
+ * NI_EOUTOFPARTITION, NI_ENOTREGISTERED, NI_EBADLENGTH, NI_ERESET, NI_EDEVICE. */
+int ni_send(ni_t *ni, uint32_t dest, const ni_region_t *region, size_t offset, size_t len,
+            uint64_t tag);
+
+/* Start the send of ni_send; finish it with ni_test/ni_wait/ni_wait_timeout. The region
+ * must stay allocated, and the bytes unchanged, until then. On success *op is the pending
+ * operation. Errors: as ni_send for what is detected at once. */
+int ni_isend(ni_t *ni, uint32_t dest, const ni_region_t *region, size_t offset, size_t len,
+             uint64_t tag, ni_op_t **op);
+
+/* Receive into bytes [offset, offset+len) of `region` a message from rank `source` (or
+ * NI_ANY_SOURCE) whose tag equals `tag` on the bits set in `mask` (mask 0 accepts any tag,
+ * UINT64_MAX exactly `tag`); waits for it. Messages from one sender with one tag arrive in
+ * order. On success *source_out, *tag_out and *len_out (each may be NULL) are the sender,
+ * the message's tag and its length.
+ * Errors: NI_EINVAL (NULL, range outside the region, source neither a rank nor -1),
+ * NI_ETRUNCATED (the message was longer than len: the buffer holds its first len bytes;
+ * *source_out is the sender, *tag_out and *len_out are 0 — the full length is not
+ * reported), NI_EPEERDOWN (the named source went away), NI_EOUTOFPARTITION, NI_ERESET. */
+int ni_recv(ni_t *ni, int64_t source, const ni_region_t *region, size_t offset, size_t len,
+            uint64_t tag, uint64_t mask, uint32_t *source_out, uint64_t *tag_out,
+            uint64_t *len_out);
+
+/* Start the receive of ni_recv; finish it with ni_test/ni_wait/ni_wait_timeout, whose
+ * status has the sender (rank), tag and length. Errors: as ni_recv, detected at once. */
+int ni_irecv(ni_t *ni, int64_t source, const ni_region_t *region, size_t offset, size_t len,
+             uint64_t tag, uint64_t mask, ni_op_t **op);
+
+/* ---- Finishing operations ---------------------------------------------------------------- */
+
+/* Has *op finished? Makes progress (running active-message handlers) and never blocks.
+ * Not yet: *done = 0, returns NI_OK, *op unchanged. Finished: *done = 1, *op is freed and
+ * set to NULL, *status (may be NULL) says how it ended, and the return value is NI_OK or the
+ * operation's error (e.g. NI_ETRUNCATED, NI_EPEERDOWN).
+ * Errors with *done = 0 (the op is still pending and still yours): NI_EINVAL (NULL ni, op,
+ * *op or done), NI_ERESET. */
+int ni_test(ni_t *ni, ni_op_t **op, int *done, ni_status_t *status);
+
+/* Wait until *op finishes. Frees *op and sets it to NULL, then fills *status (may be NULL).
+ * Returns NI_OK or the operation's error (e.g. NI_ETRUNCATED, NI_EPEERDOWN, NI_ERESET).
+ * Errors: NI_EINVAL (ni, op or *op NULL: nothing is freed). */
+int ni_wait(ni_t *ni, ni_op_t **op, ni_status_t *status);
+
+/* As ni_wait, for at most timeout_ns nanoseconds: NI_ETIMEDOUT if the time ran out. *op is
+ * freed and set to NULL in every case but NI_EINVAL (as ni_wait). A timed-out operation is
+ * abandoned: its completion will be discarded, but the NI still carries it out (a receive
+ * may still fill its buffer). ni_wait_timeout(ni, &op, 0, NULL) therefore abandons an op. */
+int ni_wait_timeout(ni_t *ni, ni_op_t **op, uint64_t timeout_ns, ni_status_t *status);
+
+/* Free an op handle without finishing it. Meant for ops left pending at ni_detach; on a live
+ * ni_t use ni_wait_timeout(..., 0, ...) so its completion is discarded. Errors: NI_EINVAL. */
+int ni_op_free(ni_op_t *op);
+
+/* Take every completion the NI has written and run active-message handlers. *count (may be
+ * NULL) is how many completions were taken. Errors: NI_EINVAL, NI_ERESET. */
+int ni_progress(ni_t *ni, size_t *count);
+
+/* ---- One-sided, ping ---------------------------------------------------------------------- */
+
+/* MLINK WRITE: bytes [offset, offset+len) of `region` into rank `dest`'s region `key` at
+ * `remote_offset`; returns once they are there. Errors: NI_EINVAL, NI_EPEERDOWN,
+ * NI_EOUTOFPARTITION, NI_EBADKEY, NI_EOUTOFBOUNDS, NI_EBADLENGTH, NI_ENOTREGISTERED,
+ * NI_ERESET. */
+int ni_put(ni_t *ni, uint32_t dest, const ni_region_t *region, size_t offset, size_t len,
+           uint32_t key, uint64_t remote_offset);
+
+/* MLINK READ: rank `dest`'s region `key` at `remote_offset` into bytes [offset, offset+len)
+ * of `region`; returns once they are here. Errors: as ni_put. */
+int ni_get(ni_t *ni, uint32_t dest, ni_region_t *region, size_t offset, size_t len,
+           uint32_t key, uint64_t remote_offset);
+
+/* MLINK NOOP: NI_OK if rank `dest`'s NI is up (has a client), NI_EPEERDOWN if not.
+ * Errors: NI_EINVAL, NI_EPEERDOWN, NI_EOUTOFPARTITION, NI_ERESET. */
+int ni_ping(ni_t *ni, uint32_t dest);
+
+/* MLINK RESET of a remote NI: reserved for the administrator (ni-ctl); always NI_EPERM. */
+int ni_reset_remote(ni_t *ni, uint32_t dest);
+
+/* ---- Active messages ---------------------------------------------------------------------- */
+
+/* Run f(ctx, src, data, len) for every active message sent to handler index `handler`
+ * (replacing an earlier registration). Messages that arrived before are delivered now, from
+ * within this call. `ctx` may be NULL; libni only passes it to f. See ni_am_handler_t for
+ * what f may not do. Errors: NI_EINVAL (ni or f NULL). */
+int ni_am_register(ni_t *ni, uint64_t handler, ni_am_handler_t f, void *ctx);
+
+/* MLINK ROP: run handler `handler` at rank `dest` on `len` bytes at `data` (at most
+ * NI_AM_MAX_PAYLOAD; data may be NULL when len is 0). Returns once the message is in the
+ * target's active-message ring; the handler runs when the target makes progress.
+ * Errors: NI_EINVAL (too long, NULL), NI_EPEERDOWN, NI_EOUTOFPARTITION, NI_ENOHANDLERRING,
+ * NI_ERESET. */
+int ni_am_send(ni_t *ni, uint32_t dest, uint64_t handler, const void *data, size_t len);
+
+/* ---- Message queues (T3E) ----------------------------------------------------------------- */
+
+/* A message queue of `limit` slots (1..NI_MQ_MAX_LIMIT) in a fresh region (which takes the
+ * next key): MQCW Tail 1, Limit `limit`, Threshold `threshold`, so it holds limit-1
+ * messages. Errors: NI_EINVAL (bad limit, NULL), and as ni_alloc. */
+int ni_mq_create(ni_t *ni, uint64_t limit, uint64_t threshold, ni_mq_t **out);
+
+/* Free a queue and deregister its region. Errors: NI_EINVAL. */
+int ni_mq_free(ni_mq_t *mq);
+
+/* Where peers send to: pass it (e.g. by message, or known by symmetry) to ni_mq_send.
+ * Errors: NI_EINVAL. */
+int ni_mq_addr(const ni_mq_t *mq, ni_mq_addr_t *addr);
+
+/* The MQCW's address as the NI names it: what ni_ir_status's msg_addr reports after this
+ * queue hit its threshold. Errors: NI_EINVAL. */
+int ni_mq_iova(const ni_mq_t *mq, uint64_t *iova);
+
+/* The queue's current control word (decode with NI_MQCW_TAIL etc.). Errors: NI_EINVAL. */
+int ni_mq_mqcw(const ni_mq_t *mq, uint64_t *word);
+
+/* The software reset: atomically store `new_word` as the MQCW; *old (may be NULL) is the
+ * word it replaced, whose Tail says how far to drain. Follow with ni_mq_set_head when the new
+ * word restarts the queue. Errors: NI_EINVAL. */
+int ni_mq_swap(ni_mq_t *mq, uint64_t new_word, uint64_t *old);
+
+/* Copy up to `max` stored, not yet taken messages (NI_MQ_MESSAGE bytes each, oldest first)
+ * into `out` (max * NI_MQ_MESSAGE bytes; may be NULL only if max is 0) and advance the
+ * software head pointer past them; *count is how many were copied (0 if none is waiting).
+ * Errors: NI_EINVAL (mq or count NULL, out NULL with max > 0). */
+int ni_mq_take(ni_mq_t *mq, void *out, size_t max, size_t *count);
+
+/* Set the software head pointer: the slot ni_mq_take reads next (1 after ni_mq_create).
+ * Errors: NI_EINVAL. */
+int ni_mq_set_head(ni_mq_t *mq, uint64_t slot);
+
+/* T3E SEND: store the NI_MQ_MESSAGE bytes at `msg` into rank `dest`'s queue at `addr`.
+ * Returns NI_OK both when the message was stored (*accepted = 1, *tail (may be NULL) = the
+ * queue's Tail after the store) and when the queue was full (*accepted = 0: rejected,
+ * ERS FULL_SR; nothing stored; retry later).
+ * Errors: NI_EINVAL (NULL ni, msg or accepted), NI_EPEERDOWN, NI_EOUTOFPARTITION,
+ * NI_EBADKEY (no queue region under that key), NI_EOUTOFBOUNDS, NI_EBADDESCRIPTOR (bad
+ * MQCW), NI_ERESET. */
+int ni_mq_send(ni_t *ni, uint32_t dest, ni_mq_addr_t addr, const void *msg, int *accepted,
+               uint64_t *tail);
+
+/* T3E IR_STATUS (NI_IR_MSG_ADDR_VALID: a queue hit its threshold, MSG_ADDR holds its MQCW
+ * address; NI_IR_MSG_MULTIPLE: more than one did) and MSG_ADDR. Each out-parameter may be
+ * NULL. Errors: NI_EINVAL, NI_EDEVICE. */
+int ni_ir_status(ni_t *ni, uint64_t *status, uint64_t *msg_addr);
+
+/* Write IR_STATUS: enable (non-zero) or disable the threshold interrupt, and clear the bits
+ * of NI_IR_MSG_ADDR_VALID | NI_IR_MSG_MULTIPLE set in `clear`. Errors: NI_EINVAL,
+ * NI_EDEVICE. */
+int ni_ir_write(ni_t *ni, int enable, uint64_t clear);
+
+/* Wait up to timeout_ns for the message-queue threshold interrupt (enabled with
+ * ni_ir_write); *fired (may be NULL) is 1 if it came, 0 if the time ran out.
+ * Errors: NI_EINVAL. */
+int ni_wait_mq_interrupt(ni_t *ni, uint64_t timeout_ns, int *fired);
+
+/* ---- Error messages ----------------------------------------------------------------------- */
+
+/* A static description of an NI_* code (never NULL; "unknown libni error code" otherwise). */
+const char *ni_strerror(int code);
+
+/* The full message of the calling thread's last failed libni call, e.g.
+ * "ni_send: send to/from rank 1: peer down: ...". Valid until this thread's next failing
+ * libni call; "no error" before any failure. Successful calls leave it unchanged. */
+const char *ni_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NI_H */

@@ -1,0 +1,403 @@
+//! The guest path: drive an NI that is a PCI function of this (virtual) machine through the
+//! kernel's VFIO — kernel bypass, as the host path is through vfio-user.
+//!
+//! The NI is found by its PCI IDs in `/sys/bus/pci/devices` (or named by `NI_PCI`, e.g.
+//! `NI_PCI=0000:01:00.0`), bound to `vfio-pci` if it is not already (`driver_override` +
+//! `drivers_probe`), and opened through the container/group API (`vfio-ioctls`; Debian
+//! kernels have neither no-IOMMU mode nor iommufd, so a vIOMMU is required: QEMU
+//! `-device intel-iommu,intremap=on,caching-mode=on`, guest `intel_iommu=on`).
+//!
+//! - SRAM: BAR0's first 8 MiB, mmapped through the device file descriptor at the region's
+//!   offset (QEMU maps the same pages from the daemon's memfd, so stores never trap),
+//!   cleared and the function reset at attach, so each process starts from a fresh SRAM
+//!   as a host process does (see [`Device::fresh_sram`]).
+//! - Trapped registers and config space: `pread`/`pwrite` on the device file descriptor.
+//! - DMA: `VFIO_IOMMU_MAP_DMA` with IOVA = the buffer's address in this process, so a
+//!   request names its buffers exactly as on the host path.
+//! - MSI-X: one eventfd per vector through `VFIO_DEVICE_SET_IRQS`; the kernel programs the
+//!   capability and the table itself.
+
+use std::fs::{self, File};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vfio_ioctls::{VfioContainer, VfioDevice, VfioError, VfioOps};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::mem::Mem;
+use crate::transport::Transport;
+use crate::{Error, Result};
+
+const SYSFS_DEVICES: &str = "/sys/bus/pci/devices";
+const VFIO_PCI_DRIVER: &str = "/sys/bus/pci/drivers/vfio-pci";
+/// `VFIO_REGION_INFO_FLAG_MMAP`.
+const REGION_MMAP: u32 = 1 << 2;
+
+/// An NI opened through VFIO. Fields drop in order: the eventfds, then the device (which
+/// releases its group), then the container (which drops every DMA mapping).
+pub struct Device {
+    irq_fds: Vec<EventFd>,
+    device: VfioDevice,
+    container: Arc<VfioContainer>,
+    addr: String,
+}
+
+fn read_trim(p: &Path) -> Option<String> {
+    fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+}
+
+fn is_ni(dev: &Path) -> bool {
+    let id = |f: &str| {
+        read_trim(&dev.join(f))
+            .and_then(|s| u16::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+    };
+    id("vendor") == Some(ni_abi::pci::VENDOR_ID) && id("device") == Some(ni_abi::pci::DEVICE_ID)
+}
+
+/// The PCI addresses of every NI function in this machine, sorted.
+pub fn list() -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(SYSFS_DEVICES)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| is_ni(&e.path()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The NI to use: `NI_PCI` if set, else the first NI function found. `None` when this
+/// machine has no NI (a host without `NI_SOCKET`, or a guest booted without one).
+pub fn find() -> Option<String> {
+    if let Some(a) = std::env::var_os("NI_PCI") {
+        return Some(a.to_string_lossy().into_owned());
+    }
+    list().into_iter().next()
+}
+
+fn driver_of(dev: &Path) -> Option<String> {
+    fs::read_link(dev.join("driver"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+}
+
+fn sysfs_write(path: &Path, value: &str) -> std::io::Result<()> {
+    fs::write(path, value)
+}
+
+impl Device {
+    /// Open the NI at PCI address `addr` (`0000:01:00.0`), binding it to `vfio-pci` first
+    /// if needed.
+    pub fn open(addr: &str) -> Result<Device> {
+        let fail = |reason: String| Error::Attach {
+            path: format!("PCI {addr}"),
+            reason,
+        };
+        let dev = PathBuf::from(SYSFS_DEVICES).join(addr);
+        if !dev.exists() {
+            let found = list();
+            return Err(fail(format!(
+                "no such PCI device in {SYSFS_DEVICES}; NI functions here: {}",
+                if found.is_empty() {
+                    "none".to_string()
+                } else {
+                    found.join(", ")
+                }
+            )));
+        }
+        if !is_ni(&dev) {
+            return Err(fail(format!(
+                "not an NI (vendor:device is not {:04x}:{:04x})",
+                ni_abi::pci::VENDOR_ID,
+                ni_abi::pci::DEVICE_ID
+            )));
+        }
+        let group = fs::read_link(dev.join("iommu_group"))
+            .ok()
+            .and_then(|g| g.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .ok_or_else(|| {
+                fail(
+                    "it has no IOMMU group: VFIO needs an IOMMU. Boot the guest with a vIOMMU \
+                     (QEMU: -M q35,kernel-irqchip=split -device intel-iommu,intremap=on,\
+                     caching-mode=on before the NI) and intel_iommu=on on its kernel command line"
+                        .into(),
+                )
+            })?;
+        if !Path::new("/dev/vfio/vfio").exists() {
+            return Err(fail(
+                "/dev/vfio/vfio does not exist: load the VFIO modules (modprobe vfio-pci, or \
+                 insmod irqbypass vfio vfio_iommu_type1 vfio-pci-core vfio-pci)"
+                    .into(),
+            ));
+        }
+        match driver_of(&dev) {
+            Some(d) if d == "vfio-pci" => {}
+            current => {
+                if !Path::new(VFIO_PCI_DRIVER).exists() {
+                    return Err(fail(
+                        "the vfio-pci driver is not loaded (modprobe vfio-pci)".into(),
+                    ));
+                }
+                sysfs_write(&dev.join("driver_override"), "vfio-pci").map_err(|e| {
+                    fail(format!(
+                        "binding to vfio-pci: writing {}/driver_override: {e} (needs root)",
+                        dev.display()
+                    ))
+                })?;
+                if let Some(other) = &current {
+                    sysfs_write(&dev.join("driver/unbind"), addr)
+                        .map_err(|e| fail(format!("unbinding it from driver {other}: {e}")))?;
+                }
+                // drivers_probe reports an error when no driver takes the device; what counts
+                // is the driver afterwards.
+                let probe = sysfs_write(Path::new("/sys/bus/pci/drivers_probe"), addr);
+                match driver_of(&dev) {
+                    Some(d) if d == "vfio-pci" => {}
+                    now => {
+                        return Err(fail(format!(
+                            "it is not bound to vfio-pci after driver_override + drivers_probe \
+                             (driver: {}; drivers_probe: {}); see dmesg",
+                            now.as_deref().unwrap_or("none"),
+                            match probe {
+                                Ok(()) => "ok".to_string(),
+                                Err(e) => e.to_string(),
+                            }
+                        )))
+                    }
+                }
+            }
+        }
+        let group_dev = Path::new("/dev/vfio").join(&group);
+        if !group_dev.exists() {
+            return Err(fail(format!(
+                "{} does not exist although the NI is bound to vfio-pci (IOMMU group {group})",
+                group_dev.display()
+            )));
+        }
+        let explain = |what: &str, e: VfioError| {
+            let hint = match &e {
+                VfioError::GroupViable => format!(
+                    " (every device in IOMMU group {group} must be bound to vfio-pci or to no driver)"
+                ),
+                VfioError::OpenGroup(..) | VfioError::GroupSetContainer | VfioError::GroupGetDeviceFD(_) => {
+                    " (is another process of this machine using the NI?)".to_string()
+                }
+                _ => String::new(),
+            };
+            let mut s = format!("{what}: {e}{hint}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(c) = src {
+                s.push_str(&format!(": {c}"));
+                src = c.source();
+            }
+            fail(s)
+        };
+        let container = Arc::new(
+            VfioContainer::new(None).map_err(|e| explain("opening the VFIO container", e))?,
+        );
+        let ops: Arc<dyn VfioOps> = container.clone();
+        let device = VfioDevice::new(&dev, ops, false)
+            .map_err(|e| explain(&format!("opening the VFIO device (group {group})"), e))?;
+        Ok(Device {
+            irq_fds: Vec::new(),
+            device,
+            container,
+            addr: addr.to_string(),
+        })
+    }
+
+    /// Give this process the fresh SRAM a host process gets with each connection. A guest's
+    /// NI keeps its SRAM for as long as the guest's QEMU stays connected, so the previous
+    /// process's rings and data would still be there (and its submission-ring tail, which
+    /// the device resynchronises on). Wait for the device to have republished the control
+    /// page after the reset vfio-pci did when the device was opened, clear all of SRAM, and
+    /// reset the function once more: the device then publishes a new control page (with a new
+    /// epoch) into the cleared SRAM, which `Ni::attach` waits for.
+    fn fresh_sram(&mut self, sram: &Mem) -> Result<()> {
+        use ni_abi::fastpath::ctrl;
+        // SAFETY: inside the SRAM mapping, 4-aligned; the device writes it atomically.
+        let magic = unsafe { &*(sram.ptr().add(ctrl::MAGIC as usize) as *const AtomicU32) };
+        let t = Instant::now();
+        while magic.load(Ordering::Acquire) != ctrl::MAGIC_VALUE {
+            if t.elapsed() > Duration::from_secs(10) {
+                return Err(self.err("the device never published its fast path".into()));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // SAFETY: the whole mapping is ours to write; nothing else in this process holds a
+        // reference into it yet, and the device only polls it.
+        unsafe { std::ptr::write_bytes(sram.ptr(), 0, sram.len()) };
+        // VFIO_DEVICE_RESET = _IO(VFIO_TYPE ';', VFIO_BASE 100 + 11).
+        const VFIO_DEVICE_RESET: libc::c_ulong = (b';' as libc::c_ulong) << 8 | (100 + 11);
+        // SAFETY: an argument-less ioctl on the device descriptor we hold.
+        if unsafe { libc::ioctl(self.device.as_raw_fd(), VFIO_DEVICE_RESET) } != 0 {
+            return Err(self.err(format!(
+                "VFIO_DEVICE_RESET: {} (the NI must support function-level reset)",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(())
+    }
+
+    fn err(&self, what: String) -> Error {
+        Error::Device(format!("VFIO {}: {what}", self.addr))
+    }
+
+    /// The file offset of `region` + `offset`, if `len` bytes fit in the region.
+    fn locate(&self, region: u32, offset: u64, len: usize) -> Result<u64> {
+        let size = self.device.get_region_size(region);
+        if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+            return Err(self.err(format!(
+                "access of {len} bytes at {offset:#x} is outside region {region} ({size:#x} bytes)"
+            )));
+        }
+        Ok(self.device.get_region_offset(region) + offset)
+    }
+}
+
+impl Transport for Device {
+    fn map_sram(&mut self) -> Result<Mem> {
+        let bar0 = ni_abi::pci::BAR0_REGION;
+        let size = self.device.get_region_size(bar0);
+        if size != ni_abi::lanai::BAR0_SIZE {
+            return Err(self.err(format!("BAR0 is {size:#x} bytes: not an NI")));
+        }
+        if self.device.get_region_flags(bar0) & REGION_MMAP == 0 {
+            return Err(self.err("BAR0 cannot be mmapped through vfio-pci".into()));
+        }
+        // SAFETY: dup of the device descriptor we hold; the result is checked and owned.
+        let fd = unsafe { libc::dup(self.device.as_raw_fd()) };
+        if fd < 0 {
+            return Err(self.err(format!("dup: {}", std::io::Error::last_os_error())));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let sram = Mem::map_fd(
+            file,
+            self.device.get_region_offset(bar0),
+            ni_abi::lanai::SRAM_SIZE as usize,
+        )?;
+        self.fresh_sram(&sram)?;
+        Ok(sram)
+    }
+
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<()> {
+        let at = self.locate(region, offset, data.len())?;
+        // SAFETY: pread into a buffer of exactly data.len() bytes we borrow mutably.
+        let n = unsafe {
+            libc::pread(
+                self.device.as_raw_fd(),
+                data.as_mut_ptr() as *mut libc::c_void,
+                data.len(),
+                at as libc::off_t,
+            )
+        };
+        if n != data.len() as isize {
+            return Err(self.err(format!(
+                "read of {} bytes at {offset:#x} in region {region}: {}",
+                data.len(),
+                if n < 0 {
+                    std::io::Error::last_os_error().to_string()
+                } else {
+                    format!("short read ({n})")
+                }
+            )));
+        }
+        Ok(())
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<()> {
+        let at = self.locate(region, offset, data.len())?;
+        // SAFETY: pwrite from a buffer of exactly data.len() bytes we borrow.
+        let n = unsafe {
+            libc::pwrite(
+                self.device.as_raw_fd(),
+                data.as_ptr() as *const libc::c_void,
+                data.len(),
+                at as libc::off_t,
+            )
+        };
+        if n != data.len() as isize {
+            return Err(self.err(format!(
+                "write of {} bytes at {offset:#x} in region {region}: {}",
+                data.len(),
+                if n < 0 {
+                    std::io::Error::last_os_error().to_string()
+                } else {
+                    format!("short write ({n})")
+                }
+            )));
+        }
+        Ok(())
+    }
+
+    fn dma_map(&mut self, mem: &Mem) -> Result<()> {
+        // SAFETY: `mem` is a shared mapping libni owns for as long as it is DMA-mapped
+        // (libni unmaps it from the IOMMU before dropping it, and dropping the container
+        // drops every mapping); libni touches it only through raw-pointer copies and atomics,
+        // never through Rust references the device could race with.
+        unsafe {
+            self.container
+                .vfio_dma_map(mem.iova(), mem.len(), mem.ptr())
+        }
+        .map_err(|e| {
+            self.err(format!(
+                "MAP_DMA of {} bytes at {:#x}: {e}",
+                mem.len(),
+                mem.iova()
+            ))
+        })
+    }
+
+    fn dma_unmap(&mut self, iova: u64, len: u64) -> Result<()> {
+        self.container
+            .vfio_dma_unmap(iova, len as usize)
+            .map_err(|e| self.err(format!("UNMAP_DMA of {len} bytes at {iova:#x}: {e}")))
+    }
+
+    /// VFIO takes one contiguous set of vectors from 0: vectors nobody asked for get an
+    /// eventfd of their own that nobody reads. The kernel sets the MSI-X enable bit and
+    /// programs the table itself.
+    fn enable_msix(&mut self, vectors: &[(u32, RawFd)]) -> Result<()> {
+        let Some(max) = vectors.iter().map(|&(v, _)| v).max() else {
+            return Ok(());
+        };
+        let count = self
+            .device
+            .get_irq_info(ni_abi::pci::MSIX_IRQ_INDEX)
+            .map(|i| i.count)
+            .unwrap_or(0);
+        if max >= count {
+            return Err(self.err(format!(
+                "MSI-X vector {max} requested, the device has {count}"
+            )));
+        }
+        let mut fds = Vec::with_capacity(max as usize + 1);
+        for v in 0..=max {
+            let ev = match vectors.iter().find(|&&(w, _)| w == v) {
+                Some(&(_, fd)) => {
+                    // SAFETY: dup of a descriptor the caller keeps open for this call.
+                    let d = unsafe { libc::dup(fd) };
+                    if d < 0 {
+                        return Err(self.err(format!("dup: {}", std::io::Error::last_os_error())));
+                    }
+                    // SAFETY: d is a fresh duplicate of an eventfd, owned from here on.
+                    unsafe { EventFd::from_raw_fd(d) }
+                }
+                None => EventFd::new(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)
+                    .map_err(|e| self.err(format!("eventfd: {e}")))?,
+            };
+            fds.push(ev);
+        }
+        self.device
+            .enable_msix(fds.iter().collect())
+            .map_err(|e| self.err(format!("SET_IRQS for MSI-X vectors 0..={max}: {e}")))?;
+        self.irq_fds = fds;
+        Ok(())
+    }
+}

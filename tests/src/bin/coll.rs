@@ -1,0 +1,457 @@
+//! One rank of the collective tests: `ni-test-coll SCENARIO`. Every rank derives every
+//! member's inputs from (rank, round), so it computes the expected results itself, with
+//! plain i128 arithmetic independent of the device's.
+
+use std::time::{Duration, Instant};
+
+use ni::{participation, Combiner, Error, Ni, Pattern, ReduceOp, Status};
+
+fn status_of(e: &Error) -> Option<Status> {
+    match e {
+        Error::Failed { status, .. } => Some(*status),
+        _ => None,
+    }
+}
+
+fn expect_status<T: std::fmt::Debug>(r: Result<T, Error>, want: Status) {
+    match r {
+        Err(e) if status_of(&e) == Some(want) => {}
+        other => panic!("expected {want:?}, got {other:?}"),
+    }
+}
+
+fn mix(a: u64, b: u64) -> u64 {
+    let mut x = a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^ (x >> 32)
+}
+
+/// Member `rank`'s words for round `round`: up to 3 random words, the rest sign extension,
+/// so every value is an i96 the reference holds exactly (carries still cross all 5 words).
+fn words(rank: u32, round: u64, len: usize, c: Combiner) -> Vec<u32> {
+    let mut v: i128 = 0;
+    let small = round.is_multiple_of(3);
+    for i in 0..len.min(3) {
+        let w = mix(rank as u64 + 1, round * 8 + i as u64) as u32;
+        v |= ((if small { w % 5 } else { w }) as i128) << (32 * i);
+    }
+    if len >= 3 || !small {
+        // Sign-extend from the top random bit.
+        let bits = 32 * len.min(3) as u32;
+        if v >> (bits - 1) & 1 == 1 && !matches!(c, Combiner::Uadd) {
+            v -= 1i128 << bits;
+        }
+    }
+    to_words(v, len, c)
+}
+
+fn to_words(v: i128, len: usize, c: Combiner) -> Vec<u32> {
+    let mut w: Vec<u32> = (0..len).map(|i| if i < 4 { (v >> (32 * i)) as u32 } else if v < 0 { u32::MAX } else { 0 }).collect();
+    if c == Combiner::Max {
+        w.reverse();
+    }
+    w
+}
+
+fn value(w: &[u32], c: Combiner) -> i128 {
+    let mut w = w.to_vec();
+    if c == Combiner::Max {
+        w.reverse();
+    }
+    let len = w.len();
+    let mut v: i128 = 0;
+    for (i, x) in w.iter().enumerate().take(len.min(3)) {
+        v |= (*x as i128) << (32 * i);
+    }
+    let bits = 32 * len.min(3) as u32;
+    let negative = if len > 3 { w[3] & 0x8000_0000 != 0 } else { v >> (bits - 1) & 1 == 1 };
+    if negative && c != Combiner::Uadd || (c == Combiner::Uadd && len > 3 && w[3] != 0) {
+        v -= 1i128 << bits;
+    }
+    v
+}
+
+struct Expect {
+    words: Option<Vec<u32>>,
+    overflow: bool,
+}
+
+/// The reference: what member `me` of `p` gets.
+#[allow(clippy::too_many_arguments)]
+fn reference(p: u32, me: u32, round: u64, pattern: Pattern, c: Combiner, len: usize, starts: &[bool], abstain: &[bool]) -> Option<Expect> {
+    let bits = 32 * len as u32;
+    let val = |r: u32| value(&words(r, round, len, c), c);
+    let fold = |rs: &mut dyn Iterator<Item = u32>| -> Option<i128> {
+        let mut acc: Option<i128> = None;
+        for r in rs {
+            if abstain[r as usize] {
+                continue;
+            }
+            let v = val(r);
+            acc = Some(match (acc, c) {
+                (None, _) => v,
+                (Some(a), Combiner::Or) => a | v,
+                (Some(a), Combiner::Xor) => a ^ v,
+                (Some(a), Combiner::Add | Combiner::Uadd) => a + v,
+                (Some(a), Combiner::Max) => a.max(v),
+            });
+        }
+        acc
+    };
+    let e = match pattern {
+        Pattern::Reduce => fold(&mut (0..p)),
+        _ if abstain[me as usize] => return None,
+        Pattern::ScanForward => {
+            let s = (0..=me).rev().find(|&j| starts[j as usize]).unwrap_or(0);
+            fold(&mut (s..me))
+        }
+        Pattern::ScanBackward => {
+            let e = (me..p).find(|&j| starts[j as usize]).unwrap_or(p - 1);
+            fold(&mut (me + 1..=e))
+        }
+    };
+    let Some(e) = e else {
+        // The identity: 0, or for MAX the most negative value (most significant word first).
+        let mut w = vec![0u32; len];
+        if c == Combiner::Max {
+            w[0] = 0x8000_0000;
+        }
+        return Some(Expect {
+            words: Some(w),
+            overflow: false,
+        });
+    };
+    let fits = match c {
+        Combiner::Add => bits > 96 || (e >= -(1i128 << (bits - 1)) && e < (1i128 << (bits - 1))),
+        Combiner::Uadd => e >= 0 && (bits > 96 || e < (1i128 << bits)),
+        _ => true,
+    };
+    Some(Expect {
+        words: Some(to_words(e, len, c)),
+        overflow: !fits,
+    })
+}
+
+fn combines(ni: &Ni) {
+    let (p, me) = (ni.size(), ni.rank());
+    // Members 3, 7: abstain; 7 still receives reductions (reduce_rec_abstain clear).
+    let abstain: Vec<bool> = (0..p).map(|r| r % 4 == 3).collect();
+    let rec_reduce = |r: u32| r == 7;
+    if abstain[me as usize] {
+        let f = participation::COM_REC_ABSTAIN | if rec_reduce(me) { 0 } else { participation::REDUCE_REC_ABSTAIN };
+        ni.set_participation(f).unwrap();
+    }
+    ni.barrier().unwrap();
+    let mut round = 0u64;
+    for pattern in [Pattern::ScanForward, Pattern::ScanBackward, Pattern::Reduce] {
+        for c in [Combiner::Or, Combiner::Add, Combiner::Xor, Combiner::Uadd, Combiner::Max] {
+            for len in 1..=5usize {
+                for segmented in [false, true] {
+                    round += 1;
+                    // scan_start is latched when a member sends; an abstainer sends nothing,
+                    // so it starts no segment.
+                    let starts: Vec<bool> = (0..p)
+                        .map(|r| segmented && !abstain[r as usize] && mix(round, r as u64).is_multiple_of(3))
+                        .collect();
+                    let want = reference(p, me, round, pattern, c, len, &starts, &abstain);
+                    if abstain[me as usize] {
+                        // Abstainers send nothing; one that takes reductions asks for them.
+                        if pattern == Pattern::Reduce && rec_reduce(me) {
+                            let got = ni.combine_receive(len).unwrap();
+                            let w = want.unwrap();
+                            assert_eq!(got.words, w.words, "abstainer's reduction, round {round}");
+                        }
+                        continue;
+                    }
+                    let got = ni
+                        .combine(pattern, c, &words(me, round, len, c), starts[me as usize])
+                        .unwrap_or_else(|e| panic!("round {round} {pattern:?} {c:?} len {len}: {e}"));
+                    let w = want.expect("a participant gets a result");
+                    assert_eq!(got.words, w.words, "p={p} me={me} round {round} {pattern:?} {c:?} len {len} seg {segmented}");
+                    assert_eq!(got.overflow, w.overflow, "overflow: p={p} me={me} round {round} {pattern:?} {c:?} len {len}");
+                }
+            }
+        }
+    }
+    // An abstainer may not send.
+    if abstain[me as usize] {
+        expect_status(ni.combine(Pattern::Reduce, Combiner::Add, &[1], false), Status::Abstaining);
+    }
+    ni.barrier().unwrap();
+}
+
+fn collision(ni: &Ni) {
+    let me = ni.rank();
+    // Two different combine operations in flight: collision everywhere.
+    let c = if me == 0 { Combiner::Add } else { Combiner::Or };
+    let r = ni.combine(Pattern::Reduce, c, &[1], false);
+    if ni.size() > 1 {
+        expect_status(r, Status::Collision);
+        // Until a flush, every combine fails.
+        expect_status(ni.combine(Pattern::Reduce, Combiner::Add, &[1], false), Status::Collision);
+        ni.combine_flush().unwrap();
+    } else {
+        r.unwrap();
+    }
+    let got = ni.combine(Pattern::Reduce, Combiner::Add, &[me + 1], false).unwrap();
+    let n = ni.size();
+    assert_eq!(got.words.unwrap(), vec![n * (n + 1) / 2]);
+    // Vector collectives that disagree collide too, without needing a flush.
+    let buf = ni.alloc(4096).unwrap();
+    let count = if me == 0 { 2 } else { 1 };
+    let r = ni.allreduce::<i64>(ReduceOp::Sum, &buf, 0, &buf, 1024, count);
+    if n > 1 {
+        expect_status(r, Status::Collision);
+    }
+    ni.barrier().unwrap();
+}
+
+fn network_done(ni: &Ni) {
+    let (p, me) = (ni.size(), ni.rank());
+    let buf = ni.alloc(4096).unwrap();
+    // Without outstanding messages it completes at once.
+    ni.network_done().unwrap();
+    if p < 2 {
+        return;
+    }
+    // Rank 0 sends a counted message that rank 1 receives only 200 ms later: nobody's
+    // network-done may complete before that.
+    let t = Instant::now();
+    if me == 0 {
+        let s = ni.isend(1, &buf, 0..16, 5).unwrap();
+        ni.network_done().unwrap();
+        ni.wait(s).unwrap();
+    } else if me == 1 {
+        std::thread::sleep(Duration::from_millis(200));
+        ni.recv(Some(0), &buf, 0..16, 5, u64::MAX).unwrap();
+        ni.network_done().unwrap();
+    } else {
+        ni.network_done().unwrap();
+    }
+    assert!(t.elapsed() >= Duration::from_millis(190), "network-done finished with a message outstanding");
+}
+
+fn globals(ni: &Ni) {
+    let (p, me) = (ni.size(), ni.rank());
+    assert!(!ni.sync_global(false).unwrap());
+    assert!(ni.sync_global(me == p - 1).unwrap());
+    // Rank 0 abstains: its bit does not count and it may not send.
+    if me == 0 && p > 1 {
+        ni.set_participation(participation::SYNC_GLOBAL_ABSTAIN).unwrap();
+        expect_status(ni.sync_global(true), Status::Abstaining);
+    }
+    ni.barrier().unwrap();
+    if !(me == 0 && p > 1) {
+        assert!(!ni.sync_global(false).unwrap(), "an abstainer's bit counts as 0");
+    }
+    ni.barrier().unwrap();
+    if me == 0 {
+        ni.set_participation(participation::GLOBAL_REC_IE).unwrap();
+    }
+    ni.barrier().unwrap();
+    // Asynchronous global: the OR follows the last member's bit within a bounded delay.
+    if me == p - 1 {
+        ni.set_async_global(true).unwrap();
+    }
+    let t = Instant::now();
+    while !ni.global_rec() {
+        assert!(t.elapsed() < Duration::from_secs(5), "global_rec never rose");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    if me == 0 {
+        let t = Instant::now();
+        while ni.global_rises().unwrap() == 0 {
+            assert!(t.elapsed() < Duration::from_secs(5), "no global rec event");
+        }
+    }
+    ni.barrier().unwrap();
+    if me == p - 1 {
+        ni.set_async_global(false).unwrap();
+    }
+    ni.barrier().unwrap();
+    assert!(!ni.global_rec(), "global_rec falls with the last bit");
+}
+
+fn vectors(ni: &Ni) {
+    let (p, me) = (ni.size() as usize, ni.rank() as usize);
+    let max = 64 << 20;
+    let send = ni.alloc(max).unwrap();
+    let recv = ni.alloc(max * if p <= 2 { 2 } else { 1 }).unwrap();
+    // Broadcast from every root.
+    for root in 0..p {
+        let data: Vec<u8> = (0..4096).map(|i| mix(root as u64, i) as u8).collect();
+        if me == root {
+            send.write_at(0, &data);
+        } else {
+            send.write_at(0, &[0u8; 4096]);
+        }
+        ni.broadcast::<u32>(root as u32, &send, 0, 1024).unwrap();
+        let mut got = vec![0u8; 4096];
+        send.read_at(0, &mut got);
+        assert!(got == data, "broadcast from {root}");
+    }
+    // Allreduce of f64, 1 element to 64 MiB: rank order, bit-identical to the reference.
+    for &count in &[1usize, 3, 1000, 131072, (64 << 20) / 8] {
+        if count * 8 > max {
+            continue;
+        }
+        let mine: Vec<f64> = (0..count).map(|i| (mix(me as u64, i as u64) % 1_000_000) as f64 * 1.000_000_1e-3).collect();
+        let bytes: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+        send.write_at(0, &bytes);
+        ni.allreduce::<f64>(ReduceOp::Sum, &send, 0, &recv, 0, count).unwrap();
+        let mut got = vec![0u8; count * 8];
+        recv.read_at(0, &mut got);
+        // Check a sample (all of it for small counts) against ((x0 + x1) + x2) ...
+        let step = (count / 4096).max(1);
+        for i in (0..count).step_by(step) {
+            let mut acc = (mix(0, i as u64) % 1_000_000) as f64 * 1.000_000_1e-3;
+            for r in 1..p {
+                acc += (mix(r as u64, i as u64) % 1_000_000) as f64 * 1.000_000_1e-3;
+            }
+            let g = f64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+            assert_eq!(g.to_bits(), acc.to_bits(), "allreduce f64 count {count} element {i}");
+        }
+        // Every member holds the same bits: compare a digest across ranks.
+        let digest = got.chunks(8).fold(0u64, |h, c| mix(h, u64::from_le_bytes(c.try_into().unwrap())));
+        send.write_at(0, &digest.to_le_bytes());
+        ni.allgather::<u64>(&send, 0, &recv, 0, 1).unwrap();
+        for r in 0..p {
+            let mut d = [0u8; 8];
+            recv.read_at(r * 8, &mut d);
+            assert_eq!(u64::from_le_bytes(d), digest, "rank {r}'s result differs");
+        }
+    }
+    // Integer ops and scans.
+    let count = 257;
+    let mine: Vec<i64> = (0..count).map(|i| (mix(me as u64, i as u64) % 2001) as i64 - 1000).collect();
+    send.write_at(0, &mine.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+    let of = |r: usize, i: usize| (mix(r as u64, i as u64) % 2001) as i64 - 1000;
+    for (op, f) in [
+        (ReduceOp::Sum, (|a: i64, b: i64| a.wrapping_add(b)) as fn(i64, i64) -> i64),
+        (ReduceOp::Prod, |a, b| a.wrapping_mul(b)),
+        (ReduceOp::Min, |a, b| a.min(b)),
+        (ReduceOp::Max, |a, b| a.max(b)),
+        (ReduceOp::And, |a, b| a & b),
+        (ReduceOp::Or, |a, b| a | b),
+        (ReduceOp::Xor, |a, b| a ^ b),
+    ] {
+        ni.allreduce::<i64>(op, &send, 0, &recv, 0, count).unwrap();
+        let mut got = vec![0u8; count * 8];
+        recv.read_at(0, &mut got);
+        for i in 0..count {
+            let want = (1..p).fold(of(0, i), |a, r| f(a, of(r, i)));
+            assert_eq!(i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap()), want, "{op:?} element {i}");
+        }
+        for inclusive in [true, false] {
+            ni.scan::<i64>(op, inclusive, &send, 0, &recv, 0, count).unwrap();
+            recv.read_at(0, &mut got);
+            for i in 0..count {
+                let upto = if inclusive { me + 1 } else { me };
+                let want = if upto == 0 {
+                    match op {
+                        ReduceOp::Prod => 1,
+                        ReduceOp::Min => i64::MAX,
+                        ReduceOp::Max => i64::MIN,
+                        ReduceOp::And => -1,
+                        _ => 0,
+                    }
+                } else {
+                    (1..upto).fold(of(0, i), |a, r| f(a, of(r, i)))
+                };
+                assert_eq!(i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap()), want, "scan {op:?} incl {inclusive} element {i}");
+            }
+        }
+    }
+    // Reduce to a root, u32 and f32 too.
+    for root in 0..p {
+        send.write_at(0, &(me as u32 + 1).to_le_bytes());
+        recv.write_at(0, &0u32.to_le_bytes());
+        ni.reduce::<u32>(root as u32, ReduceOp::Sum, &send, 0, &recv, 0, 1).unwrap();
+        let mut g = [0u8; 4];
+        recv.read_at(0, &mut g);
+        let want = if me == root { (p * (p + 1) / 2) as u32 } else { 0 };
+        assert_eq!(u32::from_le_bytes(g), want, "reduce to {root}");
+    }
+    send.write_at(0, &(me as f32 + 0.5).to_le_bytes());
+    ni.allreduce::<f32>(ReduceOp::Max, &send, 0, &recv, 0, 1).unwrap();
+    let mut g = [0u8; 4];
+    recv.read_at(0, &mut g);
+    assert_eq!(f32::from_le_bytes(g), (p - 1) as f32 + 0.5);
+    // Bitwise ops on floats are refused.
+    assert!(matches!(ni.allreduce::<f64>(ReduceOp::Xor, &send, 0, &recv, 0, 1), Err(Error::Failed { status: Status::BadDescriptor, .. })));
+    ni.barrier().unwrap();
+}
+
+/// Rank 1 joins nothing and waits to be killed (or sleeps past the collective timeout); the
+/// others must fail in bounded time, then (after a new rank 1 attaches) run again.
+fn victim(ni: &Ni) {
+    if ni.rank() == 1 {
+        println!("victim ready");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let t = Instant::now();
+    let r = ni.barrier();
+    let st = r.as_ref().err().and_then(status_of);
+    assert!(matches!(st, Some(Status::PeerDown | Status::Timeout)), "barrier: {r:?}");
+    println!("failed with {st:?} after {:?}", t.elapsed());
+    // Then the partition works again once rank 1 is back (the harness starts it).
+    let buf = ni.alloc(4096).unwrap();
+    let t = Instant::now();
+    loop {
+        match ni.barrier() {
+            Ok(()) => break,
+            Err(e) if matches!(status_of(&e), Some(Status::PeerDown | Status::Timeout)) => {
+                assert!(t.elapsed() < Duration::from_secs(30), "partition never recovered");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    buf.write_at(0, &5i64.to_le_bytes());
+    ni.allreduce::<i64>(ReduceOp::Sum, &buf, 0, &buf, 8, 1).unwrap();
+}
+
+fn rejoin(ni: &Ni) {
+    let buf = ni.alloc(4096).unwrap();
+    let t = Instant::now();
+    loop {
+        match ni.barrier() {
+            Ok(()) => break,
+            Err(e) if matches!(status_of(&e), Some(Status::PeerDown | Status::Timeout)) => {
+                assert!(t.elapsed() < Duration::from_secs(30));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    buf.write_at(0, &5i64.to_le_bytes());
+    ni.allreduce::<i64>(ReduceOp::Sum, &buf, 0, &buf, 8, 1).unwrap();
+    let mut g = [0u8; 8];
+    buf.read_at(8, &mut g);
+    assert_eq!(i64::from_le_bytes(g), 5 * ni.size() as i64);
+}
+
+fn main() {
+    let scenario = std::env::args().nth(1).expect("usage: ni-test-coll SCENARIO");
+    let ni = if scenario == "rejoin" {
+        // A replacement attaches alone: its peers are already up.
+        let path = std::env::var("NI_SOCKET").unwrap();
+        Ni::attach_path(std::path::Path::new(&path))
+    } else {
+        Ni::attach()
+    }
+    .unwrap_or_else(|e| panic!("attach: {e}"));
+    match scenario.as_str() {
+        "combines" => combines(&ni),
+        "collision" => collision(&ni),
+        "network-done" => network_done(&ni),
+        "globals" => globals(&ni),
+        "vectors" => vectors(&ni),
+        "victim" => victim(&ni),
+        "rejoin" => rejoin(&ni),
+        other => panic!("unknown scenario {other}"),
+    }
+    println!("ok {scenario}");
+}

@@ -1,0 +1,621 @@
+//! One rank of a VM test scenario: `ni-vm-rank SCENARIO [ARGS]`. Runs inside QEMU guests
+//! (libni over VFIO: `NI_SOCKET` unset) and in host processes (`NI_SOCKET` set), so guests
+//! and host processes can share a partition. Prints `ok SCENARIO` and exits 0 when every
+//! check passed; panics (exit 101) otherwise.
+//!
+//! Every scenario starts with [`hello`]: in a guest the process's own attach resets its NI
+//! (vfio-pci resets the function when the device is opened), which fails whatever peers had
+//! already posted towards it, and `Ni::attach` only waits for the peers' NIs to have a client
+//! (the QEMU process, connected since boot). So ranks first exchange a message with every
+//! peer, re-posting on `peer down`, until each has seen every other one's process.
+//!
+//! Scenarios:
+//! - `pingpong` — rank 0 sends every size from 0 B to 1 MiB, rank 1 checks and echoes it,
+//!   rank 0 checks the echo; prints `stats ...` (its receives and bytes) for the counters check
+//! - `mq` — T3E message queue: fill to Limit, rejection, Threshold MSI-X, reset by swap
+//! - `lat N [MODES]` — N timed 8-byte round trips over the NI (rank 0 prints `lat ni(MODE)
+//!   ...`) for each wait mode in the comma-separated MODES (`wait`: libni's own policy,
+//!   default; `spin`; `sleepUS`), then, after the first, N over TCP between the guests (rank 1
+//!   connects to rank 0 at `NI_TCP_ADDR`, default 169.254.77.1:7777; it prints `lat tcp ...`)
+//! - `poweroff` — rank 1 echoes until its guest is powered off; rank 0 must see `peer down`
+//!   within 10 s, then waits for a replacement (`NI_VM_REPLACEMENT=1`) on the freed NI and
+//!   ping-pongs with it
+//! - `collectives` — `Ni::barrier` and `Ni::allreduce` (f64 sum of 100003 elements, i64
+//!   min, u64 xor, checked) across every rank
+//! - `attach` — attach alone and print rank, size and node
+//!
+//! After a scenario each rank prints `stats ...`, stays attached for `NI_VM_LINGER_MS` (if
+//! set) so the host can inspect the NI in use, then prints `ok SCENARIO`.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use ni::{Error, MqAddr, MqOutcome, Ni, Region, Status};
+
+const HELLO_TAG: u64 = 0xB0B0_0000_0000_0000;
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn status_of(e: &Error) -> Option<Status> {
+    match e {
+        Error::Failed { status, .. } => Some(*status),
+        _ => None,
+    }
+}
+
+/// What this process moved, to compare with the daemon's counters.
+#[derive(Default)]
+struct Tally {
+    recvs: u64,
+    recv_bytes: u64,
+    send_bytes: u64,
+}
+
+/// Exchange one message with every peer, re-posting whatever fails with `peer down` (the
+/// peer's process has not attached yet, or attaching reset its NI), until each side has
+/// seen every other one's process. `round` separates successive handshakes.
+fn hello(ni: &Ni, scratch: &Region, round: u64, timeout: Duration, tally: &mut Tally) {
+    let n = ni.size() as usize;
+    let me = ni.rank() as usize;
+    let tag = HELLO_TAG + round;
+    let t = Instant::now();
+    let mut recvs: Vec<Option<ni::Op>> = (0..n).map(|_| None).collect();
+    let mut sends: Vec<Option<ni::Op>> = (0..n).map(|_| None).collect();
+    let mut got = vec![false; n];
+    let mut sent = vec![false; n];
+    got[me] = true;
+    sent[me] = true;
+    let mut retries = 0u32;
+    while got.iter().chain(sent.iter()).any(|d| !d) {
+        assert!(
+            t.elapsed() < timeout,
+            "handshake: no answer within {timeout:?} from ranks {:?}",
+            (0..n).filter(|&p| !got[p] || !sent[p]).collect::<Vec<_>>()
+        );
+        for p in 0..n {
+            if !got[p] && recvs[p].is_none() {
+                recvs[p] = Some(
+                    ni.irecv(Some(p as u32), scratch, 0..0, tag, u64::MAX)
+                        .unwrap(),
+                );
+            }
+            if !sent[p] && sends[p].is_none() {
+                sends[p] = Some(ni.isend(p as u32, scratch, 0..0, tag).unwrap());
+            }
+        }
+        for p in 0..n {
+            for (slot, flag, is_recv) in [
+                (&mut recvs[p], &mut got[p], true),
+                (&mut sends[p], &mut sent[p], false),
+            ] {
+                let Some(op) = slot.as_ref() else { continue };
+                match ni.test(op) {
+                    Ok(None) => {}
+                    Ok(Some(_)) => {
+                        *slot = None;
+                        *flag = true;
+                        if is_recv {
+                            tally.recvs += 1;
+                        }
+                    }
+                    Err(e) if status_of(&e) == Some(Status::PeerDown) => {
+                        *slot = None;
+                        retries += 1;
+                    }
+                    Err(e) => panic!("handshake with rank {p}: {e}"),
+                }
+            }
+        }
+        // Peers that are not up yet refuse at once: do not spin on them.
+        std::thread::sleep(Duration::from_millis(if retries > 0 { 10 } else { 1 }));
+    }
+    println!(
+        "hello: rank {me} of {n} (NI {}) sees every peer after {:?} ({retries} re-posts)",
+        ni.node(),
+        t.elapsed()
+    );
+}
+
+fn sizes() -> Vec<usize> {
+    let mut v = vec![0, 1, 63, 64, 65, 4095, 4096, 4097];
+    let mut s = 16 << 10;
+    while s <= 1 << 20 {
+        v.push(s - 1);
+        v.push(s);
+        s *= 4;
+    }
+    v
+}
+
+/// Rank 0 sends, rank 1 checks and echoes, rank 0 checks the echo: 0 B to 1 MiB.
+fn pingpong(ni: &Ni, tally: &mut Tally) {
+    const MAX: usize = 1 << 20;
+    let buf = ni.alloc(MAX).unwrap();
+    let t = Instant::now();
+    for (i, &n) in sizes().iter().enumerate() {
+        let want = pattern(n, i as u64 + 1);
+        let tag = i as u64;
+        if ni.rank() == 0 {
+            buf.write_at(0, &want);
+            ni.send(1, &buf, 0..n, tag).unwrap();
+            tally.send_bytes += n as u64;
+            buf.write_at(0, &vec![0u8; n.min(4096)]);
+            let d = ni
+                .recv(Some(1), &buf, 0..MAX, tag + 1000, u64::MAX)
+                .unwrap();
+            tally.recvs += 1;
+            tally.recv_bytes += d.len;
+            assert_eq!(d.len as usize, n, "echo length");
+            let mut got = vec![0u8; n];
+            buf.read_at(0, &mut got);
+            assert!(got == want, "echo of {n} bytes differs");
+        } else if ni.rank() == 1 {
+            let d = ni.recv(Some(0), &buf, 0..MAX, tag, u64::MAX).unwrap();
+            tally.recvs += 1;
+            tally.recv_bytes += d.len;
+            assert_eq!((d.len as usize, d.rank, d.tag), (n, 0, tag));
+            let mut got = vec![0u8; n];
+            buf.read_at(0, &mut got);
+            assert!(got == want, "{n} bytes arrived corrupted");
+            ni.send(0, &buf, 0..n, tag + 1000).unwrap();
+            tally.send_bytes += n as u64;
+        }
+    }
+    println!(
+        "pingpong: {} sizes 0..=1 MiB checked both ways in {:?}",
+        sizes().len(),
+        t.elapsed()
+    );
+}
+
+/// T3E message queue at rank 1, fed by rank 0.
+fn mq(ni: &Ni, tally: &mut Tally) {
+    let ctl = ni.alloc(4096).unwrap();
+    let recv = |tally: &mut Tally, src: u32, len: usize, tag: u64| {
+        let d = ni.recv(Some(src), &ctl, 0..len, tag, u64::MAX).unwrap();
+        tally.recvs += 1;
+        tally.recv_bytes += d.len;
+    };
+    if ni.rank() == 1 {
+        // Limit 5: slots 1..4 hold messages (slot 0 is the MQCW). Threshold 4.
+        let mut q = ni.mq_create(5, 4).unwrap();
+        ni.ir_write(true, u64::MAX).unwrap();
+        ctl.write_at(0, &q.addr().key.to_le_bytes());
+        ni.send(0, &ctl, 0..4, 1).unwrap();
+        tally.send_bytes += 4;
+        assert!(
+            ni.wait_mq_interrupt(Duration::from_secs(30)),
+            "no Threshold interrupt (MSI-X vector MQ through VFIO)"
+        );
+        let (st, addr) = ni.ir_status().unwrap();
+        assert_ne!(st & (1 << 32), 0, "MSG_ADDR_VALID set");
+        assert_eq!(
+            addr,
+            q.region().iova(),
+            "MSG_ADDR latches the MQCW's address"
+        );
+        recv(tally, 0, 0, 2); // the sender saw its fifth message rejected
+        let w = q.mqcw();
+        assert!(ni_abi::fastpath::mqcw::sig(w), "Sig set at Threshold");
+        assert_eq!(ni_abi::fastpath::mqcw::tail(w), 5);
+        let msgs = q.take();
+        assert_eq!(msgs.len(), 4);
+        for (i, m) in msgs.iter().enumerate() {
+            assert_eq!(m[..], pattern(64, i as u64)[..], "slot {} content", i + 1);
+        }
+        let old = q.swap(ni_abi::fastpath::mqcw::make(false, 1, 5, 0));
+        assert_eq!(ni_abi::fastpath::mqcw::tail(old), 5);
+        q.set_head(1);
+        ni.ir_write(true, 1 << 32).unwrap();
+        ni.send(0, &ctl, 0..0, 3).unwrap();
+        recv(tally, 0, 0, 4);
+        let msgs = q.take();
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(msgs[0][..], pattern(64, 99)[..]);
+        println!("mq: 4 stored, 1 rejected at Limit, Threshold MSI-X, reset by swap, 1 more");
+    } else if ni.rank() == 0 {
+        recv(tally, 1, 4, 1);
+        let mut k = [0u8; 4];
+        ctl.read_at(0, &mut k);
+        let addr = MqAddr {
+            key: u32::from_le_bytes(k),
+            offset: 0,
+        };
+        for i in 0..4u64 {
+            let m: [u8; 64] = pattern(64, i).try_into().unwrap();
+            assert_eq!(
+                ni.mq_send(1, addr, &m).unwrap(),
+                MqOutcome::Accepted { tail: i + 2 }
+            );
+        }
+        assert_eq!(
+            ni.mq_send(1, addr, &[0xEE; 64]).unwrap(),
+            MqOutcome::Rejected,
+            "Tail = Limit"
+        );
+        ni.send(1, &ctl, 0..0, 2).unwrap();
+        recv(tally, 1, 0, 3);
+        let m: [u8; 64] = pattern(64, 99).try_into().unwrap();
+        assert_eq!(
+            ni.mq_send(1, addr, &m).unwrap(),
+            MqOutcome::Accepted { tail: 2 }
+        );
+        ni.send(1, &ctl, 0..0, 4).unwrap();
+    }
+}
+
+fn summary(what: &str, mut v: Vec<f64>) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize];
+    println!(
+        "lat {what} half_rtt_us median={:.2} p10={:.2} p90={:.2} n={}",
+        q(0.5),
+        q(0.1),
+        q(0.9),
+        v.len()
+    );
+}
+
+/// 8-byte round trips over the NI, then over TCP (virtio-net) between the same two ranks.
+fn latency(ni: &Ni, iters: usize, mode: &str, round: usize) {
+    const WARMUP: usize = 50;
+    // How a rank waits: libni's own policy (spin, yield, then sleep on the MSI-X), a pure
+    // spin on the completion ring, or polling with a sleep of N µs between looks (the guest
+    // halts while it sleeps, so its vCPU thread leaves the host core to the others).
+    let pause: Option<Option<Duration>> = match mode {
+        "wait" => None,
+        "spin" => Some(None),
+        m => Some(Some(Duration::from_micros(
+            m.strip_prefix("sleep")
+                .and_then(|u| u.parse().ok())
+                .unwrap_or_else(|| panic!("lat mode {m}: wait, spin or sleepUS")),
+        ))),
+    };
+    let finish = |op: ni::Op| match pause {
+        None => {
+            ni.wait(op).unwrap();
+        }
+        Some(p) => loop {
+            if ni.test(&op).unwrap().is_some() {
+                break;
+            }
+            match p {
+                Some(d) => std::thread::sleep(d),
+                None => std::hint::spin_loop(),
+            }
+        },
+    };
+    let buf = ni.alloc(4096).unwrap();
+    let mut half = Vec::with_capacity(iters);
+    if ni.rank() == 0 {
+        for i in 0..WARMUP + iters {
+            let t = Instant::now();
+            let r = ni.irecv(Some(1), &buf, 64..72, 2, u64::MAX).unwrap();
+            finish(ni.isend(1, &buf, 0..8, 1).unwrap());
+            finish(r);
+            if i >= WARMUP {
+                half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+        summary(&format!("ni({mode})"), half);
+    } else if ni.rank() == 1 {
+        // The next ping's receive is always posted before the pong goes out.
+        let mut r = Some(ni.irecv(Some(0), &buf, 0..8, 1, u64::MAX).unwrap());
+        for i in 0..WARMUP + iters {
+            finish(r.take().unwrap());
+            if i + 1 < WARMUP + iters {
+                r = Some(ni.irecv(Some(0), &buf, 0..8, 1, u64::MAX).unwrap());
+            }
+            finish(ni.isend(0, &buf, 64..72, 2).unwrap());
+        }
+    }
+    if round > 0 {
+        return; // TCP once, after the first mode
+    }
+    let addr = std::env::var("NI_TCP_ADDR").unwrap_or_else(|_| "169.254.77.1:7777".into());
+    if ni.rank() == 0 {
+        let port = addr.rsplit(':').next().unwrap();
+        let l = std::net::TcpListener::bind(format!("0.0.0.0:{port}")).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut b = [0u8; 8];
+        for _ in 0..WARMUP + iters {
+            s.read_exact(&mut b).unwrap();
+            s.write_all(&b).unwrap();
+        }
+    } else if ni.rank() == 1 {
+        let t = Instant::now();
+        let mut s = loop {
+            match std::net::TcpStream::connect(&addr) {
+                Ok(s) => break s,
+                Err(e) => {
+                    assert!(t.elapsed() < Duration::from_secs(60), "connect {addr}: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        };
+        s.set_nodelay(true).unwrap();
+        let mut b = [7u8; 8];
+        let mut half = Vec::with_capacity(iters);
+        for i in 0..WARMUP + iters {
+            let t = Instant::now();
+            s.write_all(&b).unwrap();
+            s.read_exact(&mut b).unwrap();
+            if i >= WARMUP {
+                half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+        summary("tcp", half);
+    }
+}
+
+/// Rank 1 echoes until its guest is killed; rank 0 must see `peer down` within 10 s, then
+/// ping-pongs with the replacement guest on the same NI.
+fn poweroff(ni: &Ni, scratch: &Region, tally: &mut Tally) {
+    let buf = ni.alloc(64 << 10).unwrap();
+    let replacement = std::env::var_os("NI_VM_REPLACEMENT").is_some();
+    if ni.rank() == 1 && !replacement {
+        println!("victim: ready");
+        let mut i = 0u64;
+        loop {
+            let d = ni.recv(Some(0), &buf, 0..64 << 10, i, u64::MAX).unwrap();
+            ni.send(0, &buf, 0..d.len as usize, i).unwrap();
+            i += 1;
+        }
+    }
+    if ni.rank() == 1 {
+        println!("replacement: attached to NI {}", ni.node());
+        for i in 0..20u64 {
+            let d = ni
+                .recv(Some(0), &buf, 0..64 << 10, 1000 + i, u64::MAX)
+                .unwrap();
+            let mut got = vec![0u8; d.len as usize];
+            buf.read_at(0, &mut got);
+            assert!(
+                got == pattern(d.len as usize, 1000 + i),
+                "round {i} corrupted"
+            );
+            ni.send(0, &buf, 0..d.len as usize, 1000 + i).unwrap();
+        }
+        println!("replacement: 20 round trips done");
+        return;
+    }
+    if ni.rank() != 0 {
+        return;
+    }
+    println!("survivor: running");
+    let mut last_ok = Instant::now();
+    let mut rounds = 0u64;
+    let err = loop {
+        let want = pattern(4096, rounds);
+        buf.write_at(0, &want);
+        let r = ni
+            .send(1, &buf, 0..4096, rounds)
+            .and_then(|_| ni.recv(Some(1), &buf, 0..64 << 10, rounds, u64::MAX));
+        match r {
+            Ok(_) => {
+                let mut got = vec![0u8; 4096];
+                buf.read_at(0, &mut got);
+                assert!(got == want, "echo {rounds} corrupted");
+                rounds += 1;
+                last_ok = Instant::now();
+            }
+            Err(e) => break e,
+        }
+        assert!(
+            last_ok.elapsed() < Duration::from_secs(600),
+            "nothing happened for 10 minutes"
+        );
+    };
+    let after = last_ok.elapsed();
+    assert_eq!(
+        status_of(&err),
+        Some(Status::PeerDown),
+        "expected peer down, got {err}"
+    );
+    println!(
+        "survivor: {rounds} round trips, then `{err}` {:.0} ms after the last one",
+        after.as_secs_f64() * 1e3
+    );
+    assert!(
+        after < Duration::from_secs(10),
+        "the error took {after:?} (bound: 10 s)"
+    );
+    // The freed NI takes a new guest: meet it and talk to it.
+    hello(ni, scratch, 1, Duration::from_secs(240), tally);
+    for i in 0..20u64 {
+        let n = 1 + (i as usize * 3001) % (64 << 10);
+        let want = pattern(n, 1000 + i);
+        buf.write_at(0, &want);
+        ni.send(1, &buf, 0..n, 1000 + i).unwrap();
+        let d = ni
+            .recv(Some(1), &buf, 0..64 << 10, 1000 + i, u64::MAX)
+            .unwrap();
+        let mut got = vec![0u8; d.len as usize];
+        buf.read_at(0, &mut got);
+        assert!(got == want, "replacement echo {i} corrupted");
+    }
+    println!("survivor: 20 round trips with the replacement guest");
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let scenario = args.next().expect("usage: ni-vm-rank SCENARIO [ARGS]");
+    let t = Instant::now();
+    let ni = if scenario == "attach" {
+        match std::env::var_os("NI_SOCKET") {
+            Some(p) => Ni::attach_path(std::path::Path::new(&p)),
+            None => Ni::attach_pci(
+                &std::env::var("NI_PCI")
+                    .ok()
+                    .or_else(|| {
+                        std::fs::read_dir("/sys/bus/pci/devices")
+                            .ok()
+                            .and_then(|d| {
+                                d.filter_map(|e| e.ok())
+                                    .find(|e| {
+                                        let r = |f: &str| {
+                                            std::fs::read_to_string(e.path().join(f))
+                                                .unwrap_or_default()
+                                        };
+                                        r("vendor").trim() == "0x1234"
+                                            && r("device").trim() == "0x4e49"
+                                    })
+                                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                            })
+                    })
+                    .expect("no NI PCI function in this machine"),
+            ),
+        }
+    } else {
+        Ni::attach()
+    }
+    .unwrap_or_else(|e| panic!("attach: {e}"));
+    println!(
+        "attached: rank {} of {} on NI {} in {:?} ({})",
+        ni.rank(),
+        ni.size(),
+        ni.node(),
+        t.elapsed(),
+        if std::env::var_os("NI_SOCKET").is_some() {
+            "vfio-user socket"
+        } else {
+            "VFIO"
+        }
+    );
+    if scenario == "attach" {
+        if let Some(ms) = std::env::var("NI_VM_LINGER_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+        {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        println!("ok attach");
+        return;
+    }
+    let scratch = ni.alloc(4096).unwrap();
+    let mut tally = Tally::default();
+    // A replacement guest meets the survivor's second handshake.
+    let round = std::env::var_os("NI_VM_REPLACEMENT").is_some() as u64;
+    hello(&ni, &scratch, round, Duration::from_secs(240), &mut tally);
+    match scenario.as_str() {
+        "pingpong" => pingpong(&ni, &mut tally),
+        "mq" => mq(&ni, &mut tally),
+        "lat" => {
+            let n = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
+            let modes = args.next().unwrap_or_else(|| "wait".into());
+            for (k, mode) in modes.split(',').enumerate() {
+                if k > 0 {
+                    hello(
+                        &ni,
+                        &scratch,
+                        10 + k as u64,
+                        Duration::from_secs(60),
+                        &mut tally,
+                    );
+                }
+                latency(&ni, n, mode, k);
+            }
+        }
+        "poweroff" => poweroff(&ni, &scratch, &mut tally),
+        "collectives" => collectives(&ni),
+        other => panic!("unknown scenario {other}"),
+    }
+    println!(
+        "stats node={} recvs={} recv_bytes={} send_bytes={}",
+        ni.node(),
+        tally.recvs,
+        tally.recv_bytes,
+        tally.send_bytes
+    );
+    // Stay attached a while (NI_VM_LINGER_MS) so the host can look at the NI in use.
+    if let Some(ms) = std::env::var("NI_VM_LINGER_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    println!("ok {scenario}");
+}
+
+/// Barriers and allreduces done in the network, across every rank (guests and host
+/// processes alike): f64 sums of a vector of odd length, i64 MIN, u64 XOR.
+fn collectives(ni: &Ni) {
+    use ni::ReduceOp;
+    let n = ni.size() as u64;
+    let me = ni.rank() as u64;
+    let t = Instant::now();
+    for _ in 0..20 {
+        ni.barrier().unwrap();
+    }
+    println!("collectives: 20 barriers in {:?}", t.elapsed());
+
+    const COUNT: usize = 100_003;
+    let send = ni.alloc(COUNT * 8).unwrap();
+    let recv = ni.alloc(COUNT * 8).unwrap();
+    let put = |r: &Region, v: &dyn Fn(usize) -> [u8; 8]| {
+        let mut b = Vec::with_capacity(COUNT * 8);
+        for i in 0..COUNT {
+            b.extend_from_slice(&v(i));
+        }
+        r.write_at(0, &b);
+    };
+    let get = |r: &Region, i: usize| {
+        let mut b = [0u8; 8];
+        r.read_at(i * 8, &mut b);
+        b
+    };
+    // f64 sum: every term and the total are exact integers, so the check is exact.
+    put(&send, &|i| {
+        ((me * 1_000_000 + i as u64) as f64).to_le_bytes()
+    });
+    let t = Instant::now();
+    ni.allreduce::<f64>(ReduceOp::Sum, &send, 0, &recv, 0, COUNT)
+        .unwrap();
+    let dt = t.elapsed();
+    for i in [0, 1, COUNT / 2, COUNT - 1] {
+        let want: f64 = (0..n).map(|r| (r * 1_000_000 + i as u64) as f64).sum();
+        assert_eq!(
+            f64::from_le_bytes(get(&recv, i)),
+            want,
+            "f64 sum, element {i}"
+        );
+    }
+    // i64 min and u64 xor, in place.
+    put(&recv, &|i| (i as i64 - me as i64 * 7).to_le_bytes());
+    ni.allreduce::<i64>(ReduceOp::Min, &recv, 0, &recv, 0, COUNT)
+        .unwrap();
+    for i in [0, 5, COUNT - 1] {
+        let want = i as i64 - (n as i64 - 1) * 7;
+        assert_eq!(
+            i64::from_le_bytes(get(&recv, i)),
+            want,
+            "i64 min, element {i}"
+        );
+    }
+    put(&send, &|i| ((i as u64) << (me % 60)).to_le_bytes());
+    ni.allreduce::<u64>(ReduceOp::Xor, &send, 0, &recv, 0, COUNT)
+        .unwrap();
+    for i in [1, 3, COUNT - 1] {
+        let want = (0..n).fold(0u64, |a, r| a ^ ((i as u64) << (r % 60)));
+        assert_eq!(
+            u64::from_le_bytes(get(&recv, i)),
+            want,
+            "u64 xor, element {i}"
+        );
+    }
+    ni.barrier().unwrap();
+    println!(
+        "collectives: allreduce f64 sum ({COUNT} elements, {dt:?}), i64 min, u64 xor checked over {n} ranks"
+    );
+}

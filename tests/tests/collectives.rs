@@ -1,0 +1,113 @@
+//! Collectives in the network (issue 4): separate processes on a real daemon, P = 1 to 8.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ni_tests::*;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ni-test-coll"))
+}
+
+fn run(d: &Daemon, p: u32, scenario: &str) {
+    let ranks: Vec<_> = (0..p).map(|i| d.rank(&bin(), i, scenario)).collect();
+    for r in ranks {
+        assert_ok(&finish(r, LIMIT), scenario, d);
+    }
+}
+
+#[test]
+fn cm5_combines_every_pattern_combiner_width_with_segments_and_abstainers() {
+    for p in 1..=8 {
+        let d = Daemon::start(p);
+        run(&d, p, "combines");
+    }
+}
+
+#[test]
+fn collision_then_flush() {
+    for p in [1, 2, 5] {
+        let d = Daemon::start(p);
+        run(&d, p, "collision");
+        if p > 1 {
+            assert!(d.counter(0, "err_collision") >= 2);
+        }
+    }
+}
+
+#[test]
+fn network_done_waits_for_outstanding_messages() {
+    for p in [1, 2, 3] {
+        let d = Daemon::start(p);
+        run(&d, p, "network-done");
+    }
+}
+
+#[test]
+fn sync_and_async_globals() {
+    for p in [1, 2, 4] {
+        let d = Daemon::start(p);
+        run(&d, p, "globals");
+    }
+}
+
+#[test]
+fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
+    for p in [1, 2, 3, 8] {
+        let d = Daemon::start(p);
+        run(&d, p, "vectors");
+    }
+}
+
+fn victim_then_recover(d: &Daemon, kill: bool) -> Duration {
+    let p = 3;
+    let mut victim = d.rank(&bin(), 1, "victim");
+    let others: Vec<_> = [0, 2].iter().map(|&i| d.rank(&bin(), i, "victim")).collect();
+    let mut out = std::io::BufReader::new(victim.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "victim ready");
+    // Let the survivors block in the barrier.
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    // Killed: the survivors fail at once. Not killed: they fail when the round times out;
+    // only then is the victim removed so a replacement can take its NI.
+    if !kill {
+        while d.counter(0, "err_timeout") == 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "no timeout");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let failed_after = t.elapsed();
+    while d.control(r#"{"version":1,"request":"nodes"}"#)["nodes"][1]["state"] != "free" {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let rejoin = d.rank(&bin(), 1, "rejoin");
+    for o in others {
+        assert_ok(&finish(o, LIMIT), "victim", d);
+    }
+    assert_ok(&finish(rejoin, LIMIT), "rejoin", d);
+    let _ = p;
+    failed_after
+}
+
+#[test]
+fn a_member_killed_mid_collective_fails_the_others_then_the_partition_recovers() {
+    let d = Daemon::start(3);
+    let took = victim_then_recover(&d, true);
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(d.counter(0, "err_peer_down") >= 1);
+}
+
+#[test]
+fn a_member_that_never_joins_times_out_within_the_configured_bound() {
+    let d = Daemon::start_with(3, Some("collective_timeout_secs = 1.0\n"));
+    let took = victim_then_recover(&d, false);
+    // The round started ~0.3 s before `t`; the timeout is 1 s (checked each poller pass).
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
