@@ -51,9 +51,9 @@ use ni_abi::fastpath::{
 use ni_abi::pci;
 
 use mem::Mem;
-use transport::Transport;
 pub use ni_abi::fastpath::op as opcode;
 pub use ni_abi::fastpath::{Request, Status};
+use transport::Transport;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -337,7 +337,10 @@ impl Ni {
 
     /// Attach to the NI whose vfio-user socket is `path`, without waiting for its peers.
     pub fn attach_path(path: &Path) -> Result<Ni> {
-        Ni::attach_transport(Box::new(vfio_user::Device::connect(path)?), &path.display().to_string())
+        Ni::attach_transport(
+            Box::new(vfio_user::Device::connect(path)?),
+            &path.display().to_string(),
+        )
     }
 
     /// Attach to the NI that is PCI function `addr` of this machine (e.g. `0000:01:00.0`)
@@ -902,7 +905,15 @@ pub struct CombineResult {
 pub use ni_abi::fastpath::participation;
 
 /// A vector-collective request.
-fn coll_request(kind: u8, dtype: u32, op: ReduceOp, root: u32, send: u64, recv: u64, count: usize) -> Request {
+fn coll_request(
+    kind: u8,
+    dtype: u32,
+    op: ReduceOp,
+    root: u32,
+    send: u64,
+    recv: u64,
+    count: usize,
+) -> Request {
     Request {
         opcode: op::COLLECTIVE,
         flags: kind,
@@ -937,77 +948,195 @@ impl Ni {
     }
 
     pub fn ibarrier(&self) -> Result<Op> {
-        self.start(coll_request(ni_abi::fastpath::coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))
+        self.start(coll_request(
+            ni_abi::fastpath::coll::BARRIER,
+            0,
+            ReduceOp::Sum,
+            0,
+            0,
+            0,
+            0,
+        ))
     }
 
     /// Every member's `buf[offset..]` (`count` elements) gets `root`'s.
-    pub fn broadcast<T: Elem>(&self, root: u32, buf: &Region, offset: usize, count: usize) -> Result<()> {
+    pub fn broadcast<T: Elem>(
+        &self,
+        root: u32,
+        buf: &Region,
+        offset: usize,
+        count: usize,
+    ) -> Result<()> {
         let o = self.ibroadcast::<T>(root, buf, offset, count)?;
         self.wait(o).map(|_| ())
     }
 
-    pub fn ibroadcast<T: Elem>(&self, root: u32, buf: &Region, offset: usize, count: usize) -> Result<Op> {
+    pub fn ibroadcast<T: Elem>(
+        &self,
+        root: u32,
+        buf: &Region,
+        offset: usize,
+        count: usize,
+    ) -> Result<Op> {
         let a = Self::span::<T>(buf, offset, count)?;
-        self.start(coll_request(ni_abi::fastpath::coll::BCAST, T::DTYPE, ReduceOp::Sum, root, a, a, count))
+        self.start(coll_request(
+            ni_abi::fastpath::coll::BCAST,
+            T::DTYPE,
+            ReduceOp::Sum,
+            root,
+            a,
+            a,
+            count,
+        ))
     }
 
     /// Reduce `count` elements of every member's `send` into `root`'s `recv`, in rank order.
     #[allow(clippy::too_many_arguments)]
-    pub fn reduce<T: Elem>(&self, root: u32, op: ReduceOp, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<()> {
+    pub fn reduce<T: Elem>(
+        &self,
+        root: u32,
+        op: ReduceOp,
+        send: &Region,
+        send_off: usize,
+        recv: &Region,
+        recv_off: usize,
+        count: usize,
+    ) -> Result<()> {
         let s = Self::span::<T>(send, send_off, count)?;
         let r = Self::span::<T>(recv, recv_off, count)?;
-        let o = self.start(coll_request(ni_abi::fastpath::coll::REDUCE, T::DTYPE, op, root, s, r, count))?;
+        let o = self.start(coll_request(
+            ni_abi::fastpath::coll::REDUCE,
+            T::DTYPE,
+            op,
+            root,
+            s,
+            r,
+            count,
+        ))?;
         self.wait(o).map(|_| ())
     }
 
     /// Every member gets the reduction of all members' `send` in its `recv` (may be the same
     /// place). Combined in rank order, so every member gets the same bits.
-    pub fn allreduce<T: Elem>(&self, op: ReduceOp, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<()> {
+    pub fn allreduce<T: Elem>(
+        &self,
+        op: ReduceOp,
+        send: &Region,
+        send_off: usize,
+        recv: &Region,
+        recv_off: usize,
+        count: usize,
+    ) -> Result<()> {
         let o = self.iallreduce::<T>(op, send, send_off, recv, recv_off, count)?;
         self.wait(o).map(|_| ())
     }
 
-    pub fn iallreduce<T: Elem>(&self, op: ReduceOp, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<Op> {
+    pub fn iallreduce<T: Elem>(
+        &self,
+        op: ReduceOp,
+        send: &Region,
+        send_off: usize,
+        recv: &Region,
+        recv_off: usize,
+        count: usize,
+    ) -> Result<Op> {
         let s = Self::span::<T>(send, send_off, count)?;
         let r = Self::span::<T>(recv, recv_off, count)?;
-        self.start(coll_request(ni_abi::fastpath::coll::ALLREDUCE, T::DTYPE, op, 0, s, r, count))
+        self.start(coll_request(
+            ni_abi::fastpath::coll::ALLREDUCE,
+            T::DTYPE,
+            op,
+            0,
+            s,
+            r,
+            count,
+        ))
     }
 
     /// Prefix reduction: inclusive (member i gets ranks 0..=i) or exclusive (0..i; rank 0
     /// gets the identity).
     #[allow(clippy::too_many_arguments)]
-    pub fn scan<T: Elem>(&self, op: ReduceOp, inclusive: bool, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<()> {
+    pub fn scan<T: Elem>(
+        &self,
+        op: ReduceOp,
+        inclusive: bool,
+        send: &Region,
+        send_off: usize,
+        recv: &Region,
+        recv_off: usize,
+        count: usize,
+    ) -> Result<()> {
         let s = Self::span::<T>(send, send_off, count)?;
         let r = Self::span::<T>(recv, recv_off, count)?;
-        let kind = if inclusive { ni_abi::fastpath::coll::SCAN } else { ni_abi::fastpath::coll::EXSCAN };
+        let kind = if inclusive {
+            ni_abi::fastpath::coll::SCAN
+        } else {
+            ni_abi::fastpath::coll::EXSCAN
+        };
         let o = self.start(coll_request(kind, T::DTYPE, op, 0, s, r, count))?;
         self.wait(o).map(|_| ())
     }
 
     /// Every member's `recv` gets all members' `count` elements, in rank order.
-    pub fn allgather<T: Elem>(&self, send: &Region, send_off: usize, recv: &Region, recv_off: usize, count: usize) -> Result<()> {
+    pub fn allgather<T: Elem>(
+        &self,
+        send: &Region,
+        send_off: usize,
+        recv: &Region,
+        recv_off: usize,
+        count: usize,
+    ) -> Result<()> {
         let s = Self::span::<T>(send, send_off, count)?;
         let r = Self::span::<T>(recv, recv_off, count * self.size as usize)?;
-        let o = self.start(coll_request(ni_abi::fastpath::coll::ALLGATHER, T::DTYPE, ReduceOp::Sum, 0, s, r, count))?;
+        let o = self.start(coll_request(
+            ni_abi::fastpath::coll::ALLGATHER,
+            T::DTYPE,
+            ReduceOp::Sum,
+            0,
+            s,
+            r,
+            count,
+        ))?;
         self.wait(o).map(|_| ())
     }
 
     /// Start a collective on raw addresses (the C ABI and tests use it).
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
-    pub fn icollective_raw(&self, kind: u8, dtype: u32, op: ReduceOp, root: u32, send: u64, recv: u64, count: usize) -> Result<Op> {
+    pub fn icollective_raw(
+        &self,
+        kind: u8,
+        dtype: u32,
+        op: ReduceOp,
+        root: u32,
+        send: u64,
+        recv: u64,
+        count: usize,
+    ) -> Result<Op> {
         self.start(coll_request(kind, dtype, op, root, send, recv, count))
     }
 
     /// CM-5 combine of 1-5 words (adds: least significant word first; MAX: most first).
-    pub fn combine(&self, pattern: Pattern, combiner: Combiner, words: &[u32], scan_start: bool) -> Result<CombineResult> {
+    pub fn combine(
+        &self,
+        pattern: Pattern,
+        combiner: Combiner,
+        words: &[u32],
+        scan_start: bool,
+    ) -> Result<CombineResult> {
         self.combine_raw(pattern as u8, combiner as u32, words, scan_start, false)
     }
 
     /// An abstainer (COM `rec_abstain`, `reduce_rec_abstain` clear) takes the next
     /// reduction result of `len` words without contributing, as the CM-5's PM does.
     pub fn combine_receive(&self, len: usize) -> Result<CombineResult> {
-        self.combine_raw(Pattern::Reduce as u8, Combiner::Or as u32, &vec![0; len], false, true)
+        self.combine_raw(
+            Pattern::Reduce as u8,
+            Combiner::Or as u32,
+            &vec![0; len],
+            false,
+            true,
+        )
     }
 
     /// Network-done: completes on every member once all non-abstainers have sent it and
@@ -1016,10 +1145,20 @@ impl Ni {
         self.combine_raw(0, 5, &[0], false, false).map(|_| ())
     }
 
-    fn combine_raw(&self, pattern: u8, combiner: u32, words: &[u32], scan_start: bool, receive_only: bool) -> Result<CombineResult> {
+    fn combine_raw(
+        &self,
+        pattern: u8,
+        combiner: u32,
+        words: &[u32],
+        scan_start: bool,
+        receive_only: bool,
+    ) -> Result<CombineResult> {
         use ni_abi::fastpath::combine as c;
         if words.is_empty() || words.len() > c::MAX_WORDS as usize {
-            return Err(Error::BadArgument(format!("a combine takes 1 to 5 words, not {}", words.len())));
+            return Err(Error::BadArgument(format!(
+                "a combine takes 1 to 5 words, not {}",
+                words.len()
+            )));
         }
         let _b = self.bounce.lock().unwrap_or_else(|e| e.into_inner());
         let addr = {
@@ -1049,7 +1188,9 @@ impl Ni {
             let i = self.lock();
             let mut b = vec![0u8; words.len() * 4];
             i.bounce.read_at(0, &mut b);
-            b.chunks_exact(4).map(|x| u32::from_le_bytes(x.try_into().unwrap())).collect()
+            b.chunks_exact(4)
+                .map(|x| u32::from_le_bytes(x.try_into().unwrap()))
+                .collect()
         });
         Ok(CombineResult {
             words: result,
@@ -1087,7 +1228,10 @@ impl Ni {
 
     /// The asynchronous global OR of the partition, as the NI last published it.
     pub fn global_rec(&self) -> bool {
-        self.lock().sram_u32(ctrl::GLOBAL_REC).load(Ordering::Acquire) != 0
+        self.lock()
+            .sram_u32(ctrl::GLOBAL_REC)
+            .load(Ordering::Acquire)
+            != 0
     }
 
     /// Set the control-network participation (abstain) flags: `participation::*`.

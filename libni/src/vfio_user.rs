@@ -231,7 +231,10 @@ impl Transport for Device {
     fn map_sram(&mut self) -> Result<Mem, Error> {
         let info = self.region_info(ni_abi::pci::BAR0_REGION)?;
         if info.size != ni_abi::lanai::BAR0_SIZE {
-            return Err(Error::Device(format!("BAR0 is {:#x} bytes: not an NI", info.size)));
+            return Err(Error::Device(format!(
+                "BAR0 is {:#x} bytes: not an NI",
+                info.size
+            )));
         }
         let fd = info
             .fd

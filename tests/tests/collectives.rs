@@ -64,7 +64,10 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
 fn victim_then_recover(d: &Daemon, kill: bool) -> Duration {
     let p = 3;
     let mut victim = d.rank(&bin(), 1, "victim");
-    let others: Vec<_> = [0, 2].iter().map(|&i| d.rank(&bin(), i, "victim")).collect();
+    let others: Vec<_> = [0, 2]
+        .iter()
+        .map(|&i| d.rank(&bin(), i, "victim"))
+        .collect();
     let mut out = std::io::BufReader::new(victim.stdout.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();

@@ -26,9 +26,10 @@ pub mod ctrl {
     /// Device writes: changes whenever the NI is reset under the client (its pending
     /// requests are then gone and it must attach again).
     pub const EPOCH: u64 = 0x018;
-    /// Device writes: how many NIs of the partition have had a client attached since this
-    /// one's client attached (itself included; sticky, so a peer that already left still
-    /// counts). `Ni::attach` waits for it to reach SIZE, as MPI_Init waits for every rank.
+    /// Device writes: how many NIs of the partition have been ready (a client that set up
+    /// its completion ring) since this one's client attached (itself included; sticky, so a
+    /// peer that already left still counts). `Ni::attach` waits for it to reach SIZE, as
+    /// MPI_Init waits for every rank.
     pub const PEERS_UP: u64 = 0x01C;
     /// Client writes: requests published (free-running count).
     pub const SQ_TAIL: u64 = 0x040;
@@ -176,7 +177,8 @@ pub mod participation {
     pub const SYNC_GLOBAL_ABSTAIN: u32 = 1 << 3;
     /// `global_rec_ie`: a GLOBAL_REC completion when the async global OR rises.
     pub const GLOBAL_REC_IE: u32 = 1 << 4;
-    pub const RESET: u32 = COM_REC_ABSTAIN | REDUCE_REC_ABSTAIN | BC_REC_ABSTAIN | SYNC_GLOBAL_ABSTAIN;
+    pub const RESET: u32 =
+        COM_REC_ABSTAIN | REDUCE_REC_ABSTAIN | BC_REC_ABSTAIN | SYNC_GLOBAL_ABSTAIN;
     pub const ALL: u32 = 0x1F;
 }
 
@@ -277,8 +279,12 @@ impl Status {
             Status::NoHandlerRing => "target has no active-message ring",
             Status::Cancelled => "cancelled by a reset or partition change",
             Status::Collision => "collision: members started different collective operations",
-            Status::Abstaining => "this NI abstains from that operation (or may not abstain from it)",
-            Status::AbstainChanged => "abstain flags changed while a combine was pending: not applied",
+            Status::Abstaining => {
+                "this NI abstains from that operation (or may not abstain from it)"
+            }
+            Status::AbstainChanged => {
+                "abstain flags changed while a combine was pending: not applied"
+            }
             Status::Timeout => "collective timed out: a member never joined",
         }
     }

@@ -105,7 +105,11 @@ impl Wide {
         let mut w = [0u32; MAX_WORDS + 1];
         for (i, x) in w.iter_mut().enumerate().take(len) {
             // MAX words arrive most significant first.
-            *x = if c == Combiner::Max { words[len - 1 - i] } else { words[i] };
+            *x = if c == Combiner::Max {
+                words[len - 1 - i]
+            } else {
+                words[i]
+            };
         }
         // Sign-extend into the spare word for the signed combiners.
         if matches!(c, Combiner::Add | Combiner::Max) && w[len - 1] & 0x8000_0000 != 0 {
@@ -127,7 +131,11 @@ impl Wide {
     fn to_words(self, c: Combiner) -> [u32; MAX_WORDS] {
         let mut out = [0u32; MAX_WORDS];
         for (i, o) in out.iter_mut().enumerate().take(self.len) {
-            *o = if c == Combiner::Max { self.w[self.len - 1 - i] } else { self.w[i] };
+            *o = if c == Combiner::Max {
+                self.w[self.len - 1 - i]
+            } else {
+                self.w[i]
+            };
         }
         out
     }
@@ -148,13 +156,20 @@ impl Wide {
         if a != b {
             return a > b;
         }
-        (0..self.len).rev().find(|&i| self.w[i] != o.w[i]).is_some_and(|i| self.w[i] > o.w[i])
+        (0..self.len)
+            .rev()
+            .find(|&i| self.w[i] != o.w[i])
+            .is_some_and(|i| self.w[i] > o.w[i])
     }
 
     /// Whether the exact value fits in `len` words (signed or unsigned).
     fn fits(self, signed: bool) -> bool {
         if signed {
-            let ext = if self.w[self.len - 1] & 0x8000_0000 != 0 { u32::MAX } else { 0 };
+            let ext = if self.w[self.len - 1] & 0x8000_0000 != 0 {
+                u32::MAX
+            } else {
+                0
+            };
             self.w[self.len] == ext
         } else {
             self.w[self.len] == 0
@@ -199,7 +214,12 @@ fn finish(c: Combiner, v: Wide) -> Outcome {
 }
 
 /// Compute every member's outcome. `members` is in rank order; `len` words each.
-pub fn combine(pattern: Pattern, combiner: Combiner, len: usize, members: &[Member]) -> Vec<Outcome> {
+pub fn combine(
+    pattern: Pattern,
+    combiner: Combiner,
+    len: usize,
+    members: &[Member],
+) -> Vec<Outcome> {
     let id = Wide::identity(combiner, len);
     let value = |m: &Member| {
         if m.abstain {
@@ -258,7 +278,11 @@ mod tests {
     fn to_int(c: Combiner, w: &[u32; MAX_WORDS], len: usize) -> i128 {
         let mut v: u128 = 0;
         for i in 0..len {
-            let word = if c == Combiner::Max { w[len - 1 - i] } else { w[i] };
+            let word = if c == Combiner::Max {
+                w[len - 1 - i]
+            } else {
+                w[i]
+            };
             v |= (word as u128) << (32 * i);
         }
         let bits = 32 * len as u32;
@@ -281,7 +305,13 @@ mod tests {
         let mut seed = 0x1234_5678_9abc_def1u64;
         for p in 1..=8usize {
             for len in 1..=3usize {
-                for c in [Combiner::Or, Combiner::Add, Combiner::Xor, Combiner::Uadd, Combiner::Max] {
+                for c in [
+                    Combiner::Or,
+                    Combiner::Add,
+                    Combiner::Xor,
+                    Combiner::Uadd,
+                    Combiner::Max,
+                ] {
                     for pattern in [Pattern::Forward, Pattern::Backward, Pattern::Reduce] {
                         for trial in 0..20 {
                             let members: Vec<Member> = (0..p)
@@ -289,7 +319,11 @@ mod tests {
                                     let mut m = Member::default();
                                     for w in m.words.iter_mut().take(len) {
                                         // Small values half the time, so adds also stay in range.
-                                        *w = if trial % 2 == 0 { rng(&mut seed) } else { rng(&mut seed) % 7 };
+                                        *w = if trial % 2 == 0 {
+                                            rng(&mut seed)
+                                        } else {
+                                            rng(&mut seed) % 7
+                                        };
                                     }
                                     m.scan_start = rng(&mut seed).is_multiple_of(4);
                                     m.abstain = rng(&mut seed).is_multiple_of(5);
@@ -301,7 +335,13 @@ mod tests {
                             let bits = 32 * len as u32;
                             let vals: Vec<i128> = members
                                 .iter()
-                                .map(|m| if m.abstain { i128::MIN } else { to_int(c, &m.words, len) })
+                                .map(|m| {
+                                    if m.abstain {
+                                        i128::MIN
+                                    } else {
+                                        to_int(c, &m.words, len)
+                                    }
+                                })
                                 .collect();
                             let fold = |range: &mut dyn Iterator<Item = usize>| -> i128 {
                                 let mut acc: Option<i128> = None;
@@ -319,18 +359,28 @@ mod tests {
                                         _ => unreachable!(),
                                     });
                                 }
-                                acc.unwrap_or(if c == Combiner::Max { -(1i128 << (bits - 1)) } else { 0 })
+                                acc.unwrap_or(if c == Combiner::Max {
+                                    -(1i128 << (bits - 1))
+                                } else {
+                                    0
+                                })
                             };
                             for i in 0..p {
                                 let expect: Option<i128> = match pattern {
-                                    Pattern::Reduce => (!members[i].abstain || !members[i].reduce_rec_abstain)
+                                    Pattern::Reduce => (!members[i].abstain
+                                        || !members[i].reduce_rec_abstain)
                                         .then(|| fold(&mut (0..p))),
                                     Pattern::Forward => (!members[i].abstain).then(|| {
-                                        let start = (0..=i).rev().find(|&j| members[j].scan_start).unwrap_or(0);
+                                        let start = (0..=i)
+                                            .rev()
+                                            .find(|&j| members[j].scan_start)
+                                            .unwrap_or(0);
                                         fold(&mut (start..i))
                                     }),
                                     Pattern::Backward => (!members[i].abstain).then(|| {
-                                        let end = (i..p).find(|&j| members[j].scan_start).unwrap_or(p - 1);
+                                        let end = (i..p)
+                                            .find(|&j| members[j].scan_start)
+                                            .unwrap_or(p - 1);
                                         fold(&mut (i + 1..=end))
                                     }),
                                     Pattern::RouterDone => None,
@@ -340,16 +390,27 @@ mod tests {
                                     (Some(e), Some(got)) => {
                                         let modulus = 1i128 << bits;
                                         let got_v = to_int(c, &got, len);
-                                        assert_eq!(got_v.rem_euclid(modulus), e.rem_euclid(modulus),
-                                            "p={p} len={len} {c:?} {pattern:?} member {i}");
+                                        assert_eq!(
+                                            got_v.rem_euclid(modulus),
+                                            e.rem_euclid(modulus),
+                                            "p={p} len={len} {c:?} {pattern:?} member {i}"
+                                        );
                                         let fits = match c {
-                                            Combiner::Add => e >= -(1i128 << (bits - 1)) && e < (1i128 << (bits - 1)),
+                                            Combiner::Add => {
+                                                e >= -(1i128 << (bits - 1))
+                                                    && e < (1i128 << (bits - 1))
+                                            }
                                             Combiner::Uadd => e < modulus,
                                             _ => true,
                                         };
-                                        assert_eq!(out[i].overflow, !fits, "overflow p={p} len={len} {c:?} {pattern:?} member {i}");
+                                        assert_eq!(
+                                            out[i].overflow, !fits,
+                                            "overflow p={p} len={len} {c:?} {pattern:?} member {i}"
+                                        );
                                     }
-                                    (e, g) => panic!("member {i}: expected {e:?}, got {g:?} ({c:?} {pattern:?})"),
+                                    (e, g) => panic!(
+                                        "member {i}: expected {e:?}, got {g:?} ({c:?} {pattern:?})"
+                                    ),
                                 }
                             }
                         }

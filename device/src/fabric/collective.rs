@@ -17,7 +17,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use ni_abi::fastpath::{coll, combine as cflag, dtype, op, participation, redop, Completion, Request, Status};
+use ni_abi::fastpath::{
+    coll, combine as cflag, dtype, op, participation, redop, Completion, Request, Status,
+};
 
 use super::State;
 use crate::cm5::combine::{self as cm5c, Combiner, Member, Pattern, MAX_WORDS};
@@ -121,7 +123,11 @@ impl State {
     }
 
     /// COM_CONTROL: set the participation flags, unless a combine of this member is pending.
-    pub(super) fn com_control(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+    pub(super) fn com_control(
+        &mut self,
+        a: usize,
+        r: &Request,
+    ) -> Result<Option<Completion>, Status> {
         if r.access & !participation::ALL != 0 {
             return Err(Status::BadDescriptor);
         }
@@ -157,12 +163,17 @@ impl State {
     }
 
     /// Join the round of kind `k` that `a`'s request belongs to.
-    pub(super) fn join(&mut self, a: usize, k: Kind, r: &Request) -> Result<Option<Completion>, Status> {
+    pub(super) fn join(
+        &mut self,
+        a: usize,
+        k: Kind,
+        r: &Request,
+    ) -> Result<Option<Completion>, Status> {
         let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
         let size = members.len();
         let flags = self.flags(a);
         // Whoever the round needs must be there to join it at all.
-        if members.iter().any(|&m| !self.nodes[m as usize].live) {
+        if members.iter().any(|&m| !self.nodes[m as usize].ready) {
             return Err(Status::PeerDown);
         }
         let mut entry = Entry {
@@ -234,7 +245,14 @@ impl State {
         Ok(None)
     }
 
-    fn receive_only(&mut self, a: usize, name: &str, size: usize, rank: usize, entry: Entry) -> Result<Option<Completion>, Status> {
+    fn receive_only(
+        &mut self,
+        a: usize,
+        name: &str,
+        size: usize,
+        rank: usize,
+        entry: Entry,
+    ) -> Result<Option<Completion>, Status> {
         read_dma(&self.nodes[a].dma)
             .check(entry.req.addr, entry.req.len * 4, true)
             .map_err(|_| Status::NotRegistered)?;
@@ -269,7 +287,8 @@ impl State {
             if len == 0 {
                 Ok(())
             } else {
-                dma.check(addr, len, write).map_err(|_| Status::NotRegistered)
+                dma.check(addr, len, write)
+                    .map_err(|_| Status::NotRegistered)
             }
         };
         let (_, rank) = self.partitions.of(a as u32).ok_or(Status::OutOfPartition)?;
@@ -297,7 +316,10 @@ impl State {
 
     /// The partition's message count: sends taken from rings and not yet received.
     fn message_count(&self, members: &[u32]) -> usize {
-        members.iter().map(|&m| self.nodes[m as usize].unexpected.len()).sum()
+        members
+            .iter()
+            .map(|&m| self.nodes[m as usize].unexpected.len())
+            .sum()
     }
 
     /// Complete every round of `name` that can complete, in start order.
@@ -313,9 +335,13 @@ impl State {
         for k in [Kind::Flush, Kind::Combine, Kind::Vector, Kind::Sync] {
             loop {
                 let ready = {
-                    let Some(pc) = self.colls.get(name) else { return };
+                    let Some(pc) = self.colls.get(name) else {
+                        return;
+                    };
                     let Some(rs) = pc.rounds.get(&k) else { break };
-                    let Some(round) = rs.rounds.front() else { break };
+                    let Some(round) = rs.rounds.front() else {
+                        break;
+                    };
                     self.round_ready(k, round, &members)
                 };
                 if !ready {
@@ -392,7 +418,9 @@ impl State {
                     && a.access == b.access
                     && a.len == b.len
             }
-            Kind::Vector => a.flags == b.flags && a.access == b.access && a.len == b.len && a.rank == b.rank,
+            Kind::Vector => {
+                a.flags == b.flags && a.access == b.access && a.len == b.len && a.rank == b.rank
+            }
             Kind::Sync | Kind::Flush => true,
         };
         if let Some(first) = entries.first() {
@@ -444,7 +472,13 @@ impl State {
     }
 
     fn complete_combine(&mut self, name: &str, round: &Round, members: &[u32]) {
-        let first = round.entries.iter().flatten().next().copied().expect("a round has an entry");
+        let first = round
+            .entries
+            .iter()
+            .flatten()
+            .next()
+            .copied()
+            .expect("a round has an entry");
         let pattern = Pattern::from_bits((first.req.flags & cflag::PATTERN_MASK) as u32);
         let combiner = Combiner::from_bits(first.req.access).expect("checked at join");
         let len = first.req.len as usize;
@@ -472,7 +506,8 @@ impl State {
                 Some(e) => {
                     let mut c = Self::result(&e, Status::Ok);
                     if let Some(words) = o.result {
-                        let bytes: Vec<u8> = words[..len].iter().flat_map(|w| w.to_le_bytes()).collect();
+                        let bytes: Vec<u8> =
+                            words[..len].iter().flat_map(|w| w.to_le_bytes()).collect();
                         let _ = read_dma(&self.nodes[e.node].dma).write(e.req.addr, &bytes);
                         c.aux |= cflag::HAS_RESULT;
                     }
@@ -497,7 +532,9 @@ impl State {
     }
 
     fn deliver_receive_only(&mut self, name: &str) {
-        let Some(pc) = self.colls.get_mut(name) else { return };
+        let Some(pc) = self.colls.get_mut(name) else {
+            return;
+        };
         let mut ready = Vec::new();
         for r in 0..pc.receive_only.len() {
             while !pc.receive_only[r].is_empty() && !pc.reduce_results[r].is_empty() {
@@ -522,7 +559,11 @@ impl State {
     }
 
     fn complete_vector(&mut self, round: &Round, members: &[u32]) {
-        let entries: Vec<Entry> = round.entries.iter().map(|e| e.expect("every member joined")).collect();
+        let entries: Vec<Entry> = round
+            .entries
+            .iter()
+            .map(|e| e.expect("every member joined"))
+            .collect();
         let result = self.run_vector(&entries);
         let bytes = entries[0].req.len * dtype::size(entries[0].req.access & 0xFF).unwrap_or(0);
         for e in &entries {
@@ -550,10 +591,17 @@ impl State {
         let esize = dtype::size(d).unwrap() as usize;
         let bytes = r0.len as usize * esize;
         let p = e.len();
-        let dmas: Vec<_> = e.iter().map(|x| read_dma(&self.nodes[x.node].dma)).collect();
+        let dmas: Vec<_> = e
+            .iter()
+            .map(|x| read_dma(&self.nodes[x.node].dma))
+            .collect();
         let fault = |rank: usize| (Status::NotRegistered, rank as u32);
-        let read = |rank: usize, addr: u64, buf: &mut [u8]| dmas[rank].read(addr, buf).map_err(|_| fault(rank));
-        let write = |rank: usize, addr: u64, buf: &[u8]| dmas[rank].write(addr, buf).map_err(|_| fault(rank));
+        let read = |rank: usize, addr: u64, buf: &mut [u8]| {
+            dmas[rank].read(addr, buf).map_err(|_| fault(rank))
+        };
+        let write = |rank: usize, addr: u64, buf: &[u8]| {
+            dmas[rank].write(addr, buf).map_err(|_| fault(rank))
+        };
         match kind {
             coll::BARRIER => Ok(()),
             coll::BCAST => {
@@ -631,7 +679,11 @@ impl State {
     }
 
     /// SYNC_GLOBAL and flush share `join`; ASYNC_GLOBAL updates the OR at once.
-    pub(super) fn async_global(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+    pub(super) fn async_global(
+        &mut self,
+        a: usize,
+        r: &Request,
+    ) -> Result<Option<Completion>, Status> {
         let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
         let pc = self.colls.entry(name).or_default();
         pc.sized(members.len());
@@ -660,9 +712,17 @@ impl State {
     }
 
     fn cancel_kind(&mut self, name: &str, k: Kind, status: Status) {
-        let Some(pc) = self.colls.get_mut(name) else { return };
-        let Some(rs) = pc.rounds.get_mut(&k) else { return };
-        let entries: Vec<Entry> = rs.rounds.drain(..).flat_map(|r| r.entries.into_iter().flatten()).collect();
+        let Some(pc) = self.colls.get_mut(name) else {
+            return;
+        };
+        let Some(rs) = pc.rounds.get_mut(&k) else {
+            return;
+        };
+        let entries: Vec<Entry> = rs
+            .rounds
+            .drain(..)
+            .flat_map(|r| r.entries.into_iter().flatten())
+            .collect();
         rs.base = 0;
         rs.next.iter_mut().for_each(|n| *n = 0);
         for e in entries {
@@ -672,12 +732,20 @@ impl State {
 
     /// Fail everything pending in the partition of NI `x` and restart its sequences.
     pub(super) fn reset_partition_colls(&mut self, x: usize, status: Status) {
-        let Some((name, _, _)) = self.partition_of(x) else { return };
+        let Some((name, _, _)) = self.partition_of(x) else {
+            return;
+        };
         for k in [Kind::Combine, Kind::Vector, Kind::Sync, Kind::Flush] {
             self.cancel_kind(&name, k, status);
         }
-        let Some(pc) = self.colls.get_mut(&name) else { return };
-        let waiting: Vec<Entry> = pc.receive_only.iter_mut().flat_map(|q| q.drain(..)).collect();
+        let Some(pc) = self.colls.get_mut(&name) else {
+            return;
+        };
+        let waiting: Vec<Entry> = pc
+            .receive_only
+            .iter_mut()
+            .flat_map(|q| q.drain(..))
+            .collect();
         pc.reduce_results.iter_mut().for_each(|q| q.clear());
         for e in waiting {
             self.finish_entry(&e, Self::result(&e, status));
@@ -774,8 +842,20 @@ fn apply(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
                     redop::SUM => va + vb,
                     redop::PROD => va * vb,
                     // Deterministic for NaN: the accumulator is kept unless vb compares less.
-                    redop::MIN => if vb < va { vb } else { va },
-                    _ => if vb > va { vb } else { va },
+                    redop::MIN => {
+                        if vb < va {
+                            vb
+                        } else {
+                            va
+                        }
+                    }
+                    _ => {
+                        if vb > va {
+                            vb
+                        } else {
+                            va
+                        }
+                    }
                 };
                 a.copy_from_slice(&r.to_le_bytes());
             }

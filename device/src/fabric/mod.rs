@@ -234,20 +234,24 @@ impl State {
         ni.size = size;
     }
 
-    /// Tell every live NI how many members of its partition have been attached since it
-    /// attached. Sticky, so a peer that attached and already finished still counts: a
-    /// program whose ranks start together sees them all, however quickly one leaves.
-    fn publish_peers_up(&mut self) {
+    /// Tell every live NI how many members of its partition have been ready (a client with a
+    /// completion ring) since it attached. Sticky, so a peer that was ready and already
+    /// finished still counts: ranks that start together see each other however quickly one
+    /// leaves.
+    pub(super) fn publish_peers_up(&mut self) {
         let parts: Vec<Vec<u32>> = self.partitions.list().map(|p| p.nodes.clone()).collect();
         for members in parts {
-            let live: Vec<u32> = members
+            let ready: Vec<u32> = members
                 .iter()
                 .copied()
-                .filter(|&n| self.nodes[n as usize].live)
+                .filter(|&n| self.nodes[n as usize].ready)
                 .collect();
-            for &n in &live {
+            for &n in &members {
                 let node = &mut self.nodes[n as usize];
-                node.seen.extend(live.iter().copied());
+                if !node.live {
+                    continue;
+                }
+                node.seen.extend(ready.iter().copied());
                 if let Some(sram) = node.live_sram() {
                     sram.store_u32(ctrl::PEERS_UP, node.seen.len() as u32);
                 }

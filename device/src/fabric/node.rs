@@ -75,6 +75,10 @@ pub struct Node {
     pub generation: u64,
     /// A client is attached and the control page is published.
     pub live: bool,
+    /// The client has set up its completion ring since the last reset: peers may address it.
+    /// (A guest's QEMU is attached from boot; its process resets the NI when it starts, so
+    /// only this says someone is there to take messages.)
+    pub ready: bool,
     pub sram: Option<Arc<Sram>>,
     pub dma: Arc<RwLock<DmaSpace>>,
     pub sq_head: u32,
@@ -104,6 +108,7 @@ impl Node {
             index,
             generation: 0,
             live: false,
+            ready: false,
             sram: None,
             dma,
             sq_head: 0,

@@ -88,7 +88,7 @@ impl State {
             .partitions
             .resolve(a as u32, rank)
             .ok_or(Status::OutOfPartition)? as usize;
-        if self.nodes[b].live {
+        if self.nodes[b].ready {
             Ok(b)
         } else {
             Err(Status::PeerDown)
@@ -151,9 +151,11 @@ impl State {
             entries: entries as u32,
         });
         n.cq_produced = 0;
+        n.ready = true;
         if let Some(sram) = n.live_sram() {
             sram.store_u32(ni_abi::fastpath::ctrl::CQ_HEAD, 0);
         }
+        self.publish_peers_up();
         Ok(done(r))
     }
 

@@ -47,7 +47,17 @@ fn words(rank: u32, round: u64, len: usize, c: Combiner) -> Vec<u32> {
 }
 
 fn to_words(v: i128, len: usize, c: Combiner) -> Vec<u32> {
-    let mut w: Vec<u32> = (0..len).map(|i| if i < 4 { (v >> (32 * i)) as u32 } else if v < 0 { u32::MAX } else { 0 }).collect();
+    let mut w: Vec<u32> = (0..len)
+        .map(|i| {
+            if i < 4 {
+                (v >> (32 * i)) as u32
+            } else if v < 0 {
+                u32::MAX
+            } else {
+                0
+            }
+        })
+        .collect();
     if c == Combiner::Max {
         w.reverse();
     }
@@ -65,7 +75,11 @@ fn value(w: &[u32], c: Combiner) -> i128 {
         v |= (*x as i128) << (32 * i);
     }
     let bits = 32 * len.min(3) as u32;
-    let negative = if len > 3 { w[3] & 0x8000_0000 != 0 } else { v >> (bits - 1) & 1 == 1 };
+    let negative = if len > 3 {
+        w[3] & 0x8000_0000 != 0
+    } else {
+        v >> (bits - 1) & 1 == 1
+    };
     if negative && c != Combiner::Uadd || (c == Combiner::Uadd && len > 3 && w[3] != 0) {
         v -= 1i128 << bits;
     }
@@ -79,7 +93,16 @@ struct Expect {
 
 /// The reference: what member `me` of `p` gets.
 #[allow(clippy::too_many_arguments)]
-fn reference(p: u32, me: u32, round: u64, pattern: Pattern, c: Combiner, len: usize, starts: &[bool], abstain: &[bool]) -> Option<Expect> {
+fn reference(
+    p: u32,
+    me: u32,
+    round: u64,
+    pattern: Pattern,
+    c: Combiner,
+    len: usize,
+    starts: &[bool],
+    abstain: &[bool],
+) -> Option<Expect> {
     let bits = 32 * len as u32;
     let val = |r: u32| value(&words(r, round, len, c), c);
     let fold = |rs: &mut dyn Iterator<Item = u32>| -> Option<i128> {
@@ -139,20 +162,35 @@ fn combines(ni: &Ni) {
     let abstain: Vec<bool> = (0..p).map(|r| r % 4 == 3).collect();
     let rec_reduce = |r: u32| r == 7;
     if abstain[me as usize] {
-        let f = participation::COM_REC_ABSTAIN | if rec_reduce(me) { 0 } else { participation::REDUCE_REC_ABSTAIN };
+        let f = participation::COM_REC_ABSTAIN
+            | if rec_reduce(me) {
+                0
+            } else {
+                participation::REDUCE_REC_ABSTAIN
+            };
         ni.set_participation(f).unwrap();
     }
     ni.barrier().unwrap();
     let mut round = 0u64;
     for pattern in [Pattern::ScanForward, Pattern::ScanBackward, Pattern::Reduce] {
-        for c in [Combiner::Or, Combiner::Add, Combiner::Xor, Combiner::Uadd, Combiner::Max] {
+        for c in [
+            Combiner::Or,
+            Combiner::Add,
+            Combiner::Xor,
+            Combiner::Uadd,
+            Combiner::Max,
+        ] {
             for len in 1..=5usize {
                 for segmented in [false, true] {
                     round += 1;
                     // scan_start is latched when a member sends; an abstainer sends nothing,
                     // so it starts no segment.
                     let starts: Vec<bool> = (0..p)
-                        .map(|r| segmented && !abstain[r as usize] && mix(round, r as u64).is_multiple_of(3))
+                        .map(|r| {
+                            segmented
+                                && !abstain[r as usize]
+                                && mix(round, r as u64).is_multiple_of(3)
+                        })
                         .collect();
                     let want = reference(p, me, round, pattern, c, len, &starts, &abstain);
                     if abstain[me as usize] {
@@ -166,17 +204,28 @@ fn combines(ni: &Ni) {
                     }
                     let got = ni
                         .combine(pattern, c, &words(me, round, len, c), starts[me as usize])
-                        .unwrap_or_else(|e| panic!("round {round} {pattern:?} {c:?} len {len}: {e}"));
+                        .unwrap_or_else(|e| {
+                            panic!("round {round} {pattern:?} {c:?} len {len}: {e}")
+                        });
                     let w = want.expect("a participant gets a result");
-                    assert_eq!(got.words, w.words, "p={p} me={me} round {round} {pattern:?} {c:?} len {len} seg {segmented}");
-                    assert_eq!(got.overflow, w.overflow, "overflow: p={p} me={me} round {round} {pattern:?} {c:?} len {len}");
+                    assert_eq!(
+                        got.words, w.words,
+                        "p={p} me={me} round {round} {pattern:?} {c:?} len {len} seg {segmented}"
+                    );
+                    assert_eq!(
+                        got.overflow, w.overflow,
+                        "overflow: p={p} me={me} round {round} {pattern:?} {c:?} len {len}"
+                    );
                 }
             }
         }
     }
     // An abstainer may not send.
     if abstain[me as usize] {
-        expect_status(ni.combine(Pattern::Reduce, Combiner::Add, &[1], false), Status::Abstaining);
+        expect_status(
+            ni.combine(Pattern::Reduce, Combiner::Add, &[1], false),
+            Status::Abstaining,
+        );
     }
     ni.barrier().unwrap();
 }
@@ -189,12 +238,17 @@ fn collision(ni: &Ni) {
     if ni.size() > 1 {
         expect_status(r, Status::Collision);
         // Until a flush, every combine fails.
-        expect_status(ni.combine(Pattern::Reduce, Combiner::Add, &[1], false), Status::Collision);
+        expect_status(
+            ni.combine(Pattern::Reduce, Combiner::Add, &[1], false),
+            Status::Collision,
+        );
         ni.combine_flush().unwrap();
     } else {
         r.unwrap();
     }
-    let got = ni.combine(Pattern::Reduce, Combiner::Add, &[me + 1], false).unwrap();
+    let got = ni
+        .combine(Pattern::Reduce, Combiner::Add, &[me + 1], false)
+        .unwrap();
     let n = ni.size();
     assert_eq!(got.words.unwrap(), vec![n * (n + 1) / 2]);
     // Vector collectives that disagree collide too, without needing a flush.
@@ -229,7 +283,10 @@ fn network_done(ni: &Ni) {
     } else {
         ni.network_done().unwrap();
     }
-    assert!(t.elapsed() >= Duration::from_millis(190), "network-done finished with a message outstanding");
+    assert!(
+        t.elapsed() >= Duration::from_millis(190),
+        "network-done finished with a message outstanding"
+    );
 }
 
 fn globals(ni: &Ni) {
@@ -238,12 +295,16 @@ fn globals(ni: &Ni) {
     assert!(ni.sync_global(me == p - 1).unwrap());
     // Rank 0 abstains: its bit does not count and it may not send.
     if me == 0 && p > 1 {
-        ni.set_participation(participation::SYNC_GLOBAL_ABSTAIN).unwrap();
+        ni.set_participation(participation::SYNC_GLOBAL_ABSTAIN)
+            .unwrap();
         expect_status(ni.sync_global(true), Status::Abstaining);
     }
     ni.barrier().unwrap();
     if !(me == 0 && p > 1) {
-        assert!(!ni.sync_global(false).unwrap(), "an abstainer's bit counts as 0");
+        assert!(
+            !ni.sync_global(false).unwrap(),
+            "an abstainer's bit counts as 0"
+        );
     }
     ni.barrier().unwrap();
     if me == 0 {
@@ -256,7 +317,10 @@ fn globals(ni: &Ni) {
     }
     let t = Instant::now();
     while !ni.global_rec() {
-        assert!(t.elapsed() < Duration::from_secs(5), "global_rec never rose");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "global_rec never rose"
+        );
         std::thread::sleep(Duration::from_micros(100));
     }
     if me == 0 {
@@ -296,10 +360,13 @@ fn vectors(ni: &Ni) {
         if count * 8 > max {
             continue;
         }
-        let mine: Vec<f64> = (0..count).map(|i| (mix(me as u64, i as u64) % 1_000_000) as f64 * 1.000_000_1e-3).collect();
+        let mine: Vec<f64> = (0..count)
+            .map(|i| (mix(me as u64, i as u64) % 1_000_000) as f64 * 1.000_000_1e-3)
+            .collect();
         let bytes: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
         send.write_at(0, &bytes);
-        ni.allreduce::<f64>(ReduceOp::Sum, &send, 0, &recv, 0, count).unwrap();
+        ni.allreduce::<f64>(ReduceOp::Sum, &send, 0, &recv, 0, count)
+            .unwrap();
         let mut got = vec![0u8; count * 8];
         recv.read_at(0, &mut got);
         // Check a sample (all of it for small counts) against ((x0 + x1) + x2) ...
@@ -310,10 +377,16 @@ fn vectors(ni: &Ni) {
                 acc += (mix(r as u64, i as u64) % 1_000_000) as f64 * 1.000_000_1e-3;
             }
             let g = f64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
-            assert_eq!(g.to_bits(), acc.to_bits(), "allreduce f64 count {count} element {i}");
+            assert_eq!(
+                g.to_bits(),
+                acc.to_bits(),
+                "allreduce f64 count {count} element {i}"
+            );
         }
         // Every member holds the same bits: compare a digest across ranks.
-        let digest = got.chunks(8).fold(0u64, |h, c| mix(h, u64::from_le_bytes(c.try_into().unwrap())));
+        let digest = got.chunks(8).fold(0u64, |h, c| {
+            mix(h, u64::from_le_bytes(c.try_into().unwrap()))
+        });
         send.write_at(0, &digest.to_le_bytes());
         ni.allgather::<u64>(&send, 0, &recv, 0, 1).unwrap();
         for r in 0..p {
@@ -324,11 +397,22 @@ fn vectors(ni: &Ni) {
     }
     // Integer ops and scans.
     let count = 257;
-    let mine: Vec<i64> = (0..count).map(|i| (mix(me as u64, i as u64) % 2001) as i64 - 1000).collect();
-    send.write_at(0, &mine.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+    let mine: Vec<i64> = (0..count)
+        .map(|i| (mix(me as u64, i as u64) % 2001) as i64 - 1000)
+        .collect();
+    send.write_at(
+        0,
+        &mine
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    );
     let of = |r: usize, i: usize| (mix(r as u64, i as u64) % 2001) as i64 - 1000;
     for (op, f) in [
-        (ReduceOp::Sum, (|a: i64, b: i64| a.wrapping_add(b)) as fn(i64, i64) -> i64),
+        (
+            ReduceOp::Sum,
+            (|a: i64, b: i64| a.wrapping_add(b)) as fn(i64, i64) -> i64,
+        ),
         (ReduceOp::Prod, |a, b| a.wrapping_mul(b)),
         (ReduceOp::Min, |a, b| a.min(b)),
         (ReduceOp::Max, |a, b| a.max(b)),
@@ -341,10 +425,15 @@ fn vectors(ni: &Ni) {
         recv.read_at(0, &mut got);
         for i in 0..count {
             let want = (1..p).fold(of(0, i), |a, r| f(a, of(r, i)));
-            assert_eq!(i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap()), want, "{op:?} element {i}");
+            assert_eq!(
+                i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap()),
+                want,
+                "{op:?} element {i}"
+            );
         }
         for inclusive in [true, false] {
-            ni.scan::<i64>(op, inclusive, &send, 0, &recv, 0, count).unwrap();
+            ni.scan::<i64>(op, inclusive, &send, 0, &recv, 0, count)
+                .unwrap();
             recv.read_at(0, &mut got);
             for i in 0..count {
                 let upto = if inclusive { me + 1 } else { me };
@@ -359,7 +448,11 @@ fn vectors(ni: &Ni) {
                 } else {
                     (1..upto).fold(of(0, i), |a, r| f(a, of(r, i)))
                 };
-                assert_eq!(i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap()), want, "scan {op:?} incl {inclusive} element {i}");
+                assert_eq!(
+                    i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap()),
+                    want,
+                    "scan {op:?} incl {inclusive} element {i}"
+                );
             }
         }
     }
@@ -367,19 +460,31 @@ fn vectors(ni: &Ni) {
     for root in 0..p {
         send.write_at(0, &(me as u32 + 1).to_le_bytes());
         recv.write_at(0, &0u32.to_le_bytes());
-        ni.reduce::<u32>(root as u32, ReduceOp::Sum, &send, 0, &recv, 0, 1).unwrap();
+        ni.reduce::<u32>(root as u32, ReduceOp::Sum, &send, 0, &recv, 0, 1)
+            .unwrap();
         let mut g = [0u8; 4];
         recv.read_at(0, &mut g);
-        let want = if me == root { (p * (p + 1) / 2) as u32 } else { 0 };
+        let want = if me == root {
+            (p * (p + 1) / 2) as u32
+        } else {
+            0
+        };
         assert_eq!(u32::from_le_bytes(g), want, "reduce to {root}");
     }
     send.write_at(0, &(me as f32 + 0.5).to_le_bytes());
-    ni.allreduce::<f32>(ReduceOp::Max, &send, 0, &recv, 0, 1).unwrap();
+    ni.allreduce::<f32>(ReduceOp::Max, &send, 0, &recv, 0, 1)
+        .unwrap();
     let mut g = [0u8; 4];
     recv.read_at(0, &mut g);
     assert_eq!(f32::from_le_bytes(g), (p - 1) as f32 + 0.5);
     // Bitwise ops on floats are refused.
-    assert!(matches!(ni.allreduce::<f64>(ReduceOp::Xor, &send, 0, &recv, 0, 1), Err(Error::Failed { status: Status::BadDescriptor, .. })));
+    assert!(matches!(
+        ni.allreduce::<f64>(ReduceOp::Xor, &send, 0, &recv, 0, 1),
+        Err(Error::Failed {
+            status: Status::BadDescriptor,
+            ..
+        })
+    ));
     ni.barrier().unwrap();
 }
 
@@ -394,7 +499,10 @@ fn victim(ni: &Ni) {
     let t = Instant::now();
     let r = ni.barrier();
     let st = r.as_ref().err().and_then(status_of);
-    assert!(matches!(st, Some(Status::PeerDown | Status::Timeout)), "barrier: {r:?}");
+    assert!(
+        matches!(st, Some(Status::PeerDown | Status::Timeout)),
+        "barrier: {r:?}"
+    );
     println!("failed with {st:?} after {:?}", t.elapsed());
     // Then the partition works again once rank 1 is back (the harness starts it).
     let buf = ni.alloc(4096).unwrap();
@@ -403,14 +511,18 @@ fn victim(ni: &Ni) {
         match ni.barrier() {
             Ok(()) => break,
             Err(e) if matches!(status_of(&e), Some(Status::PeerDown | Status::Timeout)) => {
-                assert!(t.elapsed() < Duration::from_secs(30), "partition never recovered");
+                assert!(
+                    t.elapsed() < Duration::from_secs(30),
+                    "partition never recovered"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => panic!("{e}"),
         }
     }
     buf.write_at(0, &5i64.to_le_bytes());
-    ni.allreduce::<i64>(ReduceOp::Sum, &buf, 0, &buf, 8, 1).unwrap();
+    ni.allreduce::<i64>(ReduceOp::Sum, &buf, 0, &buf, 8, 1)
+        .unwrap();
 }
 
 fn rejoin(ni: &Ni) {
@@ -427,14 +539,17 @@ fn rejoin(ni: &Ni) {
         }
     }
     buf.write_at(0, &5i64.to_le_bytes());
-    ni.allreduce::<i64>(ReduceOp::Sum, &buf, 0, &buf, 8, 1).unwrap();
+    ni.allreduce::<i64>(ReduceOp::Sum, &buf, 0, &buf, 8, 1)
+        .unwrap();
     let mut g = [0u8; 8];
     buf.read_at(8, &mut g);
     assert_eq!(i64::from_le_bytes(g), 5 * ni.size() as i64);
 }
 
 fn main() {
-    let scenario = std::env::args().nth(1).expect("usage: ni-test-coll SCENARIO");
+    let scenario = std::env::args()
+        .nth(1)
+        .expect("usage: ni-test-coll SCENARIO");
     let ni = if scenario == "rejoin" {
         // A replacement attaches alone: its peers are already up.
         let path = std::env::var("NI_SOCKET").unwrap();
