@@ -297,9 +297,10 @@ impl Inner {
 
 impl Ni {
     /// Attach to the NI named by `NI_SOCKET` (unset: this machine's NI PCI function through
-    /// VFIO, see [`Ni::attach_pci`]), wait until every NI of the partition has its process
-    /// attached (for up to `NI_ATTACH_TIMEOUT` seconds, default 60), and end with a barrier,
-    /// as `MPI_Init` does. This is what a program started by `nirun` calls.
+    /// VFIO, see [`Ni::attach_pci`]) and wait until every NI of the partition is ready (its
+    /// process attached and joined the control network), for up to `NI_ATTACH_TIMEOUT`
+    /// seconds (default 60), as `MPI_Init` does. This is what a program started by `nirun`
+    /// calls.
     pub fn attach() -> Result<Ni> {
         let ni = match std::env::var_os("NI_SOCKET") {
             Some(path) => Ni::attach_path(Path::new(&path))?,
@@ -311,9 +312,6 @@ impl Ni {
             .and_then(|s| s.parse::<f64>().ok())
             .unwrap_or(60.0);
         ni.wait_for_partition(Duration::from_secs_f64(secs))?;
-        // Everyone has joined the control network once this returns, so no combine can
-        // complete without a member that is still starting up.
-        ni.barrier()?;
         Ok(ni)
     }
 

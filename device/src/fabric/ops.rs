@@ -152,6 +152,11 @@ impl State {
         });
         n.cq_produced = 0;
         n.ready = true;
+        // A driver that sets up the fast path takes part in the control network from then on
+        // (as CMNA_participate_in does on the CM-5); COM_CONTROL changes it. Together with
+        // collectives needing every member ready, no round completes without a member that
+        // is still starting.
+        n.participation = 0;
         if let Some(sram) = n.live_sram() {
             sram.store_u32(ni_abi::fastpath::ctrl::CQ_HEAD, 0);
         }
