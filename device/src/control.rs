@@ -1,5 +1,10 @@
 //! The control socket: `ni-ctl`'s way in. Owner-only, one JSON request per line.
+//!
+//! This is the only way to the administrator's functions (partitions, ports, map-outs,
+//! resets, diagnostics): the socket is mode 0600 in the daemon's run directory and every
+//! connection's peer credentials are checked; no fast-path request reaches any of it.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -12,7 +17,13 @@ use ni_abi::control::{
 };
 
 use crate::daemon::{socket_path, Daemon};
+use crate::fabric::port::Mode;
 use crate::server::lock;
+
+/// Bounds on what a diagnostic may ask for, so one request cannot tie the daemon up.
+const DIAG_MAX_SIZE: u64 = 64 << 20;
+const DIAG_MAX_COUNT: u32 = 100_000;
+const DIAG_MAX_SECS: f64 = 60.0;
 
 /// Control requests refused since start (malformed, unknown, wrong version, wrong user).
 pub static CONTROL_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -36,23 +47,7 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) {
 }
 
 fn peer_uid(s: &UnixStream) -> Option<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`, which is that size.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut _ as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    (r == 0).then_some(cred.uid)
+    peer_cred(s.as_raw_fd()).map(|c| c.uid)
 }
 
 fn reply(w: &mut impl Write, r: Response) -> std::io::Result<()> {
@@ -168,30 +163,7 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
                 errors,
             })
         }
-        Request::Nodes => Response::Nodes {
-            nodes: daemon
-                .slots
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    let a = s.attachment.lock().map(|a| a.clone()).unwrap_or_default();
-                    let ni = lock(&s.ni);
-                    let (dma_regions, dma_bytes) = {
-                        let d = crate::ni::read_dma(&ni.dma);
-                        (d.len() as u32, d.mapped_bytes())
-                    };
-                    NodeInfo {
-                        node: i as u32,
-                        socket: socket_path(&daemon.run_dir, i as u32).display().to_string(),
-                        state: if a.attached { "attached" } else { "free" }.into(),
-                        client_pid: a.client_pid,
-                        attaches: ni.counters.attaches,
-                        dma_regions,
-                        dma_bytes,
-                    }
-                })
-                .collect(),
-        },
+        Request::Nodes => nodes(daemon),
         Request::Counters { nodes, reset } => match node_range(daemon, &nodes) {
             Ok(nodes) => Response::Counters {
                 counters: nodes
@@ -199,6 +171,7 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
                     .map(|i| {
                         // The fabric's lock is taken and dropped before the NI's (lock order).
                         let fabric = daemon.fabric.counters(i).unwrap_or_default();
+                        let gauges = daemon.fabric.gauges(i);
                         if reset {
                             daemon.fabric.reset_counters(i);
                         }
@@ -208,7 +181,11 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
                         if reset {
                             ni.counters = Default::default();
                         }
-                        NodeCounters { node: i, counters }
+                        NodeCounters {
+                            node: i,
+                            counters,
+                            gauges,
+                        }
                     })
                     .collect(),
             },
@@ -224,23 +201,323 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
             Err(e) => error(e),
         },
         Request::Route { from, to } => match node_range(daemon, &[from, to]) {
-            Ok(_) => match torus(daemon).and_then(|t| t.route_info(from, to)) {
+            Ok(_) => match daemon.fabric.lock().torus.route_info(from, to) {
                 Ok(r) => Response::Route(r),
-                Err(e) => error(e.to_string()),
+                Err(e) => error(format!("no route from NI {from} to NI {to}: {e}")),
             },
             Err(e) => error(e),
         },
-        Request::Topology => match torus(daemon) {
-            Ok(t) => Response::Topology(t.topology_info()),
-            Err(e) => error(e.to_string()),
+        Request::Topology => Response::Topology(daemon.fabric.lock().torus.topology_info()),
+        Request::PartitionCreate { name, nodes } => {
+            if let Err(e) = node_range(daemon, &nodes) {
+                return error(e);
+            }
+            let mut st = daemon.fabric.lock();
+            match st.create_partition(&name, nodes) {
+                Ok(()) => {
+                    let p = st.partitions.get(&name).expect("just created").clone();
+                    Response::Partition(st.partition_info(&p))
+                }
+                Err(e) => error(e.to_string()),
+            }
+        }
+        Request::PartitionDelete { name } => {
+            let mut st = daemon.fabric.lock();
+            match st.delete_partition(&name) {
+                Ok(_) => Response::Done,
+                Err(e) => error(e.to_string()),
+            }
+        }
+        Request::Partitions => {
+            let st = daemon.fabric.lock();
+            Response::Partitions {
+                partitions: st.partitions.list().map(|p| st.partition_info(p)).collect(),
+            }
+        }
+        Request::PartitionShow { name } => {
+            let st = daemon.fabric.lock();
+            match st.partitions.get(&name) {
+                Some(p) => Response::Partition(st.partition_info(p)),
+                None => error(format!("no partition {name:?}")),
+            }
+        }
+        Request::Ports { nodes } => match node_range(daemon, &nodes) {
+            Ok(nodes) => {
+                let st = daemon.fabric.lock();
+                Response::Ports {
+                    ports: nodes.iter().map(|&i| st.port_info(i as usize)).collect(),
+                }
+            }
+            Err(e) => error(e),
         },
+        Request::PortSet { node, mode, state } => {
+            if let Err(e) = node_range(daemon, &[node]) {
+                return error(e);
+            }
+            let mode = match mode.as_deref().map(|m| (m, Mode::parse(m))) {
+                None => None,
+                Some((_, Some(m))) => Some(m),
+                Some((m, None)) => {
+                    return error(format!(
+                        "unknown port mode {m:?}: use myrinet, ethernet or infiniband"
+                    ))
+                }
+            };
+            let up = match state.as_deref() {
+                None => None,
+                Some("up") => Some(true),
+                Some("down") => Some(false),
+                Some(s) => return error(format!("unknown link state {s:?}: use up or down")),
+            };
+            if mode.is_none() && up.is_none() {
+                return error("port set needs a mode, a state or both");
+            }
+            let mut st = daemon.fabric.lock();
+            st.set_port(node as usize, mode, up);
+            Response::Port(st.port_info(node as usize))
+        }
+        Request::MapOutNode { node, replacement } => {
+            let mut st = daemon.fabric.lock();
+            let bad = match st.parse_node(&node) {
+                Ok(p) => p,
+                Err(e) => return error(e),
+            };
+            let to = match replacement.as_deref().map(|r| st.parse_node(r)).transpose() {
+                Ok(t) => t,
+                Err(e) => return error(e),
+            };
+            match st.map_out_node(bad, to) {
+                Ok(info) => Response::MapOut(info),
+                Err(e @ crate::fabric::topology::TopologyError::NoSpareNode { .. }) => error(
+                    format!(
+                        "cannot map out node {bad}: {e} (start ni-device with a larger torus: --torus XxYxZ, or torus = \"XxYxZ\" in its config)"
+                    ),
+                ),
+                Err(e) => error(format!("cannot map out node {bad}: {e}")),
+            }
+        }
+        Request::MapOutLink { a, b } => {
+            let mut st = daemon.fabric.lock();
+            let (pa, pb) = match (st.parse_node(&a), st.parse_node(&b)) {
+                (Ok(x), Ok(y)) => (x, y),
+                (Err(e), _) | (_, Err(e)) => return error(e),
+            };
+            match st.map_out_link(pa, pb) {
+                Ok(info) => Response::MapOut(info),
+                Err(e) => error(format!("cannot map out the link {pa}-{pb}: {e}")),
+            }
+        }
+        Request::MapOutClear => Response::MapOut(daemon.fabric.lock().map_out_clear()),
+        Request::DiagPing { from, to } => match node_range(daemon, &[from, to]) {
+            Ok(_) => Response::Ping(daemon.fabric.lock().admin_ping(from as usize, to as usize)),
+            Err(e) => error(e),
+        },
+        Request::DiagLoopback { node, size, count } => {
+            if let Err(e) = node_range(daemon, &[node]) {
+                return error(e);
+            }
+            let size = size.unwrap_or(65536);
+            let count = count.unwrap_or(16);
+            if size == 0 || size > DIAG_MAX_SIZE || count == 0 || count > DIAG_MAX_COUNT {
+                return error(format!(
+                    "loopback size must be 1 to {DIAG_MAX_SIZE} bytes and count 1 to {DIAG_MAX_COUNT}"
+                ));
+            }
+            match daemon.fabric.diag_loopback(node as usize, size, count) {
+                Ok(info) => Response::Loopback(info),
+                Err(e) => error(e),
+            }
+        }
+        Request::DiagTraffic {
+            partition,
+            secs,
+            max_size,
+        } => {
+            let secs = secs.unwrap_or(1.0);
+            let max = max_size.unwrap_or(1 << 20);
+            if !(secs.is_finite() && secs > 0.0 && secs <= DIAG_MAX_SECS)
+                || max == 0
+                || max > DIAG_MAX_SIZE
+            {
+                return error(format!(
+                    "traffic needs 0 < secs <= {DIAG_MAX_SECS} and a largest message of 1 to {DIAG_MAX_SIZE} bytes"
+                ));
+            }
+            match daemon.fabric.diag_traffic(partition.as_deref(), secs, max) {
+                Ok(info) => Response::Traffic(info),
+                Err(e) => error(e),
+            }
+        }
     }
 }
 
-/// The interconnect torus the daemon's NIs sit on. Built on demand from the NI count: it is
-/// a few hundred bytes, and nothing reconfigures it yet.
-fn torus(
-    daemon: &Daemon,
-) -> Result<crate::fabric::topology::Torus, crate::fabric::topology::TopologyError> {
-    crate::fabric::topology::Torus::for_nodes(daemon.slots.len() as u32)
+/// Every NI: attach state and client, partition, the SSD-T90 numbers, its link.
+fn nodes(daemon: &Daemon) -> Response {
+    // What the fabric knows, under its lock; then each NI's own state (lock order).
+    let views: Vec<_> = {
+        let st = daemon.fabric.lock();
+        (0..daemon.slots.len())
+            .map(|i| {
+                let part = st.partitions.of(i as u32).map(|(p, r)| (p.name.clone(), r));
+                let n = &st.nodes[i];
+                (
+                    part,
+                    st.physical_of(i as u32),
+                    n.ready,
+                    n.port.up(),
+                    n.port.clsm().1,
+                )
+            })
+            .collect()
+    };
+    let attached: Vec<u32> = daemon
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.attachment.lock().map(|a| a.attached).unwrap_or(false))
+        .map(|(i, _)| i as u32)
+        .collect();
+    let pids = client_pids(daemon, &attached);
+    Response::Nodes {
+        nodes: daemon
+            .slots
+            .iter()
+            .zip(views)
+            .enumerate()
+            .map(|(i, (s, (part, physical, ready, up, clsm)))| {
+                let a = s.attachment.lock().map(|a| a.clone()).unwrap_or_default();
+                let ni = lock(&s.ni);
+                let (dma_regions, dma_bytes) = {
+                    let d = crate::ni::read_dma(&ni.dma);
+                    (d.len() as u32, d.mapped_bytes())
+                };
+                let pid = a
+                    .attached
+                    .then(|| a.client_pid.or_else(|| pids.get(&(i as u32)).copied()))
+                    .flatten();
+                let (kind, name) = match pid.and_then(client_identity) {
+                    Some((k, n)) => (Some(k.to_string()), Some(n)),
+                    None => (None, None),
+                };
+                NodeInfo {
+                    node: i as u32,
+                    socket: socket_path(&daemon.run_dir, i as u32).display().to_string(),
+                    state: if a.attached { "attached" } else { "free" }.into(),
+                    client_pid: pid,
+                    attaches: ni.counters.attaches,
+                    dma_regions,
+                    dma_bytes,
+                    client_kind: kind,
+                    client_name: name,
+                    ready: ready && a.attached,
+                    rank: part.as_ref().map(|(_, r)| *r),
+                    partition: part.map(|(p, _)| p),
+                    logical: i as u32,
+                    physical,
+                    link: if up { "up" } else { "down" }.into(),
+                    clsm: clsm.into(),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Who a client process is: (`guest`, QEMU's program name) for a QEMU, which serves a guest
+/// (also when started through a dynamic loader, as qemu-patches does), else (`process`,
+/// its command name).
+fn client_identity(pid: i32) -> Option<(&'static str, String)> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let qemu = cmdline
+        .split(|&b| b == 0)
+        .take(4)
+        .filter_map(|a| std::str::from_utf8(a).ok())
+        .map(|a| a.rsplit('/').next().unwrap_or(a))
+        .find(|a| a.starts_with("qemu-system"));
+    if let Some(q) = qemu {
+        return Some(("guest", q.to_string()));
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let comm = comm.trim();
+    if comm.starts_with("qemu") {
+        return Some(("guest", comm.to_string()));
+    }
+    (!comm.is_empty()).then(|| ("process", comm.to_string()))
+}
+
+/// The process id of each attached NI's client. The vfio-user crate accepts the connection
+/// itself and does not hand out the stream, so find it: the accepted socket is the connected
+/// Unix socket bound to the NI's path (`/proc/net/unix`, state 03) that is one of this
+/// process's descriptors (`/proc/self/fd`); `SO_PEERCRED` on it names the client.
+fn client_pids(daemon: &Daemon, nodes: &[u32]) -> HashMap<u32, i32> {
+    let mut out = HashMap::new();
+    if nodes.is_empty() {
+        return out;
+    }
+    let socket_inode = |fd: &str| -> Option<u64> {
+        let l = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+        let l = l.to_str()?;
+        l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+    };
+    let mut fds: HashMap<u64, String> = HashMap::new();
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        for e in dir.flatten() {
+            let fd = e.file_name().to_string_lossy().into_owned();
+            if let Some(ino) = socket_inode(&fd) {
+                fds.insert(ino, fd);
+            }
+        }
+    }
+    let mut by_path: HashMap<String, u64> = HashMap::new();
+    if let Ok(table) = std::fs::read_to_string("/proc/net/unix") {
+        // Num RefCount Protocol Flags Type St Inode Path
+        for line in table.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 || f[5] != "03" {
+                continue;
+            }
+            let Ok(ino) = f[6].parse::<u64>() else {
+                continue;
+            };
+            if fds.contains_key(&ino) {
+                by_path.insert(f[7..].join(" "), ino);
+            }
+        }
+    }
+    for &n in nodes {
+        let path = socket_path(&daemon.run_dir, n).display().to_string();
+        let Some(&ino) = by_path.get(&path) else {
+            continue;
+        };
+        let fd = &fds[&ino];
+        let Ok(raw) = fd.parse::<i32>() else { continue };
+        let pid = peer_cred(raw).map(|c| c.pid);
+        // The descriptor must still be that socket (not closed and reused meanwhile).
+        if socket_inode(fd) == Some(ino) {
+            if let Some(pid) = pid.filter(|&p| p > 0) {
+                out.insert(n, pid);
+            }
+        }
+    }
+    out
+}
+
+fn peer_cred(fd: i32) -> Option<libc::ucred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`, which is that size; a
+    // descriptor that is not a socket just fails.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred)
 }

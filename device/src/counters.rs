@@ -105,6 +105,24 @@ counters! {
     err_abstaining,
     err_abstain_changed,
     err_timeout,
+    /// Requests refused because this NI's port or the peer's was down, or no route was left.
+    err_link_down,
+    /// Port 0, the NI's link onto the fabric (Lanai X port): data-network packets (messages,
+    /// put/get data, active messages, T3E SENDs; collectives travel the control network) and
+    /// their payload bytes, out and in.
+    p0_packets_sent,
+    p0_bytes_sent,
+    p0_packets_rcvd,
+    p0_bytes_rcvd,
+    /// Operations refused because this port was down, whichever end asked.
+    p0_link_refused,
+    /// Times the link went down (InfiniBand's IB_LDC, "link downed", counted in every mode).
+    p0_link_downed,
+    /// Lanai BUFFER_DROP: packets dropped for want of a receive buffer. Always 0: the fabric
+    /// holds a message until it can be delivered instead.
+    p0_buffer_drop,
+    /// Hops through the SSD-T90 torus travelled by the packets this NI sent.
+    route_hops,
     /// The client published more requests than the ring holds.
     sq_overruns,
     /// Completions that could not be written (no ring set up, ring unmapped).

@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use crate::fabric::partition::Partitions;
+use crate::fabric::topology::{Dims, Torus};
 use crate::fabric::{Doorbell, Fabric};
 use crate::ni::Ni;
 use crate::server::{self, Attachment, Slot};
@@ -30,6 +31,10 @@ pub struct ConfigFile {
     pub partition: Vec<PartitionConfig>,
     /// How long a collective may wait for its last member before it fails everywhere.
     pub collective_timeout_secs: Option<f64>,
+    /// The SSD-T90 torus, `XxYxZ` (e.g. "2x4x2"): NI i is logical PE i on the i-th node
+    /// (X fastest); nodes past the NIs are spares that `ni-ctl map-out node` moves logical
+    /// PEs to. Default: the smallest torus that holds the NIs.
+    pub torus: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,15 +113,26 @@ fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
 
 impl Daemon {
     /// Set up the run directory and start serving every NI and the control socket.
+    /// `torus`: the torus dimensions `XxYxZ` (default: the smallest holding `nodes`).
     pub fn start(
         run_dir: &Path,
         nodes: u32,
         partitions: &[PartitionConfig],
         collective_timeout: std::time::Duration,
+        torus: Option<&str>,
     ) -> Result<Arc<Daemon>> {
         if nodes == 0 || nodes > MAX_NODES {
             bail!("--nodes must be between 1 and {MAX_NODES}, not {nodes}");
         }
+        let torus = match torus {
+            None => Torus::for_nodes(nodes)?,
+            Some(s) => {
+                let dims: Dims = s.parse()?;
+                Torus::with_dims(dims, nodes).with_context(|| {
+                    format!("torus {dims} for {nodes} NIs (one node per NI, spares beyond)")
+                })?
+            }
+        };
         let partitions = if partitions.is_empty() {
             Partitions::all(nodes)
         } else {
@@ -148,6 +164,7 @@ impl Daemon {
             slots.clone(),
             partitions,
             collective_timeout,
+            torus,
         ));
         let daemon = Arc::new(Daemon {
             run_dir,

@@ -20,13 +20,18 @@ struct Args {
     #[arg(long)]
     run_dir: Option<PathBuf>,
     /// TOML config file: `nodes = N`, `run_dir = "DIR"`, `collective_timeout_secs = S`,
-    /// and `[[partition]]` tables with `name` and `nodes = [..]`.
+    /// `torus = "XxYxZ"`, and `[[partition]]` tables with `name` and `nodes = [..]`.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Seconds a collective may wait for its last member before it fails on every member
     /// [default: 30, or the config file's `collective_timeout_secs`].
     #[arg(long)]
     collective_timeout: Option<f64>,
+    /// The SSD-T90 torus, XxYxZ: NI i sits on its i-th node, the rest are spares for
+    /// `ni-ctl map-out` [default: the config file's `torus`, or the smallest that holds the
+    /// NIs].
+    #[arg(long, value_name = "XxYxZ")]
+    torus: Option<String>,
 }
 
 fn default_run_dir() -> PathBuf {
@@ -70,7 +75,8 @@ fn main() -> Result<()> {
         .or(file.collective_timeout_secs)
         .map(std::time::Duration::from_secs_f64)
         .unwrap_or(ni_device::fabric::collective::DEFAULT_TIMEOUT);
-    let daemon = Daemon::start(&run_dir, nodes, &file.partition, timeout)?;
+    let torus = args.torus.or(file.torus);
+    let daemon = Daemon::start(&run_dir, nodes, &file.partition, timeout, torus.as_deref())?;
     let sig = signals.wait().context("waiting for a signal")?;
     tracing::info!("{sig:?}: shutting down");
     daemon.cleanup();

@@ -13,6 +13,9 @@
  *   Transfers move bytes between regions: two-sided send/receive matched by tag,
  *   one-sided put/get into/out of a peer's region, T3E message-queue sends of 64-byte
  *   messages, and active messages that run a registered handler at the target.
+ *   Collectives run in the network: vector collectives over regions (barrier, broadcast,
+ *   reduce, allreduce, scan, allgather) and the CM-5 control network (combine, network-done,
+ *   synchronous and asynchronous globals, participation flags).
  *
  * Conventions
  *   - Every function returns int: NI_OK (0) on success, or a negative NI_E* code.
@@ -65,6 +68,7 @@ extern "C" {
 #define NI_EABSTAINING (-15)     /* this NI abstains from the operation (or may not abstain) */
 #define NI_EABSTAINCHANGED (-16) /* abstain flags changed while a combine was pending */
 #define NI_ECOLLTIMEOUT (-17)    /* a collective round timed out: a member never joined */
+#define NI_ELINKDOWN (-18)       /* this NI's port or the peer's is down, or no route is left */
 /* -100 and below: library errors. */
 #define NI_EWOULDBLOCK (-100) /* the submission ring is full (libni normally waits for room) */
 #define NI_ERESET (-101)      /* the NI was reset under this process: detach, attach again */
@@ -108,19 +112,37 @@ extern "C" {
 #define NI_IR_MSG_ADDR_VALID 0x100000000ULL
 #define NI_IR_MSG_MULTIPLE 0x200000000ULL
 
+/* Control-network participation flags (ni_set_participation), the CM-5's abstain flags.
+ * libni clears them all when it attaches (the NI comes out of reset with NI_PART_RESET). */
+#define NI_PART_COM_REC_ABSTAIN 0x1u     /* abstain from combines: contribute nothing (the
+                                          * identity), get no scan result, may not combine */
+#define NI_PART_REDUCE_REC_ABSTAIN 0x2u  /* an abstainer also gets no reduction result (clear:
+                                          * it takes them with ni_combine_receive) */
+#define NI_PART_BC_REC_ABSTAIN 0x4u      /* receive no control-network broadcasts */
+#define NI_PART_SYNC_GLOBAL_ABSTAIN 0x8u /* abstain from ni_sync_global (its bit counts 0) */
+#define NI_PART_GLOBAL_REC_IE 0x10u      /* count rises of the asynchronous global OR
+                                          * (ni_global_rises) */
+#define NI_PART_RESET 0xFu               /* the flags after an NI reset */
+#define NI_PART_ALL 0x1Fu                /* every flag */
+
+/* The largest CM-5 combine, in 32-bit words. */
+#define NI_COMBINE_MAX_WORDS 5
+
 /* ---- Types ------------------------------------------------------------------------------- */
 
 /* An attached NI. */
 typedef struct ni ni_t;
 /* Registered memory. */
 typedef struct ni_region ni_region_t;
-/* A pending non-blocking operation (from ni_isend/ni_irecv). */
+/* A pending non-blocking operation (from ni_isend, ni_irecv, ni_ibarrier, ni_ibroadcast,
+ * ni_iallreduce). */
 typedef struct ni_op ni_op_t;
 /* A T3E message queue in this process's memory. */
 typedef struct ni_mq ni_mq_t;
 
 /* How an operation ended (ni_test/ni_wait/ni_wait_timeout). On failure only `error` and
- * `rank` are meaningful (the other fields are 0). */
+ * `rank` are meaningful (the other fields are 0), except NI_ETRUNCATED: then `len` is the
+ * message's full length (more than the buffer took) and `tag` its tag. */
 typedef struct ni_status {
     int32_t error; /* NI_OK or the NI_E* code the operation failed with */
     uint32_t rank; /* the peer: destination of a send, source of a received message */
@@ -137,10 +159,12 @@ typedef struct ni_mq_addr {
 
 /* An active-message handler: `src` is the sender's rank, `data`/`len` the payload (valid only
  * during the call). It runs inside whichever libni call makes progress on the ni_t
- * (ni_progress, ni_wait, ni_test, any blocking call, or ni_am_register itself for messages
- * that arrived before it), on that call's thread, with the ni_t locked: it must NOT call any
- * libni function on the same ni_t (that deadlocks), and must return normally (no longjmp, no
- * C++ exception). Record what arrived in `ctx` and act on it after the call returns. */
+ * (ni_progress, ni_wait, ni_test, most blocking calls, or ni_am_register itself for messages
+ * that arrived before it), on that call's thread, with the ni_t unlocked: it may call libni
+ * functions on the same ni_t, e.g. ni_am_send a reply. Handlers run one at a time, in
+ * arrival order, and do not nest: messages that arrive while a handler runs (even during its
+ * own libni calls) are handled after it returns, so a handler must not wait for another
+ * active message. It must return normally (no longjmp, no C++ exception). */
 typedef void (*ni_am_handler_t)(void *ctx, uint32_t src, const void *data, size_t len);
 
 /* ---- Attach ------------------------------------------------------------------------------ */
@@ -213,8 +237,9 @@ int ni_isend(ni_t *ni, uint32_t dest, const ni_region_t *region, size_t offset, 
  * the message's tag and its length.
  * Errors: NI_EINVAL (NULL, range outside the region, source neither a rank nor -1),
  * NI_ETRUNCATED (the message was longer than len: the buffer holds its first len bytes;
- * *source_out is the sender, *tag_out and *len_out are 0 — the full length is not
- * reported), NI_EPEERDOWN (the named source went away), NI_EOUTOFPARTITION, NI_ERESET. */
+ * *source_out, *tag_out and *len_out are the sender, the tag and the message's full
+ * length), NI_EPEERDOWN (the named source went away), NI_EOUTOFPARTITION, NI_ERESET. On
+ * other errors *tag_out and *len_out are 0. */
 int ni_recv(ni_t *ni, int64_t source, const ni_region_t *region, size_t offset, size_t len,
             uint64_t tag, uint64_t mask, uint32_t *source_out, uint64_t *tag_out,
             uint64_t *len_out);
@@ -245,8 +270,13 @@ int ni_wait(ni_t *ni, ni_op_t **op, ni_status_t *status);
  * may still fill its buffer). ni_wait_timeout(ni, &op, 0, NULL) therefore abandons an op. */
 int ni_wait_timeout(ni_t *ni, ni_op_t **op, uint64_t timeout_ns, ni_status_t *status);
 
+/* Give up on *op without waiting: its completion, now or later, is discarded (the NI still
+ * carries the operation out: a receive may still fill its buffer). Frees *op and sets it to
+ * NULL. Errors: NI_EINVAL (ni, op or *op NULL: nothing is freed). */
+int ni_forget(ni_t *ni, ni_op_t **op);
+
 /* Free an op handle without finishing it. Meant for ops left pending at ni_detach; on a live
- * ni_t use ni_wait_timeout(..., 0, ...) so its completion is discarded. Errors: NI_EINVAL. */
+ * ni_t use ni_forget so its completion is discarded. Errors: NI_EINVAL. */
 int ni_op_free(ni_op_t *op);
 
 /* Take every completion the NI has written and run active-message handlers. *count (may be
@@ -349,6 +379,155 @@ int ni_ir_write(ni_t *ni, int enable, uint64_t clear);
  * ni_ir_write); *fired (may be NULL) is 1 if it came, 0 if the time ran out.
  * Errors: NI_EINVAL. */
 int ni_wait_mq_interrupt(ni_t *ni, uint64_t timeout_ns, int *fired);
+
+/* ---- Collectives ------------------------------------------------------------------------- */
+
+/* Every member of the partition makes the same collective calls in the same order, with the
+ * same kind, dtype, op, count and root; members that disagree all fail with NI_ECOLLISION.
+ * A collective completes on a member once every member has joined; one that never joins
+ * makes the others fail with NI_ECOLLTIMEOUT. Combining runs in rank order, so every member
+ * gets the same bits (also for floats).
+ *
+ * Buffers are regions: `offset` is a byte offset into the region, `count` a number of
+ * elements of `dtype`; send and receive ranges may be the same place. The non-blocking
+ * variants return a pending op (finish it with ni_test/ni_wait; the regions must stay
+ * allocated and the send data unchanged until then); of its ni_status_t only `error` is
+ * meaningful.
+ *
+ * Errors common to them: NI_EINVAL (NULL, a range outside a region, an unknown dtype or
+ * op), NI_EBADDESCRIPTOR (a bitwise op on floats), NI_EBADLENGTH (too much data),
+ * NI_EOUTOFPARTITION (root not a rank), NI_EPEERDOWN (a member has no process),
+ * NI_ECOLLISION, NI_ECOLLTIMEOUT, NI_ECANCELLED, NI_ERESET. */
+
+/* Element types. */
+typedef enum ni_dtype {
+    NI_I32 = 0, /* int32_t */
+    NI_U32 = 1, /* uint32_t */
+    NI_I64 = 2, /* int64_t */
+    NI_U64 = 3, /* uint64_t */
+    NI_F32 = 4, /* float */
+    NI_F64 = 5  /* double */
+} ni_dtype_t;
+
+/* Reduction operators: floats take NI_SUM, NI_PROD, NI_MIN, NI_MAX; the bitwise ones are for
+ * the integer types. */
+typedef enum ni_redop {
+    NI_SUM = 0,
+    NI_PROD = 1,
+    NI_MIN = 2,
+    NI_MAX = 3,
+    NI_AND = 4,
+    NI_OR = 5,
+    NI_XOR = 6
+} ni_redop_t;
+
+/* Barrier over the partition, done in the network. */
+int ni_barrier(ni_t *ni);
+
+/* Start a barrier; *op is the pending operation. */
+int ni_ibarrier(ni_t *ni, ni_op_t **op);
+
+/* Every member's `count` elements at byte `offset` of `region` get rank `root`'s. */
+int ni_broadcast(ni_t *ni, uint32_t root, ni_dtype_t dtype, ni_region_t *region, size_t offset,
+                 size_t count);
+
+/* Start the broadcast of ni_broadcast; *op is the pending operation. */
+int ni_ibroadcast(ni_t *ni, uint32_t root, ni_dtype_t dtype, ni_region_t *region, size_t offset,
+                  size_t count, ni_op_t **op);
+
+/* Reduce `count` elements of every member's `send` into rank `root`'s `recv`. `recv` is used
+ * only at the root and may be NULL elsewhere. */
+int ni_reduce(ni_t *ni, uint32_t root, ni_dtype_t dtype, ni_redop_t redop, const ni_region_t *send,
+              size_t send_offset, ni_region_t *recv, size_t recv_offset, size_t count);
+
+/* Every member's `recv` gets the reduction of all members' `send` (`count` elements). */
+int ni_allreduce(ni_t *ni, ni_dtype_t dtype, ni_redop_t redop, const ni_region_t *send,
+                 size_t send_offset, ni_region_t *recv, size_t recv_offset, size_t count);
+
+/* Start the allreduce of ni_allreduce; *op is the pending operation. */
+int ni_iallreduce(ni_t *ni, ni_dtype_t dtype, ni_redop_t redop, const ni_region_t *send,
+                  size_t send_offset, ni_region_t *recv, size_t recv_offset, size_t count,
+                  ni_op_t **op);
+
+/* Prefix reduction: inclusive (non-zero: rank i gets ranks 0..i) or exclusive (0: ranks
+ * 0..i-1; rank 0 gets the identity). */
+int ni_scan(ni_t *ni, ni_dtype_t dtype, ni_redop_t redop, int inclusive, const ni_region_t *send,
+            size_t send_offset, ni_region_t *recv, size_t recv_offset, size_t count);
+
+/* Every member's `recv` gets all members' `count` elements, in rank order: it holds
+ * size * count elements. */
+int ni_allgather(ni_t *ni, ni_dtype_t dtype, const ni_region_t *send, size_t send_offset,
+                 ni_region_t *recv, size_t recv_offset, size_t count);
+
+/* ---- CM-5 control network ----------------------------------------------------------------- */
+
+/* Combine patterns. A scan gives member i the combination of the members before it in its
+ * direction (exclusive: ranks below i forward, above i backward; the first gets the
+ * identity); scan_start makes a member begin a new segment. */
+typedef enum ni_pattern {
+    NI_PATTERN_SCAN_BACKWARD = 1,
+    NI_PATTERN_SCAN_FORWARD = 2,
+    NI_PATTERN_REDUCE = 3
+} ni_pattern_t;
+
+/* Combiners (there is no AND, MIN or unsigned max on the CM-5). The words of a combine form
+ * one number: least significant word first for the adds, most significant first for MAX. */
+typedef enum ni_combiner {
+    NI_COMBINER_OR = 0,
+    NI_COMBINER_ADD = 1, /* signed add */
+    NI_COMBINER_XOR = 2,
+    NI_COMBINER_UADD = 3, /* unsigned add */
+    NI_COMBINER_MAX = 4   /* signed max */
+} ni_combiner_t;
+
+/* Combine `len` (1..NI_COMBINE_MAX_WORDS) 32-bit words at `in` with every member's. When
+ * this member gets a result (*has_result = 1; an abstainer's scan gets none), it goes to
+ * `out` (len words; may be `in`); otherwise `out` is not written. *overflow is 1 when an
+ * add's exact result does not fit the words (com_scan_overflow). out, overflow and
+ * has_result may be NULL. Errors: NI_EINVAL (NULL ni or in, bad len, pattern or combiner),
+ * NI_EBADDESCRIPTOR (a pattern, combiner and length the control network does not do),
+ * NI_EABSTAINING (this member abstains: NI_PART_COM_REC_ABSTAIN), NI_ECOLLISION (members
+ * started different combines: all fail until every member calls ni_combine_flush),
+ * NI_EPEERDOWN (a member has no process), NI_ECANCELLED, NI_ECOLLTIMEOUT, NI_ERESET. */
+int ni_combine(ni_t *ni, ni_pattern_t pattern, ni_combiner_t combiner, const uint32_t *in,
+               uint32_t *out, size_t len, int scan_start, int *overflow, int *has_result);
+
+/* An abstainer (NI_PART_COM_REC_ABSTAIN set, NI_PART_REDUCE_REC_ABSTAIN clear) takes the
+ * next reduction result of `len` words without contributing; out, overflow and has_result
+ * as for ni_combine. Errors: as ni_combine. */
+int ni_combine_receive(ni_t *ni, uint32_t *out, size_t len, int *overflow, int *has_result);
+
+/* Network-done: returns on every member once all non-abstainers have called it and every
+ * message sent in the partition has been received. Errors: as ni_combine. */
+int ni_network_done(ni_t *ni);
+
+/* Synchronous global: a barrier; *result (may be NULL) is the OR of every member's `bit`
+ * (non-zero is 1). Errors: NI_EINVAL, NI_EABSTAINING (NI_PART_SYNC_GLOBAL_ABSTAIN is set),
+ * NI_ECOLLTIMEOUT, NI_ERESET. */
+int ni_sync_global(ni_t *ni, int bit, int *result);
+
+/* Asynchronous global: set this member's bit (non-zero is 1); ni_global_rec follows the OR
+ * of all members' bits. Errors: NI_EINVAL, NI_ERESET. */
+int ni_set_async_global(ni_t *ni, int bit);
+
+/* The asynchronous global OR, as the NI last published it: *value is 0 or 1.
+ * Errors: NI_EINVAL. */
+int ni_global_rec(ni_t *ni, int *value);
+
+/* How often the asynchronous global OR rose from 0 to 1 while NI_PART_GLOBAL_REC_IE was set
+ * (the CM-5's global rec interrupt), as seen by progress. Errors: NI_EINVAL, NI_ERESET. */
+int ni_global_rises(ni_t *ni, uint64_t *count);
+
+/* Set the participation (abstain) flags: NI_PART_* ORed together (0: take part in
+ * everything). Errors: NI_EINVAL (flags outside NI_PART_ALL), NI_EABSTAINCHANGED (the
+ * combine abstain flags may not change while this member has a combine pending; nothing
+ * changed), NI_ERESET. */
+int ni_set_participation(ni_t *ni, uint32_t flags);
+
+/* Combine flush: every member calls it; clears a combine collision (pending combines fail
+ * with NI_ECANCELLED). Errors: NI_EINVAL, NI_EABSTAINING (NI_PART_COM_REC_ABSTAIN is set),
+ * NI_ECOLLTIMEOUT, NI_ERESET. */
+int ni_combine_flush(ni_t *ni);
 
 /* ---- Error messages ----------------------------------------------------------------------- */
 

@@ -25,9 +25,12 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use ni_abi::fastpath::{mqcw, AM_MAX_PAYLOAD, MQ_MESSAGE};
+use ni_abi::fastpath::{coll, combine, dtype, mqcw, participation, AM_MAX_PAYLOAD, MQ_MESSAGE};
 
-use crate::{Error, MessageQueue, MqAddr, MqOutcome, Ni, Op, Region, Result, Status};
+use crate::{
+    Combiner, Error, MessageQueue, MqAddr, MqOutcome, Ni, Op, Pattern, ReduceOp, Region, Result,
+    Status,
+};
 
 // ---- Error codes (mirrored in include/ni.h; the tests check they agree) ----
 //
@@ -52,6 +55,7 @@ pub const NI_ECOLLISION: c_int = -14;
 pub const NI_EABSTAINING: c_int = -15;
 pub const NI_EABSTAINCHANGED: c_int = -16;
 pub const NI_ECOLLTIMEOUT: c_int = -17;
+pub const NI_ELINKDOWN: c_int = -18;
 pub const NI_EWOULDBLOCK: c_int = -100;
 pub const NI_ERESET: c_int = -101;
 pub const NI_ETIMEDOUT: c_int = -102;
@@ -104,6 +108,7 @@ pub fn status_code(s: Status) -> c_int {
         Status::Abstaining => NI_EABSTAINING,
         Status::AbstainChanged => NI_EABSTAINCHANGED,
         Status::Timeout => NI_ECOLLTIMEOUT,
+        Status::LinkDown => NI_ELINKDOWN,
     }
 }
 
@@ -304,14 +309,33 @@ fn status_ok(d: &crate::Done) -> ni_status_t {
     }
 }
 
+/// The status of a failed operation: the error and the peer; for a truncated receive also
+/// the message's full length and its tag.
 fn status_err(e: &Error, peer: u32) -> ni_status_t {
-    ni_status_t {
-        error: code_of(e),
-        rank: match e {
-            Error::Failed { rank, .. } => *rank,
-            _ => peer,
+    match e {
+        Error::Failed {
+            status: Status::Truncated,
+            rank,
+            len,
+            tag,
+            ..
+        } => ni_status_t {
+            error: NI_ETRUNCATED,
+            rank: *rank,
+            len: *len,
+            tag: *tag,
+            aux: 0,
         },
-        ..Default::default()
+        Error::Failed { rank, .. } => ni_status_t {
+            error: code_of(e),
+            rank: *rank,
+            ..Default::default()
+        },
+        _ => ni_status_t {
+            error: code_of(e),
+            rank: peer,
+            ..Default::default()
+        },
     }
 }
 
@@ -577,8 +601,10 @@ pub unsafe extern "C" fn ni_recv(
         let result = ni.ni.recv(src, &r.region, range(offset, len)?, tag, mask);
         let (s, t, l) = match &result {
             Ok(d) => (d.rank, d.tag, d.len),
-            Err(Error::Failed { rank, .. }) => (*rank, 0, 0),
-            Err(_) => (src.unwrap_or(u32::MAX), 0, 0),
+            Err(e) => {
+                let st = status_err(e, src.unwrap_or(u32::MAX));
+                (st.rank, st.tag, st.len)
+            }
         };
         // SAFETY: each is NULL (skipped) or writable (the caller's contract).
         unsafe {
@@ -749,6 +775,31 @@ pub unsafe extern "C" fn ni_op_free(op: *mut ni_op_t) -> c_int {
         nonnull(op, "op")?;
         // SAFETY: a live handle from Box::into_raw; freed once.
         drop(unsafe { Box::from_raw(op) });
+        Ok(())
+    })
+}
+
+/// Give up on `*op` without waiting: its completion is discarded; frees it and sets `*op` to
+/// NULL.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `op` is NULL or points to NULL or a live op of `ni`.
+#[no_mangle]
+pub unsafe extern "C" fn ni_forget(ni: *mut ni_t, op: *mut *mut ni_op_t) -> c_int {
+    call("ni_forget", || {
+        nonnull(op, "op")?;
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        // SAFETY: op is non-NULL and readable (the caller's contract).
+        let raw = unsafe { *op };
+        nonnull(raw, "*op")?;
+        // SAFETY: *op came from Box::into_raw and is taken over once; the caller's pointer
+        // is cleared at once.
+        let o = unsafe {
+            op.write(std::ptr::null_mut());
+            Box::from_raw(raw)
+        };
+        ni.ni.forget(o.op);
         Ok(())
     })
 }
@@ -1193,6 +1244,728 @@ pub unsafe extern "C" fn ni_wait_mq_interrupt(
     })
 }
 
+// ---- Collectives ----
+
+/// `NI_I32` .. `NI_F64` (`ni_dtype_t`): `ni_abi::fastpath::dtype`.
+pub const NI_I32: c_int = dtype::I32 as c_int;
+pub const NI_U32: c_int = dtype::U32 as c_int;
+pub const NI_I64: c_int = dtype::I64 as c_int;
+pub const NI_U64: c_int = dtype::U64 as c_int;
+pub const NI_F32: c_int = dtype::F32 as c_int;
+pub const NI_F64: c_int = dtype::F64 as c_int;
+
+/// `NI_SUM` .. `NI_XOR` (`ni_redop_t`): [`ReduceOp`].
+pub const NI_SUM: c_int = ReduceOp::Sum as c_int;
+pub const NI_PROD: c_int = ReduceOp::Prod as c_int;
+pub const NI_MIN: c_int = ReduceOp::Min as c_int;
+pub const NI_MAX: c_int = ReduceOp::Max as c_int;
+pub const NI_AND: c_int = ReduceOp::And as c_int;
+pub const NI_OR: c_int = ReduceOp::Or as c_int;
+pub const NI_XOR: c_int = ReduceOp::Xor as c_int;
+
+/// `ni_pattern_t`: [`Pattern`].
+pub const NI_PATTERN_SCAN_BACKWARD: c_int = Pattern::ScanBackward as c_int;
+pub const NI_PATTERN_SCAN_FORWARD: c_int = Pattern::ScanForward as c_int;
+pub const NI_PATTERN_REDUCE: c_int = Pattern::Reduce as c_int;
+
+/// `ni_combiner_t`: [`Combiner`].
+pub const NI_COMBINER_OR: c_int = Combiner::Or as c_int;
+pub const NI_COMBINER_ADD: c_int = Combiner::Add as c_int;
+pub const NI_COMBINER_XOR: c_int = Combiner::Xor as c_int;
+pub const NI_COMBINER_UADD: c_int = Combiner::Uadd as c_int;
+pub const NI_COMBINER_MAX: c_int = Combiner::Max as c_int;
+
+/// A C `ni_dtype_t`: the NI's dtype and the element size.
+fn elem_type(d: c_int) -> Result<(u32, usize)> {
+    u32::try_from(d)
+        .ok()
+        .and_then(|u| Some((u, dtype::size(u)? as usize)))
+        .ok_or_else(|| bad(format!("dtype {d} is not one of NI_I32 .. NI_F64")))
+}
+
+/// A C `ni_redop_t`.
+fn reduce_op(o: c_int) -> Result<ReduceOp> {
+    Ok(match o {
+        NI_SUM => ReduceOp::Sum,
+        NI_PROD => ReduceOp::Prod,
+        NI_MIN => ReduceOp::Min,
+        NI_MAX => ReduceOp::Max,
+        NI_AND => ReduceOp::And,
+        NI_OR => ReduceOp::Or,
+        NI_XOR => ReduceOp::Xor,
+        _ => return Err(bad(format!("op {o} is not one of NI_SUM .. NI_XOR"))),
+    })
+}
+
+/// The NI address of `count` elements of `size` bytes at byte `offset` of `region`.
+fn elems(region: &Region, offset: usize, count: usize, size: usize, what: &str) -> Result<u64> {
+    let bytes = count
+        .checked_mul(size)
+        .and_then(|b| b.checked_add(offset))
+        .ok_or_else(|| {
+            bad(format!(
+                "{what}: {count} elements at byte {offset} overflow"
+            ))
+        })?;
+    if bytes > region.len() {
+        return Err(bad(format!(
+            "{what}: {count} elements of {size} bytes at byte {offset} do not fit the \
+             {}-byte region",
+            region.len()
+        )));
+    }
+    Ok(region.iova() + offset as u64)
+}
+
+/// A vector collective's arguments, checked: what `icollective_raw` takes.
+struct Coll {
+    kind: u8,
+    dtype: u32,
+    op: ReduceOp,
+    root: u32,
+    send: u64,
+    recv: u64,
+    count: usize,
+}
+
+impl Coll {
+    fn start(&self, ni: &Ni) -> Result<Op> {
+        ni.icollective_raw(
+            self.kind, self.dtype, self.op, self.root, self.send, self.recv, self.count,
+        )
+    }
+
+    /// Start and, for a blocking call (`op` NULL), wait; else hand the op out through `op`.
+    ///
+    /// # Safety
+    /// `op` is NULL or writable.
+    unsafe fn run(&self, ni: &Ni, op: *mut *mut ni_op_t) -> Result<()> {
+        let o = self.start(ni)?;
+        if op.is_null() {
+            ni.wait(o).map(|_| ())
+        } else {
+            let peer = if matches!(self.kind, coll::BCAST | coll::REDUCE) {
+                self.root
+            } else {
+                u32::MAX
+            };
+            // SAFETY: non-NULL and writable (the caller's contract).
+            unsafe { op.write(new_op(o, peer)) };
+            Ok(())
+        }
+    }
+}
+
+/// The ranges of a collective from `send` (may be `recv`) into `recv`.
+#[allow(clippy::too_many_arguments)]
+fn send_recv(
+    kind: u8,
+    dtype: c_int,
+    op: ReduceOp,
+    send: &Region,
+    send_offset: usize,
+    recv: &Region,
+    recv_offset: usize,
+    count: usize,
+    recv_count: usize,
+) -> Result<Coll> {
+    let (d, size) = elem_type(dtype)?;
+    Ok(Coll {
+        kind,
+        dtype: d,
+        op,
+        root: 0,
+        send: elems(send, send_offset, count, size, "send")?,
+        recv: elems(recv, recv_offset, recv_count, size, "recv")?,
+        count,
+    })
+}
+
+/// Barrier over the partition.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`.
+#[no_mangle]
+pub unsafe extern "C" fn ni_barrier(ni: *mut ni_t) -> c_int {
+    call("ni_barrier", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        ni.ni.barrier()
+    })
+}
+
+/// Start a barrier; finish it with `ni_test`/`ni_wait`.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `op` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ni_ibarrier(ni: *mut ni_t, op: *mut *mut ni_op_t) -> c_int {
+    call("ni_ibarrier", || {
+        nonnull(op, "op")?;
+        // SAFETY: non-NULL and writable.
+        unsafe { op.write(std::ptr::null_mut()) };
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        let o = ni.ni.ibarrier()?;
+        // SAFETY: non-NULL and writable.
+        unsafe { op.write(new_op(o, u32::MAX)) };
+        Ok(())
+    })
+}
+
+/// The broadcast of `ni_broadcast`/`ni_ibroadcast`.
+///
+/// # Safety
+/// `ni` and `region` are NULL or live handles; `op` is NULL or writable.
+unsafe fn broadcast(
+    ni: *mut ni_t,
+    root: u32,
+    dtype: c_int,
+    region: *const ni_region_t,
+    offset: usize,
+    count: usize,
+    op: *mut *mut ni_op_t,
+) -> Result<()> {
+    // SAFETY: NULL or live handles (the caller's contract).
+    let (ni, r) = unsafe { (handle(ni, "ni")?, handle(region, "region")?) };
+    let (d, size) = elem_type(dtype)?;
+    let a = elems(&r.region, offset, count, size, "region")?;
+    let c = Coll {
+        kind: coll::BCAST,
+        dtype: d,
+        op: ReduceOp::Sum,
+        root,
+        send: a,
+        recv: a,
+        count,
+    };
+    // SAFETY: op is NULL or writable (the caller's contract).
+    unsafe { c.run(&ni.ni, op) }
+}
+
+/// Every member's `count` elements at byte `offset` of `region` get `root`'s.
+///
+/// # Safety
+/// `ni` and `region` are NULL or live handles.
+#[no_mangle]
+pub unsafe extern "C" fn ni_broadcast(
+    ni: *mut ni_t,
+    root: u32,
+    dtype: c_int,
+    region: *mut ni_region_t,
+    offset: usize,
+    count: usize,
+) -> c_int {
+    call("ni_broadcast", || {
+        // SAFETY: the caller's contract is broadcast's; a NULL op means blocking.
+        unsafe { broadcast(ni, root, dtype, region, offset, count, std::ptr::null_mut()) }
+    })
+}
+
+/// Start a broadcast; finish it with `ni_test`/`ni_wait`.
+///
+/// # Safety
+/// `ni` and `region` are NULL or live handles; `op` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ni_ibroadcast(
+    ni: *mut ni_t,
+    root: u32,
+    dtype: c_int,
+    region: *mut ni_region_t,
+    offset: usize,
+    count: usize,
+    op: *mut *mut ni_op_t,
+) -> c_int {
+    call("ni_ibroadcast", || {
+        nonnull(op, "op")?;
+        // SAFETY: non-NULL and writable.
+        unsafe { op.write(std::ptr::null_mut()) };
+        // SAFETY: the caller's contract is broadcast's; op is non-NULL.
+        unsafe { broadcast(ni, root, dtype, region, offset, count, op) }
+    })
+}
+
+/// Reduce every member's `send` into `root`'s `recv` (NULL allowed on other members).
+///
+/// # Safety
+/// `ni`, `send` and `recv` are NULL or live handles.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ni_reduce(
+    ni: *mut ni_t,
+    root: u32,
+    dtype: c_int,
+    redop: c_int,
+    send: *const ni_region_t,
+    send_offset: usize,
+    recv: *mut ni_region_t,
+    recv_offset: usize,
+    count: usize,
+) -> c_int {
+    call("ni_reduce", || {
+        // SAFETY: NULL or live handles (the caller's contract).
+        let (ni, s) = unsafe { (handle(ni, "ni")?, handle(send, "send")?) };
+        let (d, size) = elem_type(dtype)?;
+        let op = reduce_op(redop)?;
+        let recv = if recv.is_null() && ni.ni.rank() != root {
+            // Only the root's result buffer is used.
+            0
+        } else {
+            // SAFETY: NULL or a live handle (the caller's contract).
+            let r = unsafe { handle(recv, "recv (at the root)")? };
+            elems(&r.region, recv_offset, count, size, "recv")?
+        };
+        let c = Coll {
+            kind: coll::REDUCE,
+            dtype: d,
+            op,
+            root,
+            send: elems(&s.region, send_offset, count, size, "send")?,
+            recv,
+            count,
+        };
+        // SAFETY: a NULL op means blocking.
+        unsafe { c.run(&ni.ni, std::ptr::null_mut()) }
+    })
+}
+
+/// The allreduce of `ni_allreduce`/`ni_iallreduce`.
+///
+/// # Safety
+/// `ni`, `send` and `recv` are NULL or live handles; `op` is NULL or writable.
+#[allow(clippy::too_many_arguments)]
+unsafe fn allreduce(
+    ni: *mut ni_t,
+    dtype: c_int,
+    redop: c_int,
+    send: *const ni_region_t,
+    send_offset: usize,
+    recv: *const ni_region_t,
+    recv_offset: usize,
+    count: usize,
+    op: *mut *mut ni_op_t,
+) -> Result<()> {
+    // SAFETY: NULL or live handles (the caller's contract).
+    let (ni, s, r) = unsafe {
+        (
+            handle(ni, "ni")?,
+            handle(send, "send")?,
+            handle(recv, "recv")?,
+        )
+    };
+    let c = send_recv(
+        coll::ALLREDUCE,
+        dtype,
+        reduce_op(redop)?,
+        &s.region,
+        send_offset,
+        &r.region,
+        recv_offset,
+        count,
+        count,
+    )?;
+    // SAFETY: op is NULL or writable (the caller's contract).
+    unsafe { c.run(&ni.ni, op) }
+}
+
+/// Every member's `recv` gets the reduction of all members' `send`.
+///
+/// # Safety
+/// `ni`, `send` and `recv` are NULL or live handles.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ni_allreduce(
+    ni: *mut ni_t,
+    dtype: c_int,
+    redop: c_int,
+    send: *const ni_region_t,
+    send_offset: usize,
+    recv: *mut ni_region_t,
+    recv_offset: usize,
+    count: usize,
+) -> c_int {
+    call("ni_allreduce", || {
+        // SAFETY: the caller's contract is allreduce's; a NULL op means blocking.
+        unsafe {
+            allreduce(
+                ni,
+                dtype,
+                redop,
+                send,
+                send_offset,
+                recv,
+                recv_offset,
+                count,
+                std::ptr::null_mut(),
+            )
+        }
+    })
+}
+
+/// Start an allreduce; finish it with `ni_test`/`ni_wait`.
+///
+/// # Safety
+/// `ni`, `send` and `recv` are NULL or live handles; `op` is NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ni_iallreduce(
+    ni: *mut ni_t,
+    dtype: c_int,
+    redop: c_int,
+    send: *const ni_region_t,
+    send_offset: usize,
+    recv: *mut ni_region_t,
+    recv_offset: usize,
+    count: usize,
+    op: *mut *mut ni_op_t,
+) -> c_int {
+    call("ni_iallreduce", || {
+        nonnull(op, "op")?;
+        // SAFETY: non-NULL and writable.
+        unsafe { op.write(std::ptr::null_mut()) };
+        // SAFETY: the caller's contract is allreduce's; op is non-NULL.
+        unsafe {
+            allreduce(
+                ni,
+                dtype,
+                redop,
+                send,
+                send_offset,
+                recv,
+                recv_offset,
+                count,
+                op,
+            )
+        }
+    })
+}
+
+/// Prefix reduction, inclusive (non-zero `inclusive`) or exclusive.
+///
+/// # Safety
+/// `ni`, `send` and `recv` are NULL or live handles.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ni_scan(
+    ni: *mut ni_t,
+    dtype: c_int,
+    redop: c_int,
+    inclusive: c_int,
+    send: *const ni_region_t,
+    send_offset: usize,
+    recv: *mut ni_region_t,
+    recv_offset: usize,
+    count: usize,
+) -> c_int {
+    call("ni_scan", || {
+        // SAFETY: NULL or live handles (the caller's contract).
+        let (ni, s, r) = unsafe {
+            (
+                handle(ni, "ni")?,
+                handle(send, "send")?,
+                handle(recv, "recv")?,
+            )
+        };
+        let kind = if inclusive != 0 {
+            coll::SCAN
+        } else {
+            coll::EXSCAN
+        };
+        let c = send_recv(
+            kind,
+            dtype,
+            reduce_op(redop)?,
+            &s.region,
+            send_offset,
+            &r.region,
+            recv_offset,
+            count,
+            count,
+        )?;
+        // SAFETY: a NULL op means blocking.
+        unsafe { c.run(&ni.ni, std::ptr::null_mut()) }
+    })
+}
+
+/// Every member's `recv` gets all members' `count` elements, in rank order.
+///
+/// # Safety
+/// `ni`, `send` and `recv` are NULL or live handles.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ni_allgather(
+    ni: *mut ni_t,
+    dtype: c_int,
+    send: *const ni_region_t,
+    send_offset: usize,
+    recv: *mut ni_region_t,
+    recv_offset: usize,
+    count: usize,
+) -> c_int {
+    call("ni_allgather", || {
+        // SAFETY: NULL or live handles (the caller's contract).
+        let (ni, s, r) = unsafe {
+            (
+                handle(ni, "ni")?,
+                handle(send, "send")?,
+                handle(recv, "recv")?,
+            )
+        };
+        let all = count
+            .checked_mul(ni.ni.size() as usize)
+            .ok_or_else(|| bad(format!("{count} elements per member overflow")))?;
+        let c = send_recv(
+            coll::ALLGATHER,
+            dtype,
+            ReduceOp::Sum,
+            &s.region,
+            send_offset,
+            &r.region,
+            recv_offset,
+            count,
+            all,
+        )?;
+        // SAFETY: a NULL op means blocking.
+        unsafe { c.run(&ni.ni, std::ptr::null_mut()) }
+    })
+}
+
+// ---- CM-5 control network ----
+
+/// `NI_PART_*` (`ni_set_participation`): `ni_abi::fastpath::participation`.
+pub const NI_PART_COM_REC_ABSTAIN: u32 = participation::COM_REC_ABSTAIN;
+pub const NI_PART_REDUCE_REC_ABSTAIN: u32 = participation::REDUCE_REC_ABSTAIN;
+pub const NI_PART_BC_REC_ABSTAIN: u32 = participation::BC_REC_ABSTAIN;
+pub const NI_PART_SYNC_GLOBAL_ABSTAIN: u32 = participation::SYNC_GLOBAL_ABSTAIN;
+pub const NI_PART_GLOBAL_REC_IE: u32 = participation::GLOBAL_REC_IE;
+pub const NI_PART_RESET: u32 = participation::RESET;
+pub const NI_PART_ALL: u32 = participation::ALL;
+
+/// The largest combine, in 32-bit words.
+pub const NI_COMBINE_MAX_WORDS: usize = combine::MAX_WORDS as usize;
+
+fn pattern(p: c_int) -> Result<Pattern> {
+    Ok(match p {
+        NI_PATTERN_SCAN_BACKWARD => Pattern::ScanBackward,
+        NI_PATTERN_SCAN_FORWARD => Pattern::ScanForward,
+        NI_PATTERN_REDUCE => Pattern::Reduce,
+        _ => {
+            return Err(bad(format!(
+                "pattern {p} is not NI_PATTERN_SCAN_BACKWARD, _SCAN_FORWARD or _REDUCE"
+            )))
+        }
+    })
+}
+
+fn combiner(c: c_int) -> Result<Combiner> {
+    Ok(match c {
+        NI_COMBINER_OR => Combiner::Or,
+        NI_COMBINER_ADD => Combiner::Add,
+        NI_COMBINER_XOR => Combiner::Xor,
+        NI_COMBINER_UADD => Combiner::Uadd,
+        NI_COMBINER_MAX => Combiner::Max,
+        _ => return Err(bad(format!("combiner {c} is not one of NI_COMBINER_*"))),
+    })
+}
+
+fn combine_len(len: usize) -> Result<()> {
+    if (1..=NI_COMBINE_MAX_WORDS).contains(&len) {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "a combine takes 1 to {NI_COMBINE_MAX_WORDS} words, not {len}"
+        )))
+    }
+}
+
+/// Store a combine's result: `out` (when there is one), `overflow`, `has_result`.
+///
+/// # Safety
+/// `out` is NULL or writable for `r.words`' length; the flags are NULL or writable.
+unsafe fn combine_out(
+    r: &crate::CombineResult,
+    out: *mut u32,
+    overflow: *mut c_int,
+    has_result: *mut c_int,
+) {
+    if let (Some(w), false) = (&r.words, out.is_null()) {
+        // SAFETY: out is non-NULL and writable for the combine's length (the caller's
+        // contract), which is w.len().
+        unsafe { std::ptr::copy_nonoverlapping(w.as_ptr(), out, w.len()) };
+    }
+    // SAFETY: NULL or writable (the caller's contract).
+    unsafe {
+        put(overflow, r.overflow as c_int);
+        put(has_result, r.words.is_some() as c_int);
+    }
+}
+
+/// CM-5 combine of `len` (1..5) words at `input`; the result goes to `out`.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `input` is NULL or readable for `len` words; `out` is NULL
+/// or writable for `len` words (it may be `input`); `overflow` and `has_result` are NULL or
+/// writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ni_combine(
+    ni: *mut ni_t,
+    pattern: c_int,
+    combiner: c_int,
+    input: *const u32,
+    out: *mut u32,
+    len: usize,
+    scan_start: c_int,
+    overflow: *mut c_int,
+    has_result: *mut c_int,
+) -> c_int {
+    call("ni_combine", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        nonnull(input, "in")?;
+        combine_len(len)?;
+        let (p, c) = (self::pattern(pattern)?, self::combiner(combiner)?);
+        let mut words = [0u32; NI_COMBINE_MAX_WORDS];
+        // SAFETY: input is non-NULL and readable for len <= 5 words (the caller's contract);
+        // copied out before out (which may alias it) is written.
+        unsafe { std::ptr::copy_nonoverlapping(input, words.as_mut_ptr(), len) };
+        let r = ni.ni.combine(p, c, &words[..len], scan_start != 0)?;
+        // SAFETY: out and the flags are NULL or writable (the caller's contract).
+        unsafe { combine_out(&r, out, overflow, has_result) };
+        Ok(())
+    })
+}
+
+/// An abstainer takes the next reduction result of `len` words without contributing.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `out` is NULL or writable for `len` words; `overflow` and
+/// `has_result` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ni_combine_receive(
+    ni: *mut ni_t,
+    out: *mut u32,
+    len: usize,
+    overflow: *mut c_int,
+    has_result: *mut c_int,
+) -> c_int {
+    call("ni_combine_receive", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        combine_len(len)?;
+        let r = ni.ni.combine_receive(len)?;
+        // SAFETY: out and the flags are NULL or writable (the caller's contract).
+        unsafe { combine_out(&r, out, overflow, has_result) };
+        Ok(())
+    })
+}
+
+/// CM-5 network-done.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`.
+#[no_mangle]
+pub unsafe extern "C" fn ni_network_done(ni: *mut ni_t) -> c_int {
+    call("ni_network_done", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        ni.ni.network_done()
+    })
+}
+
+/// CM-5 synchronous global: a barrier whose `*result` is the OR of every member's `bit`.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `result` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ni_sync_global(ni: *mut ni_t, bit: c_int, result: *mut c_int) -> c_int {
+    call("ni_sync_global", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        let or = ni.ni.sync_global(bit != 0)?;
+        // SAFETY: NULL or writable.
+        unsafe { put(result, or as c_int) };
+        Ok(())
+    })
+}
+
+/// CM-5 asynchronous global: set this member's bit.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`.
+#[no_mangle]
+pub unsafe extern "C" fn ni_set_async_global(ni: *mut ni_t, bit: c_int) -> c_int {
+    call("ni_set_async_global", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        ni.ni.set_async_global(bit != 0)
+    })
+}
+
+/// The asynchronous global OR, as the NI last published it.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `value` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ni_global_rec(ni: *mut ni_t, value: *mut c_int) -> c_int {
+    call("ni_global_rec", || {
+        nonnull(value, "value")?;
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        // SAFETY: non-NULL and writable.
+        unsafe { value.write(ni.ni.global_rec() as c_int) };
+        Ok(())
+    })
+}
+
+/// How often the asynchronous global OR rose while `NI_PART_GLOBAL_REC_IE` was set.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ni_global_rises(ni: *mut ni_t, count: *mut u64) -> c_int {
+    call("ni_global_rises", || {
+        nonnull(count, "count")?;
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        let n = ni.ni.global_rises()?;
+        // SAFETY: non-NULL and writable.
+        unsafe { count.write(n) };
+        Ok(())
+    })
+}
+
+/// Set the control-network participation (abstain) flags, `NI_PART_*`.
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`.
+#[no_mangle]
+pub unsafe extern "C" fn ni_set_participation(ni: *mut ni_t, flags: u32) -> c_int {
+    call("ni_set_participation", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        if flags & !NI_PART_ALL != 0 {
+            return Err(bad(format!(
+                "participation flags 0x{flags:x} outside NI_PART_ALL (0x{NI_PART_ALL:x})"
+            )));
+        }
+        ni.ni.set_participation(flags)
+    })
+}
+
+/// Combine flush: clears a collision (every member calls it).
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`.
+#[no_mangle]
+pub unsafe extern "C" fn ni_combine_flush(ni: *mut ni_t) -> c_int {
+    call("ni_combine_flush", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        ni.ni.combine_flush()
+    })
+}
+
 // ---- Messages ----
 
 /// A static description of `code`.
@@ -1254,6 +2027,7 @@ mod tests {
         (NI_EABSTAINING, "NI_EABSTAINING"),
         (NI_EABSTAINCHANGED, "NI_EABSTAINCHANGED"),
         (NI_ECOLLTIMEOUT, "NI_ECOLLTIMEOUT"),
+        (NI_ELINKDOWN, "NI_ELINKDOWN"),
         (NI_EWOULDBLOCK, "NI_EWOULDBLOCK"),
         (NI_ERESET, "NI_ERESET"),
         (NI_ETIMEDOUT, "NI_ETIMEDOUT"),
@@ -1339,6 +2113,20 @@ mod tests {
             ("NI_IR_ENABLE", regs::IR_ENABLE as i128),
             ("NI_IR_MSG_ADDR_VALID", regs::MSG_ADDR_VALID as i128),
             ("NI_IR_MSG_MULTIPLE", regs::MSG_MULTIPLE as i128),
+            ("NI_PART_COM_REC_ABSTAIN", NI_PART_COM_REC_ABSTAIN as i128),
+            (
+                "NI_PART_REDUCE_REC_ABSTAIN",
+                NI_PART_REDUCE_REC_ABSTAIN as i128,
+            ),
+            ("NI_PART_BC_REC_ABSTAIN", NI_PART_BC_REC_ABSTAIN as i128),
+            (
+                "NI_PART_SYNC_GLOBAL_ABSTAIN",
+                NI_PART_SYNC_GLOBAL_ABSTAIN as i128,
+            ),
+            ("NI_PART_GLOBAL_REC_IE", NI_PART_GLOBAL_REC_IE as i128),
+            ("NI_PART_RESET", NI_PART_RESET as i128),
+            ("NI_PART_ALL", NI_PART_ALL as i128),
+            ("NI_COMBINE_MAX_WORDS", NI_COMBINE_MAX_WORDS as i128),
         ]
         .into_iter()
         .collect();
@@ -1351,6 +2139,124 @@ mod tests {
             others, expected,
             "the constants in include/ni.h and ni-abi differ"
         );
+    }
+
+    /// Every enumerator of the header's `typedef enum { NAME = VALUE, ... }` blocks (each
+    /// must give its value), and the enum's typedef name for each.
+    fn header_enums() -> BTreeMap<String, (i128, String)> {
+        let mut out = BTreeMap::new();
+        let mut rest = HEADER;
+        while let Some(i) = rest.find("typedef enum") {
+            let body = &rest[i..];
+            let open = body.find('{').expect("typedef enum without {");
+            let close = body.find('}').expect("typedef enum without }");
+            let type_name: String = body[close + 1..]
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let mut text = String::new();
+            let mut t = &body[open + 1..close];
+            while let Some(c) = t.find("/*") {
+                text.push_str(&t[..c]);
+                let e = t[c..].find("*/").expect("unterminated comment");
+                t = &t[c + e + 2..];
+            }
+            text.push_str(t);
+            for item in text.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+                let Some((name, value)) = item.split_once('=') else {
+                    panic!("ni.h: enumerator {item:?} of {type_name} has no explicit value")
+                };
+                let v: i128 = value
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("ni.h: cannot parse {item:?}"));
+                let old = out.insert(name.trim().to_string(), (v, type_name.clone()));
+                assert!(old.is_none(), "ni.h: {name} defined twice");
+            }
+            rest = &body[close..];
+        }
+        out
+    }
+
+    #[test]
+    fn header_enums_match() {
+        use crate::Elem;
+        let in_header = header_enums();
+        let expected: BTreeMap<String, (i128, String)> = [
+            ("NI_I32", NI_I32, "ni_dtype_t"),
+            ("NI_U32", NI_U32, "ni_dtype_t"),
+            ("NI_I64", NI_I64, "ni_dtype_t"),
+            ("NI_U64", NI_U64, "ni_dtype_t"),
+            ("NI_F32", NI_F32, "ni_dtype_t"),
+            ("NI_F64", NI_F64, "ni_dtype_t"),
+            ("NI_SUM", NI_SUM, "ni_redop_t"),
+            ("NI_PROD", NI_PROD, "ni_redop_t"),
+            ("NI_MIN", NI_MIN, "ni_redop_t"),
+            ("NI_MAX", NI_MAX, "ni_redop_t"),
+            ("NI_AND", NI_AND, "ni_redop_t"),
+            ("NI_OR", NI_OR, "ni_redop_t"),
+            ("NI_XOR", NI_XOR, "ni_redop_t"),
+            (
+                "NI_PATTERN_SCAN_BACKWARD",
+                NI_PATTERN_SCAN_BACKWARD,
+                "ni_pattern_t",
+            ),
+            (
+                "NI_PATTERN_SCAN_FORWARD",
+                NI_PATTERN_SCAN_FORWARD,
+                "ni_pattern_t",
+            ),
+            ("NI_PATTERN_REDUCE", NI_PATTERN_REDUCE, "ni_pattern_t"),
+            ("NI_COMBINER_OR", NI_COMBINER_OR, "ni_combiner_t"),
+            ("NI_COMBINER_ADD", NI_COMBINER_ADD, "ni_combiner_t"),
+            ("NI_COMBINER_XOR", NI_COMBINER_XOR, "ni_combiner_t"),
+            ("NI_COMBINER_UADD", NI_COMBINER_UADD, "ni_combiner_t"),
+            ("NI_COMBINER_MAX", NI_COMBINER_MAX, "ni_combiner_t"),
+        ]
+        .into_iter()
+        .map(|(n, v, t)| (n.to_string(), (v as i128, t.to_string())))
+        .collect();
+        assert_eq!(
+            in_header, expected,
+            "the enums in include/ni.h and capi.rs differ"
+        );
+        // The C enumerators name exactly the Rust element types, and they convert back.
+        let rust_dtypes = [
+            (i32::DTYPE, 4),
+            (u32::DTYPE, 4),
+            (i64::DTYPE, 8),
+            (u64::DTYPE, 8),
+            (f32::DTYPE, 4),
+            (f64::DTYPE, 8),
+        ];
+        for (c, (d, size)) in [NI_I32, NI_U32, NI_I64, NI_U64, NI_F32, NI_F64]
+            .into_iter()
+            .zip(rust_dtypes)
+        {
+            assert_eq!(elem_type(c).unwrap(), (d, size));
+        }
+        assert!(elem_type(NI_F64 + 1).is_err() && elem_type(-1).is_err());
+        for o in NI_SUM..=NI_XOR {
+            assert_eq!(reduce_op(o).unwrap() as c_int, o);
+        }
+        assert!(reduce_op(NI_XOR + 1).is_err() && reduce_op(-1).is_err());
+        for p in NI_PATTERN_SCAN_BACKWARD..=NI_PATTERN_REDUCE {
+            assert_eq!(pattern(p).unwrap() as c_int, p);
+        }
+        assert!(pattern(0).is_err() && pattern(4).is_err());
+        for c in NI_COMBINER_OR..=NI_COMBINER_MAX {
+            assert_eq!(combiner(c).unwrap() as c_int, c);
+        }
+        assert!(combiner(5).is_err() && combiner(-1).is_err());
+        // Enumerators and #defines share C's namespace.
+        let defs = header_defines();
+        for name in in_header.keys() {
+            assert!(
+                !defs.contains_key(name),
+                "{name} is both a #define and an enumerator"
+            );
+        }
     }
 
     /// Names `f` such that `text` has `pat` directly followed by `f(`.
@@ -1444,6 +2350,8 @@ mod tests {
                     op: "send",
                     status: Status::PeerDown,
                     rank: 3,
+                    len: 0,
+                    tag: 0,
                 },
                 NI_EPEERDOWN,
             ),
@@ -1502,6 +2410,79 @@ mod tests {
             assert_eq!(ni_mq_free(std::ptr::null_mut()), NI_EINVAL);
             assert_eq!(ni_region_free(std::ptr::null_mut()), NI_EINVAL);
             assert_eq!(ni_op_free(std::ptr::null_mut()), NI_EINVAL);
+            assert_eq!(
+                ni_forget(std::ptr::null_mut(), std::ptr::null_mut()),
+                NI_EINVAL
+            );
+            // Collectives and the control network.
+            let nil = std::ptr::null_mut::<ni_t>();
+            let no_region = std::ptr::null_mut::<ni_region_t>();
+            assert_eq!(ni_barrier(nil), NI_EINVAL);
+            assert!(text(ni_last_error()).starts_with("ni_barrier: "));
+            let mut op = std::ptr::NonNull::<ni_op_t>::dangling().as_ptr();
+            assert_eq!(ni_ibarrier(nil, &mut op), NI_EINVAL);
+            assert!(op.is_null(), "ni_ibarrier clears *op on failure");
+            assert_eq!(ni_ibarrier(nil, std::ptr::null_mut()), NI_EINVAL);
+            assert_eq!(ni_broadcast(nil, 0, NI_F64, no_region, 0, 1), NI_EINVAL);
+            let mut op = std::ptr::NonNull::<ni_op_t>::dangling().as_ptr();
+            assert_eq!(
+                ni_ibroadcast(nil, 0, NI_F64, no_region, 0, 1, &mut op),
+                NI_EINVAL
+            );
+            assert!(op.is_null());
+            assert_eq!(
+                ni_reduce(nil, 0, NI_I32, NI_SUM, no_region, 0, no_region, 0, 1),
+                NI_EINVAL
+            );
+            assert_eq!(
+                ni_allreduce(nil, NI_F64, NI_SUM, no_region, 0, no_region, 0, 1),
+                NI_EINVAL
+            );
+            let mut op = std::ptr::NonNull::<ni_op_t>::dangling().as_ptr();
+            assert_eq!(
+                ni_iallreduce(nil, NI_F64, NI_SUM, no_region, 0, no_region, 0, 1, &mut op),
+                NI_EINVAL
+            );
+            assert!(op.is_null());
+            assert_eq!(
+                ni_scan(nil, NI_I64, NI_SUM, 1, no_region, 0, no_region, 0, 1),
+                NI_EINVAL
+            );
+            assert_eq!(
+                ni_allgather(nil, NI_U32, no_region, 0, no_region, 0, 1),
+                NI_EINVAL
+            );
+            let w = [1u32; 5];
+            let mut out = [0u32; 5];
+            let none = std::ptr::null_mut::<c_int>();
+            assert_eq!(
+                ni_combine(
+                    nil,
+                    NI_PATTERN_REDUCE,
+                    NI_COMBINER_ADD,
+                    w.as_ptr(),
+                    out.as_mut_ptr(),
+                    1,
+                    0,
+                    none,
+                    none
+                ),
+                NI_EINVAL
+            );
+            assert_eq!(
+                ni_combine_receive(nil, out.as_mut_ptr(), 1, none, none),
+                NI_EINVAL
+            );
+            assert_eq!(ni_network_done(nil), NI_EINVAL);
+            assert_eq!(ni_sync_global(nil, 1, none), NI_EINVAL);
+            assert_eq!(ni_set_async_global(nil, 1), NI_EINVAL);
+            let mut v = 0;
+            assert_eq!(ni_global_rec(nil, &mut v), NI_EINVAL);
+            let mut n = 0u64;
+            assert_eq!(ni_global_rises(nil, &mut n), NI_EINVAL);
+            assert_eq!(ni_set_participation(nil, 0), NI_EINVAL);
+            assert_eq!(ni_combine_flush(nil), NI_EINVAL);
+            assert!(text(ni_last_error()).starts_with("ni_combine_flush: "));
             let path = c"/nonexistent/ni0.sock";
             let mut ni: *mut ni_t = std::ptr::null_mut();
             let rc = ni_attach_path(path.as_ptr(), &mut ni);

@@ -34,14 +34,14 @@ mod transport;
 mod vfio;
 mod vfio_user;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 use ni_abi::fastpath::{
@@ -63,11 +63,16 @@ pub enum Error {
     Attach { path: String, reason: String },
     #[error("NI device: {0}")]
     Device(String),
-    #[error("{op} to/from rank {rank}: {}", .status.describe())]
+    #[error("{op} to/from rank {rank}: {}{}", .status.describe(), truncation(*.status, *.len, *.tag))]
     Failed {
         op: &'static str,
         status: Status,
         rank: u32,
+        /// What the NI's completion reported: for a truncated receive
+        /// (`Status::Truncated`), the sender's full message length.
+        len: u64,
+        /// For a truncated receive, the message's tag.
+        tag: u64,
     },
     #[error("would block: the submission ring is full; call progress() and retry")]
     WouldBlock,
@@ -82,6 +87,15 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The detail `Error::Failed` adds for a truncated receive.
+fn truncation(status: Status, len: u64, tag: u64) -> String {
+    if status == Status::Truncated {
+        format!(" (the message has {len} bytes, tag {tag})")
+    } else {
+        String::new()
+    }
+}
 
 fn op_name(opcode: u8) -> &'static str {
     match opcode {
@@ -167,6 +181,9 @@ struct Inner {
     done: HashMap<u64, Completion>,
     ignored: HashSet<u64>,
     handlers: HashMap<u64, Handler>,
+    /// Active messages taken from the ring whose handlers have not run yet (they run with
+    /// this lock released: see `Ni::run_handlers`).
+    am_arrived: VecDeque<(u64, u32, Vec<u8>)>,
     /// Active messages that arrived before a handler was registered.
     am_pending: Vec<(u64, u32, Vec<u8>)>,
     /// Times the asynchronous global OR rose (with `GLOBAL_REC_IE`).
@@ -178,6 +195,8 @@ pub struct Ni {
     inner: Arc<Mutex<Inner>>,
     /// Held while the shared bounce buffer carries a request's payload.
     bounce: Mutex<()>,
+    /// Held by the thread running active-message handlers: one at a time, in arrival order.
+    dispatch: Mutex<()>,
     cq_event: File,
     mq_event: File,
     rank: u32,
@@ -269,7 +288,7 @@ impl Inner {
                 .store(self.cq_head, Ordering::Release);
             n += 1;
             if c.opcode == op::AM_ARRIVED {
-                self.run_handler(&c);
+                self.take_am(&c);
             } else if c.opcode == op::GLOBAL_REC {
                 self.global_rises += 1;
             } else if !self.ignored.remove(&c.user) {
@@ -279,7 +298,8 @@ impl Inner {
         Ok(n)
     }
 
-    fn run_handler(&mut self, c: &Completion) {
+    /// Copy an arrived active message out of its ring slot and queue it for its handler.
+    fn take_am(&mut self, c: &Completion) {
         let slot = (c.aux as usize % self.am_slots as usize) * AM_SLOT as usize;
         let len = (c.len as usize).min(AM_MAX_PAYLOAD as usize);
         let mut payload = vec![0u8; len];
@@ -288,10 +308,20 @@ impl Inner {
         self.am_head = self.am_head.wrapping_add(1);
         self.sram_u32(ctrl::AM_HEAD)
             .store(self.am_head, Ordering::Release);
-        match self.handlers.get_mut(&c.tag) {
-            Some(h) => h(c.rank, &payload),
-            None => self.am_pending.push((c.tag, c.rank, payload)),
+        self.am_arrived.push_back((c.tag, c.rank, payload));
+    }
+
+    /// The next queued active message whose handler is registered, with the handler taken
+    /// out of the table (the caller runs it unlocked and puts it back). Messages for
+    /// unregistered handlers move to `am_pending`.
+    fn next_am(&mut self) -> Option<(u64, u32, Vec<u8>, Handler)> {
+        while let Some((h, src, payload)) = self.am_arrived.pop_front() {
+            match self.handlers.remove(&h) {
+                Some(f) => return Some((h, src, payload, f)),
+                None => self.am_pending.push((h, src, payload)),
+            }
         }
+        None
     }
 }
 
@@ -419,12 +449,14 @@ impl Ni {
             done: HashMap::new(),
             ignored: HashSet::new(),
             handlers: HashMap::new(),
+            am_arrived: VecDeque::new(),
             am_pending: Vec::new(),
             global_rises: 0,
         };
         let ni = Ni {
             inner: Arc::new(Mutex::new(inner)),
             bounce: Mutex::new(()),
+            dispatch: Mutex::new(()),
             cq_event,
             mq_event,
             rank,
@@ -523,7 +555,9 @@ impl Ni {
                     })
                 }
                 Err(Error::WouldBlock) => {
-                    self.progress()?;
+                    // Take completions but run no handler: a caller may hold the bounce
+                    // buffer, which a handler's own am_send would need.
+                    self.lock().progress()?;
                     pause(t.elapsed());
                 }
                 Err(e) => return Err(e),
@@ -539,16 +573,59 @@ impl Ni {
 
     /// Take completions and run active-message handlers. Returns how many completions.
     pub fn progress(&self) -> Result<usize> {
-        self.lock().progress()
+        let n = self.lock().progress();
+        self.run_handlers();
+        n
+    }
+
+    /// Run the handlers of the active messages `progress` queued, with the NI unlocked, so
+    /// a handler may call back into this `Ni` (e.g. `am_send` a reply). One thread runs
+    /// handlers at a time, in arrival order; a handler does not nest: messages that arrive
+    /// while it runs (even during its own calls into the `Ni`) run after it returns.
+    fn run_handlers(&self) {
+        loop {
+            let _d = match self.dispatch.try_lock() {
+                Ok(g) => g,
+                // A handler panicked earlier: the queue itself is intact.
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                // Another thread, or this one further up the stack, is running them.
+                Err(TryLockError::WouldBlock) => return,
+            };
+            loop {
+                let next = self.lock().next_am();
+                let Some((h, src, payload, mut f)) = next else {
+                    break;
+                };
+                f(src, &payload);
+                // Put it back, unless it was replaced meanwhile.
+                self.lock().handlers.entry(h).or_insert(f);
+            }
+            drop(_d);
+            // A message queued by a thread that found the dispatcher busy just before it
+            // finished must not wait for the next call.
+            if self.lock().am_arrived.is_empty() {
+                return;
+            }
+        }
     }
 
     /// Whether `op` has finished; `Some` at most once.
     pub fn test(&self, op: &Op) -> Result<Option<Done>> {
+        let r = {
+            let mut i = self.lock();
+            i.progress()
+                .map(|_| i.done.remove(&op.user).map(|c| finish(op, c)))
+        };
+        self.run_handlers();
+        r?.transpose()
+    }
+
+    /// Give up on `op` without waiting: its completion, now or later, is discarded (the NI
+    /// still carries the operation out: a receive may still fill its buffer).
+    pub fn forget(&self, op: Op) {
         let mut i = self.lock();
-        i.progress()?;
-        match i.done.remove(&op.user) {
-            Some(c) => finish(op, c).map(Some),
-            None => Ok(None),
+        if i.done.remove(&op.user).is_none() {
+            i.ignored.insert(op.user);
         }
     }
 
@@ -558,37 +635,70 @@ impl Ni {
     }
 
     pub fn wait_timeout(&self, op: Op, timeout: Option<Duration>) -> Result<Done> {
+        self.wait_inner(op, timeout, true)
+    }
+
+    /// Wait without running active-message handlers (for callers holding the bounce
+    /// buffer); handlers of what arrives meanwhile run at the next `progress` or wait.
+    fn wait_quiet(&self, op: Op) -> Result<Done> {
+        self.wait_inner(op, None, false)
+    }
+
+    fn wait_inner(&self, op: Op, timeout: Option<Duration>, handlers: bool) -> Result<Done> {
         let t = Instant::now();
         loop {
-            {
-                let mut i = self.lock();
-                i.progress()?;
-                if let Some(c) = i.done.remove(&op.user) {
-                    return finish(&op, c);
-                }
-                let idle = t.elapsed();
-                if let Some(limit) = timeout {
-                    if idle > limit {
-                        // Nobody will collect it now.
-                        i.ignored.insert(op.user);
-                        return Err(Error::Timeout(limit));
-                    }
-                }
-                if idle > SPIN + YIELD {
-                    // Ask for an interrupt, then look once more before sleeping.
-                    i.sram_u32(ctrl::CQ_ARM).store(1, Ordering::Release);
-                    fence(Ordering::SeqCst);
-                    if i.cq_ready() {
-                        continue;
-                    }
-                } else {
-                    drop(i);
-                    pause(idle);
-                    continue;
+            let step = self.wait_step(&op, t, timeout, handlers);
+            if handlers {
+                self.run_handlers();
+            }
+            match step {
+                Ok(Some(r)) => return r,
+                Ok(None) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One round of `wait_inner`: `Some` once `op` finished or timed out.
+    fn wait_step(
+        &self,
+        op: &Op,
+        t: Instant,
+        timeout: Option<Duration>,
+        handlers: bool,
+    ) -> Result<Option<Result<Done>>> {
+        {
+            let mut i = self.lock();
+            let queued = i.am_arrived.len();
+            i.progress()?;
+            // Handlers to run now: do not sleep first.
+            let arrived = handlers && i.am_arrived.len() > queued;
+            if let Some(c) = i.done.remove(&op.user) {
+                return Ok(Some(finish(op, c)));
+            }
+            let idle = t.elapsed();
+            if let Some(limit) = timeout {
+                if idle > limit {
+                    // Nobody will collect it now.
+                    i.ignored.insert(op.user);
+                    return Ok(Some(Err(Error::Timeout(limit))));
                 }
             }
-            wait_event(&self.cq_event, Duration::from_millis(20));
+            if idle > SPIN + YIELD {
+                // Ask for an interrupt, then look once more before sleeping.
+                i.sram_u32(ctrl::CQ_ARM).store(1, Ordering::Release);
+                fence(Ordering::SeqCst);
+                if i.cq_ready() || arrived {
+                    return Ok(None);
+                }
+            } else {
+                drop(i);
+                pause(idle);
+                return Ok(None);
+            }
         }
+        wait_event(&self.cq_event, Duration::from_millis(20));
+        Ok(None)
     }
 
     fn wait_and_check(&self, op: Op) -> Result<Done> {
@@ -650,7 +760,8 @@ impl Ni {
     }
 
     /// Receive: returns the source, tag and length. A longer message fails with
-    /// `Status::Truncated` (the buffer holds its first bytes).
+    /// `Status::Truncated` (the buffer holds its first bytes); the error's `len` and `tag`
+    /// are the message's full length and its tag.
     pub fn recv(
         &self,
         src: Option<u32>,
@@ -728,19 +839,26 @@ impl Ni {
     }
 
     /// Run `f(source rank, payload)` for every active message sent to `handler`, from
-    /// within `progress`/`wait`. Messages that arrived earlier run now.
+    /// within `progress`/`wait`/`test` (and blocking calls), on the calling thread, with the
+    /// NI unlocked: `f` may call back into this `Ni`, e.g. `am_send` a reply. Handlers run
+    /// one at a time and do not nest: messages arriving while one runs (even during its own
+    /// calls into the `Ni`) run after it returns, so a handler must not wait for another
+    /// active message. Messages that arrived earlier run now (replacing a handler keeps
+    /// them in order).
     pub fn am_register(&self, handler: u64, f: impl FnMut(u32, &[u8]) + Send + 'static) {
-        let mut i = self.lock();
-        let mut f: Handler = Box::new(f);
-        let pending = std::mem::take(&mut i.am_pending);
-        for (h, src, payload) in pending {
-            if h == handler {
-                f(src, &payload);
-            } else {
-                i.am_pending.push((h, src, payload));
+        {
+            let mut i = self.lock();
+            i.handlers.insert(handler, Box::new(f));
+            // Earlier arrivals go first, in their order.
+            let pending = std::mem::take(&mut i.am_pending);
+            let (mine, others): (Vec<_>, Vec<_>) =
+                pending.into_iter().partition(|(h, _, _)| *h == handler);
+            i.am_pending = others;
+            for m in mine.into_iter().rev() {
+                i.am_arrived.push_front(m);
             }
         }
-        i.handlers.insert(handler, f);
+        self.run_handlers();
     }
 
     /// MLINK ROP: run `handler` at `dest` on `payload` (up to 4032 bytes). Returns once the
@@ -766,8 +884,9 @@ impl Ni {
             mask: handler,
             ..Default::default()
         })?;
-        // The bounce buffer is reused: wait before returning.
-        self.wait(o).map(|_| ())
+        // The bounce buffer is reused: wait before returning (running no handler, which
+        // might want the bounce buffer for a reply).
+        self.wait_quiet(o).map(|_| ())
     }
 
     /// T3E SEND: one 64-byte message into `dest`'s queue at `mq`.
@@ -787,7 +906,7 @@ impl Ni {
             tag: mq.offset,
             ..Default::default()
         })?;
-        match self.wait(o) {
+        match self.wait_quiet(o) {
             Ok(d) => Ok(MqOutcome::Accepted { tail: d.aux }),
             Err(Error::Failed {
                 status: Status::QueueFull,
@@ -1180,7 +1299,7 @@ impl Ni {
             len: words.len() as u64,
             ..Default::default()
         })?;
-        let d = self.wait(o)?;
+        let d = self.wait_quiet(o)?;
         let has = d.aux & c::HAS_RESULT != 0;
         let result = has.then(|| {
             let i = self.lock();
@@ -1219,9 +1338,8 @@ impl Ni {
     /// How often the asynchronous global OR rose from 0 to 1 while `GLOBAL_REC_IE` was set
     /// (the CM-5's Green `global rec` interrupt), as seen by `progress`.
     pub fn global_rises(&self) -> Result<u64> {
-        let mut i = self.lock();
-        i.progress()?;
-        Ok(i.global_rises)
+        self.progress()?;
+        Ok(self.lock().global_rises)
     }
 
     /// The asynchronous global OR of the partition, as the NI last published it.
@@ -1284,8 +1402,11 @@ impl MessageQueue {
     }
 
     /// Messages stored and not yet taken, in order, advancing the software head pointer.
+    /// A Tail beyond the queue's region (a swapped-in MQCW may say anything) counts as the
+    /// region's end.
     pub fn take(&mut self) -> Vec<[u8; 64]> {
-        let tail = mqcw::tail(self.mqcw());
+        let slots = self.region.len() as u64 / MQ_MESSAGE;
+        let tail = mqcw::tail(self.mqcw()).min(slots);
         let mut out = Vec::new();
         while self.head < tail {
             let mut m = [0u8; 64];
@@ -1383,6 +1504,8 @@ fn finish(op: &Op, c: Completion) -> Result<Done> {
             op: op_name(op.opcode),
             status,
             rank: if c.rank == ANY_RANK { op.rank } else { c.rank },
+            len: c.len,
+            tag: c.tag,
         });
     }
     Ok(Done {

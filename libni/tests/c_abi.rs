@@ -1,7 +1,8 @@
 //! The C ABI end to end: `include/ni.h` compiles as C99 and C++, every function it declares
 //! links against `libni.so`, the pkg-config file generated from `ni.pc.in` gives working
-//! flags, and `examples/c/pingpong.c`, built against `libni.so` and against `libni.a`, passes
-//! under `nirun -n 2` (which starts a private `ni-device`).
+//! flags, `examples/c/pingpong.c`, built against `libni.so` and against `libni.a`, passes
+//! under `nirun -n 2` (which starts a private `ni-device`), and `examples/c/collectives.c`
+//! passes under `nirun -n 3`.
 //!
 //! Needs gcc (and g++ for the C++ check). pkg-config is optional: without it the pkg-config
 //! test says SKIPPED loudly (set `NI_REQUIRE_PKG_CONFIG=1` to make that a failure).
@@ -10,7 +11,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::time::SystemTime;
 
 const NIRUN: &str = env!("CARGO_BIN_EXE_nirun");
 const LIBNI: &str = env!("CARGO_MANIFEST_DIR");
@@ -37,6 +37,10 @@ fn include_dir() -> PathBuf {
 
 fn example() -> PathBuf {
     Path::new(LIBNI).join("examples/c/pingpong.c")
+}
+
+fn collectives_example() -> PathBuf {
+    Path::new(LIBNI).join("examples/c/collectives.c")
 }
 
 fn work_dir(name: &str) -> PathBuf {
@@ -69,17 +73,6 @@ fn have(tool: &str) -> bool {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-fn newest(candidates: &[PathBuf]) -> Option<PathBuf> {
-    candidates
-        .iter()
-        .filter_map(|p| {
-            let t = std::fs::metadata(p).and_then(|m| m.modified()).ok()?;
-            Some((t, p.clone()))
-        })
-        .max_by_key(|(t, _): &(SystemTime, PathBuf)| *t)
-        .map(|(_, p)| p)
 }
 
 /// `cargo build -p <packages>` into the target directory and profile nirun came from.
@@ -120,26 +113,22 @@ fn built() -> &'static Built {
         // one left from an older build may not speak this libni's protocol: build it (a
         // no-op when it is up to date, as under `cargo test --workspace`).
         let device = bin_dir.join("ni-device");
-        cargo_build(&bin_dir, &["ni-device"]);
         assert!(
             device.exists(),
             "{} is missing even after cargo build -p ni-device: build it with the same \
              profile and target directory as this test",
             device.display()
         );
-        // `cargo test` builds the library with all its crate types (cdylib and staticlib
-        // too) into deps/ but only `cargo build` copies them up: take the newest.
-        let find = |name: &str| newest(&[bin_dir.join(name), bin_dir.join("deps").join(name)]);
-        let (so, archive) = match (find("libni.so"), find("libni.a")) {
-            (Some(so), Some(a)) => (so, a),
-            _ => {
-                cargo_build(&bin_dir, &["libni"]);
-                (
-                    find("libni.so").expect("libni.so after cargo build -p libni"),
-                    find("libni.a").expect("libni.a after cargo build -p libni"),
-                )
-            }
-        };
+        // `cargo test` builds the library's cdylib and staticlib into deps/ (not always
+        // fresh there: the test binary itself only needs the rlib), and only `cargo build`
+        // copies them up. Build them (a no-op when up to date) and take the copied-up ones,
+        // so a stale library from an older build is never linked.
+        cargo_build(&bin_dir, &["libni", "ni-device"]);
+        let (so, archive) = (bin_dir.join("libni.so"), bin_dir.join("libni.a"));
+        assert!(
+            so.exists() && archive.exists(),
+            "libni.so/libni.a missing after cargo build -p libni"
+        );
         Built {
             so_dir: so.parent().unwrap().to_path_buf(),
             bin_dir,
@@ -160,10 +149,15 @@ fn gcc(out: &Path) -> Command {
 
 /// Build the example against libni.so (-L, -lni, rpath).
 fn build_shared(dir: &Path) -> PathBuf {
+    build_shared_from(dir, &example(), "pingpong")
+}
+
+/// Build `source` into `dir/name` against libni.so (-L, -lni, rpath).
+fn build_shared_from(dir: &Path, source: &Path, name: &str) -> PathBuf {
     let b = built();
-    let exe = dir.join("pingpong");
+    let exe = dir.join(name);
     let mut cmd = gcc(&exe);
-    cmd.arg(example())
+    cmd.arg(source)
         .arg("-L")
         .arg(&b.so_dir)
         .arg("-lni")
@@ -215,11 +209,13 @@ fn run_pingpong(exe: &Path) {
         expected.push(format!("[{r}] PASS"));
     }
     for e in [
-        "[1] truncated receive reported: ni_recv: ",
+        "[1] truncated receive reported: ni_recv: recv to/from rank 0: message truncated: \
+         receive buffer too small (the message has 100 bytes, tag 3)",
+        "[1] non-blocking truncated receive reported length 50",
         "[0] get verified (300 bytes)",
         "[0] remote error codes ok",
         "[1] put verified (200 bytes at offset 128, the rest untouched)",
-        "[1] active message handled: \"am request 42\" from rank 0",
+        "[1] active message handled: \"am request 42\" from rank 0 (replied from the handler)",
         "[0] active message round trip ok: \"am reply to: am request 42\"",
         "[0] mq send accepted (tail 2)",
         "[0] mq send rejected (queue full)",
@@ -263,6 +259,11 @@ fn header_compiles_as_c99_and_cxx_and_every_function_links() {
          typedef char addr_size[sizeof(ni_mq_addr_t) == 16 ? 1 : -1];\n\
          typedef char addr_offset[offsetof(ni_mq_addr_t, offset) == 8 ? 1 : -1];\n\
          typedef char any[NI_ANY_SOURCE == -1 ? 1 : -1];\n\
+         typedef char dtype_size[sizeof(ni_dtype_t) == sizeof(int) ? 1 : -1];\n\
+         typedef char redop_size[sizeof(ni_redop_t) == sizeof(int) ? 1 : -1];\n\
+         typedef char pattern_size[sizeof(ni_pattern_t) == sizeof(int) ? 1 : -1];\n\
+         typedef char combiner_size[sizeof(ni_combiner_t) == sizeof(int) ? 1 : -1];\n\
+         typedef char f64[NI_F64 == 5 && NI_XOR == 6 && NI_COMBINER_MAX == 4 ? 1 : -1];\n\
          typedef void (*fn_t)(void);\n\
          static const fn_t functions[] = {\n",
     );
@@ -441,4 +442,59 @@ fn c_pingpong_against_the_static_library() {
         );
     }
     run_pingpong(&exe);
+}
+
+#[test]
+fn c_collectives_under_nirun_3() {
+    let dir = work_dir("collectives");
+    let exe = build_shared_from(&dir, &collectives_example(), "collectives");
+    let n = 3;
+    let mut cmd = Command::new(NIRUN);
+    cmd.args(["-n", &n.to_string(), "--timeout", "120", "--device"])
+        .arg(built().bin_dir.join("ni-device"))
+        .arg(&exe);
+    let out = cmd.output().expect("running nirun");
+    let text = show(&cmd, &out);
+    assert!(
+        out.status.success(),
+        "the C collectives example failed:\n{text}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    for r in 0..n {
+        let below: u32 = (0..r).sum();
+        let mut expected = vec![
+            format!("[{r}] rank {r} of {n}"),
+            format!("[{r}] allreduce of doubles ok: sum[0] = 3"),
+            format!("[{r}] iallreduce (max) and in-place allreduce (min) ok"),
+            format!("[{r}] barrier ok"),
+            format!("[{r}] broadcast from every root ok"),
+            format!("[{r}] reduce to every root ok"),
+            format!(
+                "[{r}] scan ok: inclusive {}, exclusive {}",
+                (r + 1) * (r + 2) / 2,
+                r * (r + 1) / 2
+            ),
+            format!("[{r}] allgather ok"),
+            format!("[{r}] collective error codes ok"),
+            format!("[{r}] cm5 add-scan ok: {below} (sum of the ranks below {r})"),
+            format!("[{r}] cm5 backward scan, two-word uadd and max ok"),
+            format!("[{r}] abstainer ok: the reduction without rank 1 is 4"),
+            format!("[{r}] collision and combine flush ok"),
+            format!("[{r}] network done and globals ok"),
+        ];
+        expected.push(format!("[{r}] PASS"));
+        for e in &expected {
+            assert!(
+                lines.iter().any(|l| l == e),
+                "no line {e:?} in the output:\n{text}"
+            );
+        }
+        let last = lines
+            .iter()
+            .rev()
+            .find(|l| l.starts_with(&format!("[{r}] ")))
+            .unwrap();
+        assert_eq!(*last, format!("[{r}] PASS"), "{text}");
+    }
 }

@@ -82,6 +82,17 @@ impl Client {
         .into()
     }
 
+    /// Send one request that takes the daemon up to `work` to carry out (a diagnostic that
+    /// runs for a while): the reply may take that much longer than usual.
+    pub fn call_long(&mut self, request: Request, work: Duration) -> Result<Response> {
+        self.stream
+            .set_read_timeout(Some(REPLY_TIMEOUT + work))
+            .map_err(|e| self.lost(e))?;
+        let r = self.call(request);
+        let _ = self.stream.set_read_timeout(Some(REPLY_TIMEOUT));
+        r
+    }
+
     /// Send one request; a daemon error comes back as [`DaemonError`].
     pub fn call(&mut self, request: Request) -> Result<Response> {
         let mut line = serde_json::to_string(&Envelope {
@@ -89,10 +100,15 @@ impl Client {
             body: request,
         })?;
         line.push('\n');
-        self.stream
-            .write_all(line.as_bytes())
-            .map_err(|e| self.lost(e))?;
         let mut reply = String::new();
+        if let Err(e) = self.stream.write_all(line.as_bytes()) {
+            // A daemon that refuses the connection (another user's) answers why and hangs
+            // up before reading: the reason may be waiting even though the write failed.
+            return match self.reader.read_line(&mut reply) {
+                Ok(n) if n > 0 => self.decode(&reply),
+                _ => Err(self.lost(e)),
+            };
+        }
         let n = self
             .reader
             .read_line(&mut reply)
@@ -103,7 +119,11 @@ impl Client {
                 "the daemon closed the connection without answering",
             )));
         }
-        let env: Envelope<Response> = serde_json::from_str(&reply).map_err(|e| {
+        self.decode(&reply)
+    }
+
+    fn decode(&self, reply: &str) -> Result<Response> {
+        let env: Envelope<Response> = serde_json::from_str(reply).map_err(|e| {
             anyhow!(
                 "ni-device sent a reply this ni-ctl does not understand ({e}); are both from the same build?\n  reply: {}",
                 reply.trim_end()

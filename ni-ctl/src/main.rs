@@ -1,6 +1,7 @@
 //! `ni-ctl`: the administrator's tool for `ni-device`, over its control socket
 //! (`<run-dir>/control.sock`, the protocol in `ni_abi::control`).
 
+mod admin;
 mod client;
 mod render;
 
@@ -23,10 +24,11 @@ Exit status:
   0  success
   1  ni-device answered with an error (e.g. no such NI) or a reply ni-ctl cannot use
   2  usage error: bad command line
-  3  ni-device is not reachable: not running, another run directory, or no permission";
+  3  ni-device is not reachable: not running, another run directory, or no permission
+  4  a diagnostic (diag) found a fault: peer or link down, bytes that differ, refusals";
 
-/// Administer the emulated network interfaces served by ni-device: state, counters, routes
-/// through the interconnect torus.
+/// Administer the emulated network interfaces served by ni-device: state, counters,
+/// partitions, ports, routes and map-outs in the interconnect torus, diagnostics.
 #[derive(Parser, Debug)]
 #[command(name = "ni-ctl", version, after_help = EXIT_STATUS)]
 struct Cli {
@@ -45,7 +47,8 @@ struct Cli {
 enum Command {
     /// Daemon version, run directory, uptime, NI and error totals.
     Status,
-    /// Every NI: attach state, client, DMA mappings, socket.
+    /// Every NI: attach state and client, partition and rank (virtual PE number), logical
+    /// and physical PE numbers, link, DMA mappings, socket.
     Nodes,
     /// Per-NI event and error counters.
     Counters(CountersArgs),
@@ -54,6 +57,18 @@ enum Command {
     Route(RouteCommand),
     /// The interconnect torus: dimensions, datelines, logical-to-physical PE table.
     Topology,
+    /// Partitions: which NIs may reach each other, numbered 0..size-1 in the order given.
+    #[command(subcommand)]
+    Partition(admin::PartitionCommand),
+    /// Each NI's port (Lanai X model): mode and link state.
+    #[command(subcommand)]
+    Port(admin::PortCommand),
+    /// Take a bad node or link out of the torus; routes detour, traffic keeps flowing.
+    #[command(subcommand, name = "map-out")]
+    MapOut(admin::MapOutCommand),
+    /// Diagnostics: ping, loopback, an xnet-style traffic test. Exit status 4 on a fault.
+    #[command(subcommand)]
+    Diag(admin::DiagCommand),
 }
 
 #[derive(Args, Debug)]
@@ -135,17 +150,21 @@ fn main() -> ExitCode {
 fn exit_code(e: &anyhow::Error) -> u8 {
     if e.chain().any(|c| c.is::<Unreachable>()) {
         3
+    } else if e.chain().any(|c| c.is::<admin::Fault>()) {
+        4
     } else {
         // A DaemonError, or a reply ni-ctl cannot use: either way the daemon did not do it.
         1
     }
 }
 
+/// Our stdout's reader went away. (A broken pipe to the daemon is "not reachable".)
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    !e.chain().any(|c| c.is::<Unreachable>())
+        && e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        })
 }
 
 /// Write to stdout, reporting a closed pipe as an error instead of panicking as `print!` does.
@@ -178,6 +197,10 @@ fn run(cli: &Cli) -> Result<()> {
         },
         Command::Route(RouteCommand::Show { a, b }) => route(&mut c, cli.json, *a, *b),
         Command::Topology => topology(&mut c, cli.json),
+        Command::Partition(p) => admin::partition(&mut c, cli.json, p),
+        Command::Port(p) => admin::port(&mut c, cli.json, p),
+        Command::MapOut(m) => admin::map_out(&mut c, cli.json, m),
+        Command::Diag(d) => admin::diag(&mut c, cli.json, d),
     }
 }
 
@@ -216,17 +239,27 @@ fn nodes(c: &mut Client, json: bool) -> Result<()> {
     let mut t = Table::new([
         ("NI", true),
         ("STATE", false),
-        ("CLIENT PID", true),
+        ("CLIENT", false),
+        ("PARTITION", false),
+        ("VPE", true),
+        ("LPE", true),
+        ("PHYSICAL", false),
+        ("LINK", false),
         ("ATTACHES", true),
-        ("DMA REGIONS", true),
-        ("DMA BYTES", true),
+        ("DMA-REGIONS", true),
+        ("DMA-BYTES", true),
         ("SOCKET", false),
     ]);
     for n in &nodes {
         t.row(vec![
             n.node.to_string(),
-            n.state.clone(),
-            n.client_pid.map_or("-".into(), |p| p.to_string()),
+            node_state(n),
+            client_cell(n),
+            n.partition.clone().unwrap_or_else(|| "-".into()),
+            n.rank.map_or("-".into(), |r| r.to_string()),
+            n.logical.to_string(),
+            n.physical.clone(),
+            format!("{}({})", n.link, n.clsm),
             n.attaches.to_string(),
             n.dma_regions.to_string(),
             n.dma_bytes.to_string(),
@@ -234,6 +267,29 @@ fn nodes(c: &mut Client, json: bool) -> Result<()> {
         ]);
     }
     emit(&t.render())
+}
+
+/// `free`, `attached`, or `ready` (attached with a completion ring: peers may address it).
+fn node_state(n: &ni_abi::control::NodeInfo) -> String {
+    if n.ready {
+        "ready".into()
+    } else {
+        n.state.clone()
+    }
+}
+
+/// `PID/NAME` as netstat prints a socket's process, `guest:PID/NAME` for a QEMU, `-` for
+/// none, `?` when attached but the daemon could not tell who.
+fn client_cell(n: &ni_abi::control::NodeInfo) -> String {
+    match (n.client_pid, &n.client_name) {
+        (Some(pid), Some(name)) => {
+            let guest = n.client_kind.as_deref() == Some("guest");
+            format!("{}{pid}/{name}", if guest { "guest:" } else { "" })
+        }
+        (Some(pid), None) => pid.to_string(),
+        (None, _) if n.state == "attached" => "?".into(),
+        (None, _) => "-".into(),
+    }
 }
 
 fn fetch_counters(c: &mut Client, nodes: &[u32], reset: bool) -> Result<Vec<NodeCounters>> {
@@ -253,7 +309,12 @@ fn counters_json(nc: &NodeCounters, rates: Option<&[Option<f64>]>) -> Value {
         .iter()
         .map(|(n, v)| (n.clone(), json!(v)))
         .collect();
-    let mut o = json!({ "node": nc.node, "counters": values });
+    let gauges: Map<String, Value> = nc
+        .gauges
+        .iter()
+        .map(|(n, v)| (n.clone(), json!(v)))
+        .collect();
+    let mut o = json!({ "node": nc.node, "counters": values, "gauges": gauges });
     if let Some(rates) = rates {
         let r: Map<String, Value> = nc
             .counters
@@ -308,6 +369,22 @@ fn counters_table(
                     .position(|(n, _)| n == name)
                     .and_then(|j| rates[k].get(j).copied().flatten());
                 row.push(render::rate(r));
+            }
+        }
+        t.row(row);
+    }
+    // Gauges (signed, they go up and down): after the counters, no rate.
+    let gauges: Vec<&String> = list
+        .first()
+        .map(|nc| nc.gauges.iter().map(|(n, _)| n).collect())
+        .unwrap_or_default();
+    for name in gauges {
+        let mut row = vec![name.clone()];
+        for nc in list {
+            let v = nc.gauges.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+            row.push(v.map_or("-".into(), |v| v.to_string()));
+            if rates.is_some() {
+                row.push("-".into());
             }
         }
         t.row(row);
@@ -561,9 +638,11 @@ mod tests {
             vec![NodeCounters {
                 node: 0,
                 counters: vec![("a".into(), v)],
+                gauges: vec![],
             }]
         };
         assert_eq!(rates(&s(5), None, 1.0), [[None]]);
+        assert!(s(1)[0].gauges.is_empty());
         assert_eq!(rates(&s(15), Some(&s(5)), 2.0), [[Some(5.0)]]);
         assert_eq!(rates(&s(1), Some(&s(5)), 2.0), [[None]]);
     }

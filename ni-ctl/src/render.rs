@@ -104,9 +104,9 @@ fn metric_name(counter: &str) -> String {
     format!("ni_{body}_total")
 }
 
-/// Prometheus text exposition format: one `ni_<counter>_total` family per counter, one
-/// sample per NI labelled `node`. Families are grouped, as the format requires, in the
-/// daemon's counter order.
+/// Prometheus text exposition format: one `ni_<counter>_total` family per counter and one
+/// `ni_<gauge>` family per gauge, one sample per NI labelled `node`. Families are grouped,
+/// as the format requires, in the daemon's order.
 pub fn prometheus(counters: &[NodeCounters]) -> String {
     let mut names: Vec<&str> = Vec::new();
     for nc in counters {
@@ -123,6 +123,25 @@ pub fn prometheus(counters: &[NodeCounters]) -> String {
         let _ = writeln!(out, "# TYPE {metric} counter");
         for nc in counters {
             if let Some((_, v)) = nc.counters.iter().find(|(n, _)| n == name) {
+                let _ = writeln!(out, "{metric}{{node=\"{}\"}} {v}", nc.node);
+            }
+        }
+    }
+    let mut gauges: Vec<&str> = Vec::new();
+    for nc in counters {
+        for (name, _) in &nc.gauges {
+            if !gauges.contains(&name.as_str()) {
+                gauges.push(name);
+            }
+        }
+    }
+    for name in gauges {
+        let metric = metric_name(name);
+        let metric = metric.strip_suffix("_total").unwrap_or(&metric);
+        let _ = writeln!(out, "# HELP {metric} ni-device gauge {name}, per NI.");
+        let _ = writeln!(out, "# TYPE {metric} gauge");
+        for nc in counters {
+            if let Some((_, v)) = nc.gauges.iter().find(|(n, _)| n == name) {
                 let _ = writeln!(out, "{metric}{{node=\"{}\"}} {v}", nc.node);
             }
         }
@@ -162,10 +181,12 @@ mod tests {
             NodeCounters {
                 node: 0,
                 counters: vec![("attaches".into(), 1), ("dma-maps".into(), 2)],
+                gauges: vec![("dr_message_count".into(), -2)],
             },
             NodeCounters {
                 node: 3,
                 counters: vec![("attaches".into(), 4), ("dma-maps".into(), 5)],
+                gauges: vec![("dr_message_count".into(), 2)],
             },
         ];
         assert_eq!(
@@ -177,7 +198,11 @@ mod tests {
              # HELP ni_dma_maps_total ni-device counter dma-maps, per NI.\n\
              # TYPE ni_dma_maps_total counter\n\
              ni_dma_maps_total{node=\"0\"} 2\n\
-             ni_dma_maps_total{node=\"3\"} 5\n"
+             ni_dma_maps_total{node=\"3\"} 5\n\
+             # HELP ni_dr_message_count ni-device gauge dr_message_count, per NI.\n\
+             # TYPE ni_dr_message_count gauge\n\
+             ni_dr_message_count{node=\"0\"} -2\n\
+             ni_dr_message_count{node=\"3\"} 2\n"
         );
     }
 }

@@ -2,6 +2,14 @@
 //!
 //! One JSON object per line in each direction. Every request carries the protocol version;
 //! a daemon answers a version it does not speak with an error naming the versions it does.
+//! Fields added since version 1 was first published default when absent, so version 1 is
+//! still the version: an older reader ignores what it does not know.
+//!
+//! Numbers an administrator meets: an NI's number is its physical NI (socket `ni<N>.sock`)
+//! and its **logical PE number** (SSD-T90: the index into the routing-tag LUT); its
+//! **physical PE number** is where it sits in the torus, hex `ZZYYXX`; its **virtual PE
+//! number** is its rank in its partition (CM-5 relative address, 0..size-1 in the order the
+//! partition lists its NIs).
 
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +44,71 @@ pub enum Request {
     Route { from: u32, to: u32 },
     /// The torus dimensions, datelines and the routing-tag LUT.
     Topology,
+    /// Create a partition of `nodes` (NI numbers; rank i is `nodes[i]`). The NIs must be in
+    /// no partition. Their clients see the change (new EPOCH: attach again).
+    PartitionCreate { name: String, nodes: Vec<u32> },
+    /// Delete a partition: what its members had in flight fails (`cancelled`), their clients
+    /// see the change (new EPOCH), and they are in no partition until one is created.
+    PartitionDelete { name: String },
+    /// Every partition.
+    Partitions,
+    /// One partition with its rank -> NI translation.
+    PartitionShow { name: String },
+    /// Port 0 of each NI; `nodes` empty means all.
+    Ports {
+        #[serde(default)]
+        nodes: Vec<u32>,
+    },
+    /// Set an NI's port mode (`myrinet`, `ethernet`, `infiniband`) and/or link state (`up`,
+    /// `down`). Taking a link down, or changing the mode of a link that is up (the link
+    /// retrains), fails what was in flight through the port with `link down`.
+    PortSet {
+        node: u32,
+        #[serde(default)]
+        mode: Option<String>,
+        #[serde(default)]
+        state: Option<String>,
+    },
+    /// Map out a bad node: `node` is an NI number (the node holding that logical PE) or a
+    /// six-hex-digit physical PE number. The logical PE it held moves to `replacement` or to
+    /// the first spare node; routes stop passing through it.
+    MapOutNode {
+        node: String,
+        #[serde(default)]
+        replacement: Option<String>,
+    },
+    /// Map out the link between two neighbouring nodes (NI numbers or physical PE numbers):
+    /// routes that used it detour with sign changes, an initial hop or a final -Z hop.
+    MapOutLink { a: String, b: String },
+    /// Undo every map-out: the torus and its LUT as the daemon started with them.
+    MapOutClear,
+    /// MLINK NOOP from the administrator: is NI `to` up as NI `from`'s partition sees it.
+    DiagPing { from: u32, to: u32 },
+    /// The NI sends to itself through its port and the fabric, from memory of the daemon's
+    /// own, and every byte is checked. Needs no client and touches none.
+    DiagLoopback {
+        node: u32,
+        /// Largest message, bytes [default 65536].
+        #[serde(default)]
+        size: Option<u64>,
+        /// Messages [default 16].
+        #[serde(default)]
+        count: Option<u32>,
+    },
+    /// xnet-style load test: every member of a partition sends to every other, round after
+    /// round, messages of many sizes through ports, routes and the fabric's copy engine, from
+    /// memory of the daemon's own; every byte is checked. Needs no client and touches none.
+    DiagTraffic {
+        /// One partition [default: every partition, one after the other].
+        #[serde(default)]
+        partition: Option<String>,
+        /// How long per partition, seconds [default 1].
+        #[serde(default)]
+        secs: Option<f64>,
+        /// Largest message, bytes [default 1 MiB].
+        #[serde(default)]
+        max_size: Option<u64>,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -48,6 +121,14 @@ pub enum Response {
     Error { error: String },
     Route(RouteInfo),
     Topology(TopologyInfo),
+    Partitions { partitions: Vec<PartitionInfo> },
+    Partition(PartitionInfo),
+    Ports { ports: Vec<PortInfo> },
+    Port(PortInfo),
+    MapOut(MapOutInfo),
+    Ping(PingInfo),
+    Loopback(LoopbackInfo),
+    Traffic(TrafficInfo),
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -72,6 +153,32 @@ pub struct NodeInfo {
     pub attaches: u64,
     pub dma_regions: u32,
     pub dma_bytes: u64,
+    /// `process` or `guest` (a QEMU), when a client is attached and the daemon could tell.
+    #[serde(default)]
+    pub client_kind: Option<String>,
+    /// The client's command name (`/proc/PID/comm`).
+    #[serde(default)]
+    pub client_name: Option<String>,
+    /// The client has set up its completion ring: peers may address it.
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// Virtual PE number: the rank in the partition.
+    #[serde(default)]
+    pub rank: Option<u32>,
+    /// Logical PE number (= the NI number).
+    #[serde(default)]
+    pub logical: u32,
+    /// Physical PE number, hex `ZZYYXX`, per the routing-tag LUT.
+    #[serde(default)]
+    pub physical: String,
+    /// Port 0's link: `up` or `down`.
+    #[serde(default)]
+    pub link: String,
+    /// Port 0's link state machine state (e.g. `IN_SYNC_GO`).
+    #[serde(default)]
+    pub clsm: String,
 }
 
 /// Counter name and value pairs, in a stable order.
@@ -79,6 +186,147 @@ pub struct NodeInfo {
 pub struct NodeCounters {
     pub node: u32,
     pub counters: Vec<(String, u64)>,
+    /// Signed values that go up and down (CM-5 `dr_message_count`).
+    #[serde(default)]
+    pub gauges: Vec<(String, i64)>,
+}
+
+/// A partition and its CM-5 relative numbering.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PartitionInfo {
+    pub name: String,
+    /// The number published in the control page's `PARTITION`.
+    pub id: u32,
+    pub size: u32,
+    /// Rank order: `members[r].rank == r`.
+    pub members: Vec<MemberInfo>,
+    /// The rank -> NI translation as runs of consecutive ranks on consecutive NIs (what a
+    /// CM-5 chunk table expresses chunk by chunk).
+    pub runs: Vec<RunInfo>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MemberInfo {
+    /// Relative address = virtual PE number.
+    pub rank: u32,
+    /// Physical NI = logical PE number.
+    pub node: u32,
+    /// Physical PE number, hex `ZZYYXX`.
+    pub physical: String,
+    /// `free`, `attached` or `ready`.
+    pub state: String,
+    /// `up` or `down`.
+    pub link: String,
+}
+
+/// Ranks `ranks[0]..=ranks[1]` are NIs `nodes[0]..=nodes[1]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RunInfo {
+    pub ranks: [u32; 2],
+    pub nodes: [u32; 2],
+}
+
+/// An NI's port 0 (Lanai X port model).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PortInfo {
+    pub node: u32,
+    pub port: u32,
+    /// `myrinet`, `ethernet` (GEX) or `infiniband`.
+    pub mode: String,
+    /// The one-hot `MODE` port register.
+    pub mode_register: u16,
+    /// `up` or `down`.
+    pub state: String,
+    /// The link state machine's state name and code (the `STATE` port register).
+    pub clsm: String,
+    pub clsm_code: u8,
+    /// ISR `P0_LINK_READY`.
+    pub link_ready: bool,
+    /// Counters of this port (the `p0_*` counters of the NI).
+    pub counters: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MapOutInfo {
+    /// `node`, `link` or `clear`.
+    pub action: String,
+    /// The node or link mapped out (physical PE numbers).
+    #[serde(default)]
+    pub mapped_out: Option<String>,
+    /// The LUT rewrite: a logical PE moved to another physical node.
+    #[serde(default)]
+    pub remap: Option<RemapInfo>,
+    /// Operations waiting in the fabric that failed (`link down`) because no route is left.
+    pub failed: u64,
+    /// NI pairs (from, to) with no route left; `None` when there are too many NIs to check.
+    #[serde(default)]
+    pub unreachable: Option<Vec<[u32; 2]>>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RemapInfo {
+    pub lpe: u32,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PingInfo {
+    pub from: u32,
+    pub to: u32,
+    /// `from`'s partition, and `to`'s rank in it.
+    #[serde(default)]
+    pub partition: Option<String>,
+    #[serde(default)]
+    pub rank: Option<u32>,
+    pub up: bool,
+    /// `ok`, or the status a client's NOOP would get (`peer_down`, `out_of_partition`,
+    /// `link_down`).
+    pub status: String,
+    pub detail: String,
+    /// Torus hops between them.
+    #[serde(default)]
+    pub hops: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LoopbackInfo {
+    pub node: u32,
+    pub messages: u64,
+    pub bytes: u64,
+    /// Messages whose bytes came back different.
+    pub mismatches: u64,
+    pub secs: f64,
+    pub ok: bool,
+    /// Why it stopped, if it failed (e.g. link down).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TrafficInfo {
+    pub ok: bool,
+    pub partitions: Vec<TrafficPartition>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TrafficPartition {
+    pub name: String,
+    pub members: u32,
+    /// Messages delivered and checked, and their bytes.
+    pub messages: u64,
+    pub bytes: u64,
+    pub secs: f64,
+    pub mb_per_sec: f64,
+    pub messages_per_sec: f64,
+    /// Messages whose bytes arrived different.
+    pub mismatches: u64,
+    /// Messages the fabric refused, by status (e.g. `link_down`).
+    pub refused: Vec<(String, u64)>,
+    /// The first few failures, in words.
+    pub failures: Vec<String>,
+    /// Torus hops travelled, in total.
+    pub hops: u64,
 }
 
 /// A route through the interconnect torus (CRAY SSD-T90 direction-order routing).

@@ -233,6 +233,10 @@ pub enum Status {
     AbstainChanged = 16,
     /// A collective round did not complete within the daemon's collective timeout.
     Timeout = 17,
+    /// This NI's port or the peer's is down (Lanai X link state machine not in sync:
+    /// `ni-ctl port set NI --state up`), or the torus has no route left between them after
+    /// map-outs. Nothing was transferred; retry once the link is back.
+    LinkDown = 18,
 }
 
 impl Status {
@@ -257,6 +261,7 @@ impl Status {
             Abstaining,
             AbstainChanged,
             Timeout,
+            LinkDown,
         ]
         .into_iter()
         .find(|s| *s as u16 == v)
@@ -286,6 +291,9 @@ impl Status {
                 "abstain flags changed while a combine was pending: not applied"
             }
             Status::Timeout => "collective timed out: a member never joined",
+            Status::LinkDown => {
+                "link down: this NI's port or the peer's is down, or no route is left (see ni-ctl port list)"
+            }
         }
     }
 }

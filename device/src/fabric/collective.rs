@@ -176,6 +176,10 @@ impl State {
         if members.iter().any(|&m| !self.nodes[m as usize].ready) {
             return Err(Status::PeerDown);
         }
+        // The control network reaches every member through its port.
+        if members.iter().any(|&m| !self.nodes[m as usize].port.up()) {
+            return Err(Status::LinkDown);
+        }
         let mut entry = Entry {
             node: a,
             req: *r,

@@ -6,13 +6,16 @@
 //! ring. It spins briefly when work stops, then yields, then sleeps until a doorbell, so a
 //! 2-core machine shared with the clients keeps running them.
 
+pub mod admin;
 pub mod collective;
 pub mod mq;
 pub mod node;
 pub mod ops;
 pub mod partition;
+pub mod port;
 pub mod topology;
 
+use std::collections::HashMap;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -25,6 +28,7 @@ use crate::ni::read_dma;
 use crate::server::{lock, Slot};
 use node::Node;
 use partition::Partitions;
+use topology::{PacketClass, Torus};
 
 /// How long the poller spins, then yields, after its last piece of work before sleeping.
 pub const SPIN: Duration = Duration::from_micros(20);
@@ -33,6 +37,8 @@ pub const YIELD: Duration = Duration::from_millis(2);
 pub const SLEEP: Duration = Duration::from_millis(50);
 /// Requests taken from one NI's ring per pass, so one busy client cannot starve the others.
 const BATCH: u32 = 64;
+/// Routes remembered at most (an all-to-all over thousands of NIs would hold millions).
+const ROUTE_CACHE_MAX: usize = 1 << 20;
 
 /// The poller's wake-up: rung by a trapped DOORBELL write, a reset or a detach.
 #[derive(Default)]
@@ -73,6 +79,13 @@ pub struct State {
     colls: std::collections::HashMap<String, collective::PartitionColl>,
     /// How long a collective round may wait for its last member.
     pub collective_timeout: Duration,
+    /// The SSD-T90 torus the NIs sit on: NI i is logical PE i, the LUT says where it is.
+    pub torus: Torus,
+    /// The torus as configured at start, which `map-out clear` restores.
+    torus_initial: Torus,
+    /// Hops of the route from one logical PE to another (`None`: no route avoids what is
+    /// mapped out). Filled as pairs first talk, emptied whenever the torus changes.
+    routes: HashMap<(u32, u32), Option<u32>>,
 }
 
 impl Fabric {
@@ -81,11 +94,15 @@ impl Fabric {
         slots: Vec<Arc<Slot>>,
         partitions: Partitions,
         collective_timeout: Duration,
+        torus: Torus,
     ) -> Fabric {
         let nodes = slots
             .iter()
             .enumerate()
-            .map(|(i, s)| Node::new(i as u32, lock(&s.ni).dma.clone()))
+            .map(|(i, s)| {
+                let ni = lock(&s.ni);
+                Node::new(i as u32, ni.dma.clone(), ni.lanai.link.clone())
+            })
             .collect();
         Fabric {
             state: Mutex::new(State {
@@ -94,6 +111,9 @@ impl Fabric {
                 slots,
                 colls: Default::default(),
                 collective_timeout,
+                torus_initial: torus.clone(),
+                torus,
+                routes: HashMap::new(),
             }),
             doorbell,
         }
@@ -143,9 +163,19 @@ impl Fabric {
             .map(|n| n.counters.clone())
     }
 
+    /// Signed values that go up and down: the CM-5 `dr_message_count`.
+    pub fn gauges(&self, node: u32) -> Vec<(String, i64)> {
+        self.lock()
+            .nodes
+            .get(node as usize)
+            .map(|n| vec![("dr_message_count".to_string(), n.dr_message_count)])
+            .unwrap_or_default()
+    }
+
     pub fn reset_counters(&self, node: u32) {
         if let Some(n) = self.lock().nodes.get_mut(node as usize) {
             n.counters = FabricCounters::default();
+            n.dr_message_count = 0;
         }
     }
 }
@@ -207,21 +237,35 @@ impl State {
         true
     }
 
-    /// Write the control page's identity: magic, version, node, rank, size, partition.
+    /// Publish a fresh control page: a new epoch, then the identity (magic last).
     pub fn publish_identity(&mut self, i: usize) {
+        self.bump_epoch(i);
+        self.write_identity(i);
+    }
+
+    /// Void what the client knew: a new `EPOCH` (libni then answers `Error::Reset`), and
+    /// whatever it had published but the fabric had not taken is dropped.
+    pub(super) fn bump_epoch(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        n.epoch = n.epoch.wrapping_add(1);
+        if let Some(sram) = n.sram.clone() {
+            let tail = sram.load_u32(ctrl::SQ_TAIL);
+            n.sq_head = tail;
+            sram.store_u32(ctrl::SQ_HEAD, tail);
+            sram.store_u32(ctrl::EPOCH, n.epoch);
+        }
+    }
+
+    /// Write the control page's identity: node, rank, size, partition, version, magic; and
+    /// the trapped RANK/SIZE registers.
+    pub(super) fn write_identity(&mut self, i: usize) {
         let (rank, size) = self.partitions.rank_size(i as u32);
         let pid = self
             .partitions
-            .list()
-            .position(|p| p.nodes.contains(&(i as u32)))
-            .map(|p| p as u32)
+            .of(i as u32)
+            .map(|(p, _)| p.id)
             .unwrap_or(u32::MAX);
         if let Some(sram) = self.nodes[i].sram.clone() {
-            // Whatever the client had published before a reset is void.
-            let tail = sram.load_u32(ctrl::SQ_TAIL);
-            self.nodes[i].sq_head = tail;
-            sram.store_u32(ctrl::SQ_HEAD, tail);
-            sram.store_u32(ctrl::EPOCH, self.nodes[i].generation as u32);
             sram.store_u32(ctrl::NODE, i as u32);
             sram.store_u32(ctrl::RANK, rank);
             sram.store_u32(ctrl::SIZE, size);
@@ -356,6 +400,38 @@ impl State {
             }
         }
         wrote
+    }
+
+    /// Hops of the route from NI `a` to NI `b` through the torus; `LinkDown` when map-outs
+    /// left none.
+    pub(super) fn hops(&mut self, a: usize, b: usize) -> Result<u32, ni_abi::fastpath::Status> {
+        if a == b {
+            return Ok(0);
+        }
+        if !self.torus.has_map_outs() {
+            // Nothing in the way: direction order takes the shorter way round every ring.
+            if let (Ok(pa), Ok(pb)) = (self.torus.physical(a as u32), self.torus.physical(b as u32))
+            {
+                return Ok(self.torus.distance(pa, pb));
+            }
+        }
+        let key = (a as u32, b as u32);
+        let h = match self.routes.get(&key) {
+            Some(h) => *h,
+            None => {
+                if self.routes.len() >= ROUTE_CACHE_MAX {
+                    self.routes.clear();
+                }
+                let h = self
+                    .torus
+                    .route(a as u32, b as u32, PacketClass::Request)
+                    .ok()
+                    .map(|r| r.len() as u32);
+                self.routes.insert(key, h);
+                h
+            }
+        };
+        h.ok_or(ni_abi::fastpath::Status::LinkDown)
     }
 
     /// Deliver the interrupt a message-queue threshold hit asks for.

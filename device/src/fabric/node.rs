@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
 
+use super::port::Port;
 use crate::counters::FabricCounters;
 use crate::dma::DmaSpace;
 use crate::sram::Sram;
@@ -100,10 +101,19 @@ pub struct Node {
     /// Control-network participation flags (`participation::*`); all abstaining after reset.
     pub participation: u32,
     pub counters: FabricCounters,
+    /// Port 0's link, shared with the NI's Lanai registers.
+    pub port: Arc<Port>,
+    /// The control page's `EPOCH`: bumped whenever what the client knew is void (a reset,
+    /// an attach, a partition change). Survives [`Node::clear`] so it never repeats.
+    pub epoch: u32,
+    /// CM-5 `ni_dr_message_count`: +1 per message this NI sent, -1 per message it received
+    /// (on arrival at a receive, the fast path's "arrival"), so a partition's sum is the
+    /// messages still in the network. Signed; survives resets like the counters.
+    pub dr_message_count: i64,
 }
 
 impl Node {
-    pub fn new(index: u32, dma: Arc<RwLock<DmaSpace>>) -> Node {
+    pub fn new(index: u32, dma: Arc<RwLock<DmaSpace>>, port: Arc<Port>) -> Node {
         Node {
             index,
             generation: 0,
@@ -125,6 +135,9 @@ impl Node {
             seen: Default::default(),
             participation: ni_abi::fastpath::participation::RESET,
             counters: FabricCounters::default(),
+            port,
+            epoch: 0,
+            dr_message_count: 0,
         }
     }
 
@@ -140,11 +153,13 @@ impl Node {
         self.outstanding < MAX_OUTSTANDING
     }
 
-    /// Forget everything of the client that was here (counters stay).
+    /// Forget everything of the client that was here (counters, epoch and port stay).
     pub fn clear(&mut self) {
         let counters = std::mem::take(&mut self.counters);
-        let dma = self.dma.clone();
-        *self = Node::new(self.index, dma);
+        let (epoch, dr) = (self.epoch, self.dr_message_count);
+        *self = Node::new(self.index, self.dma.clone(), self.port.clone());
         self.counters = counters;
+        self.epoch = epoch;
+        self.dr_message_count = dr;
     }
 }

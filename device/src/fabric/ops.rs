@@ -95,6 +95,40 @@ impl State {
         }
     }
 
+    /// The data-network link from NI `a` to NI `b`: both ports up and a route through the
+    /// torus. Returns the route's hops. A down port counts the refusal.
+    pub(super) fn link(&mut self, a: usize, b: usize) -> Result<u32, Status> {
+        let (up_a, up_b) = (self.nodes[a].port.up(), self.nodes[b].port.up());
+        if !up_a || !up_b {
+            if !up_a {
+                self.nodes[a].counters.p0_link_refused += 1;
+            }
+            if !up_b && b != a {
+                self.nodes[b].counters.p0_link_refused += 1;
+            }
+            return Err(Status::LinkDown);
+        }
+        self.hops(a, b)
+    }
+
+    /// A packet of `bytes` went from `src`'s port to `dst`'s over `hops` torus hops.
+    pub(super) fn wire(&mut self, src: usize, dst: usize, bytes: u64, hops: u32) {
+        let s = &mut self.nodes[src].counters;
+        s.p0_packets_sent += 1;
+        s.p0_bytes_sent += bytes;
+        s.route_hops += hops as u64;
+        let d = &mut self.nodes[dst].counters;
+        d.p0_packets_rcvd += 1;
+        d.p0_bytes_rcvd += bytes;
+    }
+
+    /// A message `s` sent will never arrive: it no longer counts as in the network.
+    pub(super) fn forget_send(&mut self, s: &PendingSend) {
+        let n = &mut self.nodes[s.src];
+        n.outstanding -= 1;
+        n.dr_message_count -= 1;
+    }
+
     fn check_local(&self, a: usize, addr: u64, len: u64, write: bool) -> Result<(), Status> {
         if len > MAX_TRANSFER || addr.checked_add(len).is_none() {
             return Err(Status::BadLength);
@@ -205,10 +239,12 @@ impl State {
 
     fn send(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         let b = self.peer(a, r.rank)?;
+        self.link(a, b)?;
         self.check_local(a, r.addr, r.len, false)?;
         let src_rank = self.rank_of(a);
         self.nodes[a].counters.sends += 1;
         self.nodes[a].outstanding += 1;
+        self.nodes[a].dr_message_count += 1;
         self.nodes[b].unexpected.push_back(PendingSend {
             src: a,
             src_rank,
@@ -223,9 +259,15 @@ impl State {
 
     fn recv(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         let from = if r.rank == ANY_RANK {
+            if !self.nodes[a].port.up() {
+                self.nodes[a].counters.p0_link_refused += 1;
+                return Err(Status::LinkDown);
+            }
             None
         } else {
-            Some(self.peer(a, r.rank)?)
+            let b = self.peer(a, r.rank)?;
+            self.link(b, a)?;
+            Some(b)
         };
         self.check_local(a, r.addr, r.len, true)?;
         self.nodes[a].outstanding += 1;
@@ -260,7 +302,10 @@ impl State {
                     self.nodes[b].outstanding -= 1;
                     self.nodes[s.src].outstanding -= 1;
                     let truncated = s.len > rv.len;
+                    let hops = self.hops(s.src, b).unwrap_or(0);
+                    self.wire(s.src, b, n, hops);
                     let nb = &mut self.nodes[b];
+                    nb.dr_message_count -= 1;
                     nb.counters.recvs += 1;
                     nb.counters.recv_bytes += n;
                     if truncated {
@@ -300,7 +345,7 @@ impl State {
                 Err(CopyFault::Source) => {
                     // The sender unmapped its buffer before the message could be taken.
                     self.nodes[b].unexpected.remove(i);
-                    self.nodes[s.src].outstanding -= 1;
+                    self.forget_send(&s);
                     let r = Request {
                         opcode: op::SEND,
                         rank: self.rank_of(b),
@@ -343,6 +388,11 @@ impl State {
 
     fn put_get(&mut self, a: usize, r: &Request, put: bool) -> Result<Option<Completion>, Status> {
         let b = self.peer(a, r.rank)?;
+        let hops = if put {
+            self.link(a, b)?
+        } else {
+            self.link(b, a)?
+        };
         self.check_local(a, r.addr, r.len, !put)?;
         let need = if put {
             access::REMOTE_WRITE
@@ -363,6 +413,11 @@ impl State {
             Err(CopyFault::Destination) if !put => return Err(Status::NotRegistered),
             Err(_) => return Err(Status::OutOfBounds),
         }
+        if put {
+            self.wire(a, b, r.len, hops);
+        } else {
+            self.wire(b, a, r.len, hops);
+        }
         let c = &mut self.nodes[a].counters;
         if put {
             c.puts += 1;
@@ -376,6 +431,7 @@ impl State {
 
     fn rop(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         let b = self.peer(a, r.rank)?;
+        self.link(a, b)?;
         if r.len > AM_MAX_PAYLOAD {
             return Err(Status::BadLength);
         }
@@ -441,6 +497,8 @@ impl State {
             }
             self.nodes[b].am_produced = self.nodes[b].am_produced.wrapping_add(1);
             self.nodes[b].counters.rops_delivered += 1;
+            let hops = self.hops(am.src, b).unwrap_or(0);
+            self.wire(am.src, b, am.len, hops);
             self.complete(
                 b,
                 Completion {
@@ -470,7 +528,8 @@ impl State {
 
     fn noop(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         self.nodes[a].counters.noops += 1;
-        self.peer(a, r.rank)?;
+        let b = self.peer(a, r.rank)?;
+        self.link(a, b)?;
         let mut c = done(r).expect("a completion");
         c.aux = 1;
         Ok(Some(c))
@@ -478,6 +537,7 @@ impl State {
 
     fn mq_send(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         let b = self.peer(a, r.rank)?;
+        let hops = self.link(a, b)?;
         if r.len != MQ_MESSAGE {
             return Err(Status::BadLength);
         }
@@ -496,6 +556,7 @@ impl State {
         self.nodes[a].counters.mq_sends += 1;
         let mqcw = mr.iova + r.tag;
         let arrival = mq::arrive(&read_dma(&self.nodes[b].dma), mqcw, mr.iova + mr.len, &msg)?;
+        self.wire(a, b, MQ_MESSAGE, hops);
         match arrival {
             Arrival::Rejected => {
                 self.nodes[b].counters.mq_rejected += 1;
@@ -529,8 +590,11 @@ impl State {
         if !was_live {
             return;
         }
+        // What x had sent to itself is gone with it.
+        let own = waiting.iter().filter(|s| s.src == x).count() as i64;
+        self.nodes[x].dr_message_count -= own;
         for s in waiting.into_iter().filter(|s| s.src != x) {
-            self.nodes[s.src].outstanding -= 1;
+            self.forget_send(&s);
             let r = Request {
                 opcode: op::SEND,
                 rank: x_rank,
@@ -559,7 +623,11 @@ impl State {
             }
             let n = &mut self.nodes[j];
             // What x sent that nobody took: its sender is gone, nobody waits for it.
+            let before = n.unexpected.len();
             n.unexpected.retain(|s| s.src != x);
+            let dropped = (before - n.unexpected.len()) as i64;
+            self.nodes[x].dr_message_count -= dropped;
+            let n = &mut self.nodes[j];
             n.am_waiting.retain(|m| m.src != x);
             // Receives waiting for x in particular can never complete.
             let (dead, live): (Vec<PostedRecv>, Vec<PostedRecv>) =
@@ -614,6 +682,7 @@ fn count_error(c: &mut crate::counters::FabricCounters, s: Status) {
         Status::Abstaining => &mut c.err_abstaining,
         Status::AbstainChanged => &mut c.err_abstain_changed,
         Status::Timeout => &mut c.err_timeout,
+        Status::LinkDown => &mut c.err_link_down,
     };
     *field += 1;
 }

@@ -11,6 +11,10 @@ pub struct Partition {
     pub name: String,
     /// Physical NI numbers; index = rank.
     pub nodes: Vec<u32>,
+    /// Stable number, published in the control page's `PARTITION`: given at creation and
+    /// never reused while the daemon runs, so a client can tell a recreated partition of the
+    /// same name from the one it joined.
+    pub id: u32,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -19,7 +23,7 @@ pub enum PartitionError {
     Exists(String),
     #[error("no partition {0:?}")]
     NoSuch(String),
-    #[error("NI {node} is already in partition {partition:?}")]
+    #[error("NI {node} is already in partition {partition:?}: delete that partition first (an NI is in at most one)")]
     NodeTaken { node: u32, partition: String },
     #[error("no NI {0}")]
     NoNode(u32),
@@ -27,6 +31,8 @@ pub enum PartitionError {
     Empty,
     #[error("NI {0} listed twice")]
     Duplicate(u32),
+    #[error("partition name {0:?}: use 1 to 64 letters, digits, '-', '_' or '.'")]
+    BadName(String),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -35,6 +41,7 @@ pub struct Partitions {
     list: BTreeMap<String, Partition>,
     /// node -> (partition name, rank)
     of: Vec<Option<(String, u32)>>,
+    next_id: u32,
 }
 
 impl Partitions {
@@ -44,6 +51,7 @@ impl Partitions {
             nodes,
             list: BTreeMap::new(),
             of: vec![None; nodes as usize],
+            next_id: 0,
         }
     }
 
@@ -55,13 +63,26 @@ impl Partitions {
         p
     }
 
+    /// How many NIs there are.
+    pub fn node_count(&self) -> u32 {
+        self.nodes
+    }
+
     pub fn create(&mut self, name: &str, nodes: Vec<u32>) -> Result<(), PartitionError> {
+        let name_ok = (1..=64).contains(&name.len())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !name_ok {
+            return Err(PartitionError::BadName(name.into()));
+        }
         if self.list.contains_key(name) {
             return Err(PartitionError::Exists(name.into()));
         }
         if nodes.is_empty() {
             return Err(PartitionError::Empty);
         }
+        // A malformed list first, then what stands in its way.
         for (i, &n) in nodes.iter().enumerate() {
             if n >= self.nodes {
                 return Err(PartitionError::NoNode(n));
@@ -69,6 +90,8 @@ impl Partitions {
             if nodes[..i].contains(&n) {
                 return Err(PartitionError::Duplicate(n));
             }
+        }
+        for &n in &nodes {
             if let Some((p, _)) = &self.of[n as usize] {
                 return Err(PartitionError::NodeTaken {
                     node: n,
@@ -84,8 +107,10 @@ impl Partitions {
             Partition {
                 name: name.to_string(),
                 nodes,
+                id: self.next_id,
             },
         );
+        self.next_id += 1;
         Ok(())
     }
 
@@ -102,6 +127,10 @@ impl Partitions {
 
     pub fn list(&self) -> impl Iterator<Item = &Partition> {
         self.list.values()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Partition> {
+        self.list.get(name)
     }
 
     /// The partition and rank of a physical NI.
@@ -147,8 +176,20 @@ mod tests {
         );
         assert_eq!(p.create("c", vec![8]), Err(PartitionError::NoNode(8)));
         assert_eq!(p.create("c", vec![4, 4]), Err(PartitionError::Duplicate(4)));
+        let b_id = p.of(0).unwrap().0.id;
         p.delete("b").unwrap();
+        assert_eq!(p.of(0), None);
+        assert_eq!(p.delete("b"), Err(PartitionError::NoSuch("b".into())));
         p.create("c", vec![3, 0, 4]).unwrap();
         assert_eq!(p.rank_size(4), (2, 3));
+        // A new partition gets a new id, even where an old one stood.
+        p.create("b", vec![6]).unwrap();
+        assert!(p.of(6).unwrap().0.id > b_id);
+        for bad in ["", "a b", "x/y", &"n".repeat(65)] {
+            assert_eq!(
+                p.create(bad, vec![7]),
+                Err(PartitionError::BadName(bad.into()))
+            );
+        }
     }
 }

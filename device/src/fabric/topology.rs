@@ -686,6 +686,10 @@ pub enum TopologyError {
     NodeInUse { node: PhysPe, lpe: u32 },
     #[error("no direction-order route from {from} to {to} avoids the mapped-out nodes and links, with or without an initial or final hop")]
     NoRoute { from: PhysPe, to: PhysPe },
+    #[error("physical nodes {a} and {b} are not neighbours: no link joins them")]
+    NotNeighbours { a: PhysPe, b: PhysPe },
+    #[error("link {0} is already mapped out")]
+    LinkAlreadyMappedOut(Link),
 }
 
 /// The interconnect network: the torus, its router settings, the routing-tag LUT and what
@@ -738,8 +742,44 @@ impl Torus {
         Ok(t)
     }
 
+    /// `n` logical PEs on a torus of `dims` (the nodes past them are spares, which map-outs
+    /// can move logical PEs to), with datelines where [`Torus::for_nodes`] puts them.
+    pub fn with_dims(dims: Dims, n: u32) -> Result<Torus, TopologyError> {
+        let mut t = Torus::new(dims, n)?;
+        for a in Axis::ALL {
+            let k = t.dims.size(a);
+            if k > 1 {
+                t.set_dateline(a, k - 1)?;
+            }
+        }
+        Ok(t)
+    }
+
     pub fn dims(&self) -> Dims {
         self.dims
+    }
+
+    /// Whether any node or link is mapped out (without, every route is a shortest path).
+    pub fn has_map_outs(&self) -> bool {
+        !self.mapped_out_nodes.is_empty() || !self.mapped_out_links.is_empty()
+    }
+
+    /// The link that joins neighbours `a` and `b`, with the direction it leaves `a` in: the
+    /// link leaving `a` in the plus direction when `b` is its plus neighbour, else the one
+    /// leaving it in minus. (In a ring of two both links join them: this is the one leaving
+    /// `a` in plus, and the one leaving `b` in plus is the other.)
+    pub fn link_between(&self, a: PhysPe, b: PhysPe) -> Result<(Link, Direction), TopologyError> {
+        self.check(a)?;
+        self.check(b)?;
+        for sign in [Sign::Plus, Sign::Minus] {
+            for axis in Axis::ALL {
+                let d = Direction::new(sign, axis);
+                if self.neighbor(a, d).ok() == Some(b) && a != b {
+                    return Ok((self.link(a, d)?, d));
+                }
+            }
+        }
+        Err(TopologyError::NotNeighbours { a, b })
     }
 
     pub fn logical_pes(&self) -> u32 {
@@ -1084,7 +1124,9 @@ impl Torus {
     /// Map out the link `node` uses in direction `dir` (both its channels); routes detour.
     pub fn map_out_link(&mut self, node: PhysPe, dir: Direction) -> Result<Link, TopologyError> {
         let l = self.link(node, dir)?;
-        self.mapped_out_links.insert(l);
+        if !self.mapped_out_links.insert(l) {
+            return Err(TopologyError::LinkAlreadyMappedOut(l));
+        }
         Ok(l)
     }
 
@@ -1753,6 +1795,56 @@ mod tests {
         check_well_formed(&t, &r);
         // Every pair is still reachable, none over a cut link.
         assert!(t.unreachable_pairs().is_empty());
+    }
+
+    #[test]
+    fn without_map_outs_every_route_is_as_long_as_the_distance() {
+        // What the fabric relies on to count hops without walking routes.
+        for dims in ["2x4x2", "3x3x1", "8x1x1", "2x3x5"] {
+            let d: Dims = dims.parse().unwrap();
+            let t = Torus::with_dims(d, d.nodes()).unwrap();
+            assert!(!t.has_map_outs());
+            for a in 0..t.logical_pes() {
+                for b in 0..t.logical_pes() {
+                    let r = t.route(a, b, PacketClass::Request).unwrap();
+                    let (pa, pb) = (t.physical(a).unwrap(), t.physical(b).unwrap());
+                    assert_eq!(r.len() as u32, t.distance(pa, pb), "{dims}: {a} -> {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn links_between_neighbours_and_spare_tori() {
+        let t = Torus::with_dims(Dims::new(4, 2, 1).unwrap(), 4).unwrap();
+        assert_eq!(t.spares().len(), 4);
+        assert_eq!(t.datelines(), [(Axis::X, 3), (Axis::Y, 1)]);
+        let (l, d) = t.link_between(pe("000000"), pe("000001")).unwrap();
+        assert_eq!(
+            (l.to_string(), d),
+            ("000000-000001 (X)".into(), Direction::PLUS_X)
+        );
+        // The wraparound neighbour is the - link.
+        let (l, d) = t.link_between(pe("000000"), pe("000003")).unwrap();
+        assert_eq!(
+            (l.plus_end, l.minus_end, d),
+            (pe("000003"), pe("000000"), Direction::MINUS_X)
+        );
+        assert_eq!(
+            t.link_between(pe("000000"), pe("000002")),
+            Err(TopologyError::NotNeighbours {
+                a: pe("000000"),
+                b: pe("000002")
+            })
+        );
+        assert!(t.link_between(pe("000000"), pe("000000")).is_err());
+        let mut t = t;
+        let l = t.map_out_link(PhysPe::ORIGIN, Direction::PLUS_X).unwrap();
+        assert_eq!(
+            t.map_out_link(PhysPe::ORIGIN, Direction::PLUS_X),
+            Err(TopologyError::LinkAlreadyMappedOut(l))
+        );
+        assert!(Torus::with_dims(Dims::new(2, 1, 1).unwrap(), 3).is_err());
     }
 
     #[test]

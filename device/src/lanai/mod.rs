@@ -2,6 +2,7 @@
 
 pub mod dma;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use ni_abi::lanai::{self, isr};
@@ -9,6 +10,7 @@ use ni_abi::regs::{Kind, RegDef};
 
 use crate::counters::Counters;
 use crate::dma::DmaSpace;
+use crate::fabric::port::Port;
 use crate::regfile::{read_lanes, write_lanes, Endian, RegFile};
 use crate::sram::Sram;
 
@@ -26,6 +28,13 @@ pub struct Lanai {
     /// Value written and tick at which it was written; `None` once it has underflowed.
     timers: [(u32, u64, bool); 3],
     dispatch_staging: [u32; 4],
+    /// Port 0's link (mode and CLSM state), owned by the fabric: a reset does not unplug it.
+    pub link: Arc<Port>,
+    /// Port registers behind PORT_ADDR/PORT_DATA that are plain storage (TEST, RECV_CONFIG,
+    /// SEND_CONFIG, ...), indexed by PORT_REG bits 6:0.
+    port_regs: [u16; 128],
+    /// `link.downs()` at the last IB_LDC read (IB_LDC is reset-on-read).
+    ldc_seen: u64,
 }
 
 impl Default for Lanai {
@@ -58,11 +67,40 @@ impl Lanai {
             cpuc: (0, 0),
             timers: [(0, 0, true); 3],
             dispatch_staging: [0; 4],
+            link: Arc::new(Port::default()),
+            port_regs: [0; 128],
+            ldc_seen: 0,
         }
     }
 
     pub fn reset(&mut self) {
+        let link = self.link.clone();
         *self = Lanai::new();
+        self.ldc_seen = link.downs();
+        self.link = link;
+    }
+
+    /// A port register read through PORT_ADDR (PORT_READ = 1): MODE and STATE come from the
+    /// link, IB_LDC counts its downs, the rest is what software last wrote.
+    fn port_read(&mut self, r: u8) -> u16 {
+        if let Some(v) = self.link.register(r) {
+            return v;
+        }
+        if r == crate::fabric::port::reg::IB_LDC {
+            let downs = self.link.downs();
+            let n = downs.saturating_sub(self.ldc_seen).min(0xFF);
+            self.ldc_seen = downs;
+            return n as u16;
+        }
+        self.port_regs[r as usize & 0x7F]
+    }
+
+    /// A port register write (PORT_ADDR with PORT_READ = 0, then PORT_DATA). MODE and STATE
+    /// are the administrator's (`ni-ctl port set`): writes to them are ignored.
+    fn port_write(&mut self, r: u8, v: u16) {
+        if self.link.register(r).is_none() {
+            self.port_regs[r as usize & 0x7F] = v;
+        }
     }
 
     fn ns(&self) -> u64 {
@@ -112,6 +150,10 @@ impl Lanai {
             }
             // No receive buffer has been issued: no backup either.
             v |= isr::P0_NO_BACKUP << p;
+        }
+        // Port 0 is the NI's link to the fabric; port 1 has no cable.
+        if self.link.link_ready() {
+            v |= isr::P0_LINK_READY;
         }
         v
     }
@@ -184,6 +226,20 @@ impl Lanai {
                 self.regs.store_write(reg, value);
                 fx.interrupt_changed = true;
             }
+            lanai::PORT_ADDR => {
+                let v = self.regs.store_write(reg, value);
+                if v & PORT_READ != 0 {
+                    let data = self.port_read((v & 0x7F) as u8);
+                    self.regs.set(lanai::PORT_DATA, data as u64);
+                }
+            }
+            lanai::PORT_DATA => {
+                let v = self.regs.store_write(reg, value);
+                let addr = self.regs.get(lanai::PORT_ADDR);
+                if addr & PORT_READ == 0 {
+                    self.port_write((addr & 0x7F) as u8, v as u16);
+                }
+            }
             lanai::DISPATCH_ISR_ON
             | lanai::DISPATCH_ISR_OFF
             | lanai::DISPATCH_STATE_ON
@@ -253,6 +309,9 @@ impl Lanai {
         fx
     }
 }
+
+/// PORT_ADDR bit 15: read the port register named by bits 6:0 into PORT_DATA.
+const PORT_READ: u64 = 1 << 15;
 
 /// 2-, 4- and 8-byte accesses are aligned by ignoring the low address bits (§5).
 fn align(offset: u32, len: usize) -> u32 {

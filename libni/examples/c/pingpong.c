@@ -2,9 +2,10 @@
  * pingpong.c — libni's C interface end to end, between rank 0 and rank 1:
  *
  *   - ping-pong of 0, 1, 63, 64, 65, 4096 and 1 MiB messages, blocking and non-blocking,
- *     every payload checked in both directions; a truncated receive;
+ *     every payload checked in both directions; truncated receives (blocking and
+ *     non-blocking), which report the message's full length and tag;
  *   - one put and one get, verified on both sides; error codes of bad one-sided requests;
- *   - an active-message round trip (a handler on each side);
+ *   - an active-message round trip: rank 1's handler replies from within the handler;
  *   - message-queue sends (one accepted, one rejected: the queue is full), the receiver's
  *     take, MQCW and IR_STATUS checks.
  *
@@ -113,14 +114,25 @@ struct am_box {
     uint32_t src;
     size_t len;
     char data[128];
+    /* Non-NULL: reply to handler `reply_to` of the sender, from within the handler. */
+    ni_t *ni;
+    uint64_t reply_to;
+    int reply_rc;
 };
 
-/* Runs inside libni's progress: only records (it may not call libni on this ni_t). */
+/* Runs inside libni's progress, with the ni_t unlocked: it records what arrived and may
+ * call libni on the same ni_t (here: answer with an active message). */
 static void on_am(void *ctx, uint32_t src, const void *data, size_t len) {
     struct am_box *b = ctx;
     b->src = src;
     b->len = len;
     memcpy(b->data, data, len < sizeof b->data ? len : sizeof b->data);
+    b->data[sizeof b->data - 1] = 0;
+    if (b->ni != NULL) {
+        char reply[sizeof b->data + 16];
+        snprintf(reply, sizeof reply, "am reply to: %s", b->data);
+        b->reply_rc = ni_am_send(b->ni, src, b->reply_to, reply, strlen(reply) + 1);
+    }
     b->arrived++;
 }
 
@@ -183,6 +195,11 @@ int main(int argc, char **argv) {
     }
     fill(wp, WIN_LEN, 1000 + me, 0);
     memset(&box, 0, sizeof box);
+    if (me == 1) {
+        box.ni = ni;
+        box.reply_to = AM_REPLY;
+        box.reply_rc = -1;
+    }
     CHECK(ni_am_register(ni, me == 0 ? AM_REPLY : AM_REQUEST, on_am, &box));
 
     /* Local error paths. */
@@ -282,17 +299,29 @@ int main(int argc, char **argv) {
         printf("pingpong %zu bytes ok (%d round trips)\n", n, iters);
     }
 
-    /* A receive buffer too small. */
+    /* A receive buffer too small: the error reports the full length and the tag. */
     if (me == 0) {
         fill(bp + SEND_AT, 100, 77, 0);
         CHECK(ni_send(ni, peer, big, SEND_AT, 100, TAG_TRUNC));
-        printf("sent 100 bytes into a 10-byte buffer\n");
+        CHECK(ni_send(ni, peer, big, SEND_AT, 50, TAG_TRUNC));
+        printf("sent 100 and 50 bytes into 10-byte buffers\n");
     } else {
-        EXPECT_CODE(ni_recv(ni, peer, big, RECV_AT, 10, TAG_TRUNC, UINT64_MAX, &src, NULL, NULL),
+        ni_op_t *r = NULL;
+        ni_status_t st;
+        EXPECT_CODE(ni_recv(ni, peer, big, RECV_AT, 10, TAG_TRUNC, UINT64_MAX, &src, &tag, &len),
                     NI_ETRUNCATED);
-        EXPECT(src == peer, "truncated message from %" PRIu32, src);
+        EXPECT(src == peer && tag == TAG_TRUNC && len == 100,
+               "truncated message from %" PRIu32 " tag %" PRIu64 " len %" PRIu64, src, tag, len);
         verify(bp + RECV_AT, 10, 77, 0, "truncated payload");
         printf("truncated receive reported: %s\n", ni_last_error());
+        CHECK(ni_irecv(ni, NI_ANY_SOURCE, big, RECV_AT, 10, TAG_TRUNC, UINT64_MAX, &r));
+        EXPECT_CODE(ni_wait(ni, &r, &st), NI_ETRUNCATED);
+        EXPECT(r == NULL && st.error == NI_ETRUNCATED && st.rank == peer && st.tag == TAG_TRUNC &&
+                   st.len == 50,
+               "non-blocking truncated receive: error %d rank %" PRIu32 " tag %" PRIu64
+               " len %" PRIu64,
+               st.error, st.rank, st.tag, st.len);
+        printf("non-blocking truncated receive reported length %" PRIu64 "\n", st.len);
     }
 
     /* One put, one get. */
@@ -317,6 +346,10 @@ int main(int argc, char **argv) {
         CHECK(ni_irecv(ni, peer, big, SCRATCH_AT, 16, TAG_NEVER, UINT64_MAX, &r));
         EXPECT_CODE(ni_wait_timeout(ni, &r, 1000000u, NULL), NI_ETIMEDOUT);
         EXPECT(r == NULL, "ni_wait_timeout did not clear the op");
+        CHECK(ni_irecv(ni, peer, big, SCRATCH_AT, 16, TAG_NEVER, UINT64_MAX, &r));
+        CHECK(ni_forget(ni, &r));
+        EXPECT(r == NULL, "ni_forget did not clear the op");
+        EXPECT_CODE(ni_forget(ni, &r), NI_EINVAL);
         printf("remote error codes ok\n");
         CHECK(ni_send(ni, peer, big, SEND_AT, 0, TAG_PUT_DONE));
     } else {
@@ -342,13 +375,13 @@ int main(int argc, char **argv) {
                box.len, (int)box.len, box.data);
         printf("active message round trip ok: \"%s\"\n", box.data);
     } else {
-        char reply[sizeof box.data + 16];
         await_am(ni, &box);
         EXPECT(box.arrived == 1 && box.src == peer && strcmp(box.data, "am request 42") == 0,
                "am request: src %" PRIu32 ", \"%.*s\"", box.src, (int)box.len, box.data);
-        printf("active message handled: \"%s\" from rank %" PRIu32 "\n", box.data, box.src);
-        snprintf(reply, sizeof reply, "am reply to: %s", box.data);
-        CHECK(ni_am_send(ni, peer, AM_REPLY, reply, strlen(reply) + 1));
+        EXPECT(box.reply_rc == NI_OK, "the handler's reply returned %d (%s)", box.reply_rc,
+               ni_strerror(box.reply_rc));
+        printf("active message handled: \"%s\" from rank %" PRIu32 " (replied from the handler)\n",
+               box.data, box.src);
     }
 
     /* Message queue: limit 2 holds one message. */
