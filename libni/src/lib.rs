@@ -992,23 +992,9 @@ pub enum ReduceOp {
     Xor = 6,
 }
 
-/// CM-5 combine patterns (§4.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pattern {
-    ScanBackward = 1,
-    ScanForward = 2,
-    Reduce = 3,
-}
-
-/// CM-5 combiners (§4.2): no AND, MIN or unsigned max exist on the CM-5.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Combiner {
-    Or = 0,
-    Add = 1,
-    Xor = 2,
-    Uadd = 3,
-    Max = 4,
-}
+/// CM-5 combine patterns and combiners (§4.2), as the NI encodes them. `combine` takes the
+/// scan and reduce patterns; network-done has its own call, `network_done`.
+pub use ni_abi::cm5::{Combiner, Pattern};
 
 /// What a CM-5 combine gave this member.
 #[derive(Clone, Debug, PartialEq, Eq)]

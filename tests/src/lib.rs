@@ -162,3 +162,37 @@ pub fn assert_ok(out: &Output, scenario: &str, daemon: &Daemon) {
         daemon.log()
     );
 }
+
+/// Checks shared by the rank programs (`ni-test-rank`, `ni-test-coll`, `ni-vm-rank`, ...).
+pub mod check {
+    use ni::{Error, Status};
+
+    /// Deterministic bytes for `(len, seed)`: senders and receivers make the same ones.
+    pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// The device's status behind an error, if it came from the device.
+    pub fn status_of(e: &Error) -> Option<Status> {
+        match e {
+            Error::Failed { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Panic unless `r` failed with `want`.
+    pub fn expect_status<T: std::fmt::Debug>(r: Result<T, Error>, want: Status) {
+        match r {
+            Err(e) if status_of(&e) == Some(want) => {}
+            other => panic!("expected {want:?}, got {other:?}"),
+        }
+    }
+}

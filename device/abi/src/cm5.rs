@@ -444,3 +444,66 @@ pub fn send_first_interface(offset: u32) -> Option<u32> {
         _ => None,
     }
 }
+
+/// Combine patterns (§4.2, aux bits 8:7 of a COM send_first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pattern {
+    /// `SCAN_ROUTER_DONE`: network-done (with `Combiner::RouterDone` only).
+    RouterDone = 0,
+    ScanBackward = 1,
+    ScanForward = 2,
+    Reduce = 3,
+}
+
+/// Combiners (§4.2, aux bits 6:4). The CM-5 has no AND, MIN or unsigned max.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Combiner {
+    Or = 0,
+    /// Signed add.
+    Add = 1,
+    Xor = 2,
+    /// Unsigned add.
+    Uadd = 3,
+    /// Signed max.
+    Max = 4,
+    /// `ASSERT_ROUTER_DONE`, only with `Pattern::RouterDone`.
+    RouterDone = 5,
+}
+
+/// The most words a combine carries (`MAX_COMBINE_MSG_WORDS`).
+pub const MAX_COMBINE_WORDS: usize = 5;
+
+impl Pattern {
+    pub fn from_bits(v: u32) -> Pattern {
+        match v & 3 {
+            0 => Pattern::RouterDone,
+            1 => Pattern::ScanBackward,
+            2 => Pattern::ScanForward,
+            _ => Pattern::Reduce,
+        }
+    }
+}
+
+impl Combiner {
+    pub fn from_bits(v: u32) -> Option<Combiner> {
+        Some(match v {
+            0 => Combiner::Or,
+            1 => Combiner::Add,
+            2 => Combiner::Xor,
+            3 => Combiner::Uadd,
+            4 => Combiner::Max,
+            5 => Combiner::RouterDone,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether a combiner may go with a pattern and a length: combiners 0-4 with patterns 1-3,
+/// combiner 5 only with pattern 0 and length 1; 1 to 5 words. Anything else is a Bus Error.
+pub fn combine_legal(pattern: Pattern, combiner: Combiner, len: usize) -> bool {
+    match (pattern, combiner) {
+        (Pattern::RouterDone, Combiner::RouterDone) => len == 1,
+        (Pattern::RouterDone, _) | (_, Combiner::RouterDone) => false,
+        _ => (1..=MAX_COMBINE_WORDS).contains(&len),
+    }
+}

@@ -11,65 +11,7 @@
 //! give every member the combination of all. Abstainers contribute the identity and get no
 //! scan result; they get a reduction's result only with `reduce_rec_abstain` clear.
 
-pub const MAX_WORDS: usize = 5;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pattern {
-    /// `SCAN_ROUTER_DONE`: network-done (with combiner `RouterDone` only).
-    RouterDone = 0,
-    Backward = 1,
-    Forward = 2,
-    Reduce = 3,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Combiner {
-    Or = 0,
-    /// Signed add.
-    Add = 1,
-    Xor = 2,
-    /// Unsigned add.
-    Uadd = 3,
-    /// Signed max.
-    Max = 4,
-    /// `ASSERT_ROUTER_DONE`, only with `Pattern::RouterDone`.
-    RouterDone = 5,
-}
-
-impl Pattern {
-    pub fn from_bits(v: u32) -> Pattern {
-        match v & 3 {
-            0 => Pattern::RouterDone,
-            1 => Pattern::Backward,
-            2 => Pattern::Forward,
-            _ => Pattern::Reduce,
-        }
-    }
-}
-
-impl Combiner {
-    pub fn from_bits(v: u32) -> Option<Combiner> {
-        Some(match v {
-            0 => Combiner::Or,
-            1 => Combiner::Add,
-            2 => Combiner::Xor,
-            3 => Combiner::Uadd,
-            4 => Combiner::Max,
-            5 => Combiner::RouterDone,
-            _ => return None,
-        })
-    }
-}
-
-/// Whether a combiner may be used with a pattern and a length (§4.2: combiners 0-4 with
-/// patterns 1-3, combiner 5 only with pattern 0 and length 1; 1 to 5 words).
-pub fn legal(pattern: Pattern, combiner: Combiner, len: usize) -> bool {
-    match (pattern, combiner) {
-        (Pattern::RouterDone, Combiner::RouterDone) => len == 1,
-        (Pattern::RouterDone, _) | (_, Combiner::RouterDone) => false,
-        _ => (1..=MAX_WORDS).contains(&len),
-    }
-}
+pub use ni_abi::cm5::{combine_legal as legal, Combiner, Pattern, MAX_COMBINE_WORDS as MAX_WORDS};
 
 /// One member's part in a combine, in rank order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -240,7 +182,7 @@ pub fn combine(
                 }
             }
         }
-        Pattern::Forward => {
+        Pattern::ScanForward => {
             let mut acc = id;
             for i in 0..n {
                 if members[i].scan_start {
@@ -252,7 +194,7 @@ pub fn combine(
                 acc = acc.op(combiner, value(&members[i]));
             }
         }
-        Pattern::Backward => {
+        Pattern::ScanBackward => {
             let mut acc = id;
             for i in (0..n).rev() {
                 // A flagged member is the top of a segment that runs downward from it: it
@@ -312,7 +254,7 @@ mod tests {
                     Combiner::Uadd,
                     Combiner::Max,
                 ] {
-                    for pattern in [Pattern::Forward, Pattern::Backward, Pattern::Reduce] {
+                    for pattern in [Pattern::ScanForward, Pattern::ScanBackward, Pattern::Reduce] {
                         for trial in 0..20 {
                             let members: Vec<Member> = (0..p)
                                 .map(|_| {
@@ -370,14 +312,14 @@ mod tests {
                                     Pattern::Reduce => (!members[i].abstain
                                         || !members[i].reduce_rec_abstain)
                                         .then(|| fold(&mut (0..p))),
-                                    Pattern::Forward => (!members[i].abstain).then(|| {
+                                    Pattern::ScanForward => (!members[i].abstain).then(|| {
                                         let start = (0..=i)
                                             .rev()
                                             .find(|&j| members[j].scan_start)
                                             .unwrap_or(0);
                                         fold(&mut (start..i))
                                     }),
-                                    Pattern::Backward => (!members[i].abstain).then(|| {
+                                    Pattern::ScanBackward => (!members[i].abstain).then(|| {
                                         let end = (i..p)
                                             .find(|&j| members[j].scan_start)
                                             .unwrap_or(p - 1);
@@ -457,10 +399,10 @@ mod tests {
                 ..Default::default()
             })
             .collect();
-        let out = combine(Pattern::Forward, Combiner::Add, 1, &members);
+        let out = combine(Pattern::ScanForward, Combiner::Add, 1, &members);
         let got: Vec<u32> = out.iter().map(|o| o.result.unwrap()[0]).collect();
         assert_eq!(got, vec![0, 1, 3, 6]);
-        let out = combine(Pattern::Backward, Combiner::Max, 1, &members);
+        let out = combine(Pattern::ScanBackward, Combiner::Max, 1, &members);
         let got: Vec<u32> = out.iter().map(|o| o.result.unwrap()[0]).collect();
         assert_eq!(got, vec![4, 4, 4, 0x8000_0000]);
     }
@@ -471,8 +413,8 @@ mod tests {
         assert!(!legal(Pattern::RouterDone, Combiner::RouterDone, 2));
         assert!(!legal(Pattern::Reduce, Combiner::RouterDone, 1));
         assert!(!legal(Pattern::RouterDone, Combiner::Add, 1));
-        assert!(legal(Pattern::Forward, Combiner::Max, 5));
-        assert!(!legal(Pattern::Forward, Combiner::Max, 6));
-        assert!(!legal(Pattern::Forward, Combiner::Max, 0));
+        assert!(legal(Pattern::ScanForward, Combiner::Max, 5));
+        assert!(!legal(Pattern::ScanForward, Combiner::Max, 6));
+        assert!(!legal(Pattern::ScanForward, Combiner::Max, 0));
     }
 }

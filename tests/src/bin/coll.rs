@@ -2,23 +2,10 @@
 //! member's inputs from (rank, round), so it computes the expected results itself, with
 //! plain i128 arithmetic independent of the device's.
 
+use ni_tests::check::{expect_status, status_of};
 use std::time::{Duration, Instant};
 
 use ni::{participation, Combiner, Error, Ni, Pattern, ReduceOp, Status};
-
-fn status_of(e: &Error) -> Option<Status> {
-    match e {
-        Error::Failed { status, .. } => Some(*status),
-        _ => None,
-    }
-}
-
-fn expect_status<T: std::fmt::Debug>(r: Result<T, Error>, want: Status) {
-    match r {
-        Err(e) if status_of(&e) == Some(want) => {}
-        other => panic!("expected {want:?}, got {other:?}"),
-    }
-}
 
 fn mix(a: u64, b: u64) -> u64 {
     let mut x = a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
@@ -118,11 +105,13 @@ fn reference(
                 (Some(a), Combiner::Xor) => a ^ v,
                 (Some(a), Combiner::Add | Combiner::Uadd) => a + v,
                 (Some(a), Combiner::Max) => a.max(v),
+                (_, Combiner::RouterDone) => unreachable!("network-done has no values"),
             });
         }
         acc
     };
     let e = match pattern {
+        Pattern::RouterDone => unreachable!("network-done has no values"),
         Pattern::Reduce => fold(&mut (0..p)),
         _ if abstain[me as usize] => return None,
         Pattern::ScanForward => {

@@ -4,36 +4,11 @@
 //! says so, waits for a line on stdin before it goes on. Prints `ok SCENARIO` and exits 0
 //! when every check passed; panics (exit 101) otherwise.
 
+use ni_tests::check::{expect_status, pattern, status_of};
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use ni::{opcode, Error, Ni, Request, Status};
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn status_of(e: &Error) -> Option<Status> {
-    match e {
-        Error::Failed { status, .. } => Some(*status),
-        _ => None,
-    }
-}
-
-fn expect_status<T: std::fmt::Debug>(r: Result<T, Error>, want: Status) {
-    match r {
-        Err(e) if status_of(&e) == Some(want) => {}
-        other => panic!("expected {want:?}, got {other:?}"),
-    }
-}
 
 /// Say where we are (the test reads stdout line by line).
 fn say(s: &str) {

@@ -27,31 +27,13 @@
 //! After a scenario each rank prints `stats ...`, stays attached for `NI_VM_LINGER_MS` (if
 //! set) so the host can inspect the NI in use, then prints `ok SCENARIO`.
 
+use ni_tests::check::{pattern, status_of};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use ni::{Error, MqAddr, MqOutcome, Ni, Region, Status};
+use ni::{MqAddr, MqOutcome, Ni, Region, Status};
 
 const HELLO_TAG: u64 = 0xB0B0_0000_0000_0000;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn status_of(e: &Error) -> Option<Status> {
-    match e {
-        Error::Failed { status, .. } => Some(*status),
-        _ => None,
-    }
-}
 
 /// What this process moved, to compare with the daemon's counters.
 #[derive(Default)]
