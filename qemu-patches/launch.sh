@@ -89,7 +89,9 @@ if [[ -n $script || ${#adds[@]} -gt 0 ]]; then
     initrd="$work/initrd"
 fi
 
-kcmd="console=ttyS0 intel_iommu=on panic=-1 rdinit=/init"
+# no_timer_check: under TCG on a loaded host the IO-APIC timer check can miss its ticks and
+# panic the guest ("timer doesn't work through Interrupt-remapped IO-APIC").
+kcmd="console=ttyS0 intel_iommu=on panic=-1 rdinit=/init no_timer_check"
 [[ -z $cmd ]] || kcmd+=" ni.cmd=$(printf '%s\n' "$cmd" | base64 -w0)"
 [[ -z $append ]] || kcmd+=" $append"
 ((${#kcmd} < 2000)) || ni_die "kernel command line too long (${#kcmd} chars): use --script for long commands"

@@ -202,6 +202,27 @@ pub struct Ni {
     rank: u32,
     size: u32,
     node: u32,
+    backoff: Backoff,
+}
+
+/// How a waiting libni gives the CPU away after its short spin, before it blocks on the
+/// completion interrupt. `NI_WAIT=yield|sleep` overrides the transport's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backoff {
+    /// `sched_yield`: cheapest when another runnable thread shares the core (host processes).
+    Yield,
+    /// 1 µs sleeps: lets a guest's vCPU halt so the host core runs the device's poller.
+    Sleep,
+}
+
+impl Backoff {
+    fn from_env(default: Backoff) -> Backoff {
+        match std::env::var("NI_WAIT").as_deref() {
+            Ok("yield") => Backoff::Yield,
+            Ok("sleep") => Backoff::Sleep,
+            _ => default,
+        }
+    }
 }
 
 const CQ_ENTRIES: u32 = 4096;
@@ -385,6 +406,7 @@ impl Ni {
             reason,
         };
         let sram = dev.map_sram()?;
+        let backoff = dev.backoff();
         // Memory space and bus mastering, then the fast path's two MSI-X vectors.
         let mut cmd = [0u8; 2];
         dev.region_read(pci::CONFIG_REGION, 4, &mut cmd)?;
@@ -462,6 +484,7 @@ impl Ni {
             rank,
             size,
             node,
+            backoff: Backoff::from_env(backoff),
         };
         // The first request sets up the completion ring; its completion lands in it.
         let (cq_iova, am_iova) = {
@@ -558,7 +581,7 @@ impl Ni {
                     // Take completions but run no handler: a caller may hold the bounce
                     // buffer, which a handler's own am_send would need.
                     self.lock().progress()?;
-                    pause(t.elapsed());
+                    pause(t.elapsed(), self.backoff);
                 }
                 Err(e) => return Err(e),
             }
@@ -693,7 +716,7 @@ impl Ni {
                 }
             } else {
                 drop(i);
-                pause(idle);
+                pause(idle, self.backoff);
                 return Ok(None);
             }
         }
@@ -1503,10 +1526,12 @@ fn finish(op: &Op, c: Completion) -> Result<Done> {
     })
 }
 
-/// Spin first, then yield: never burn a core another runnable thread needs.
-fn pause(idle: Duration) {
+/// Spin first, then give the CPU away: never burn a core another runnable thread needs.
+fn pause(idle: Duration, backoff: Backoff) {
     if idle < SPIN {
         std::hint::spin_loop();
+    } else if backoff == Backoff::Sleep {
+        std::thread::sleep(Duration::from_micros(1));
     } else {
         std::thread::yield_now();
     }

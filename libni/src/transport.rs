@@ -20,4 +20,8 @@ pub(crate) trait Transport: Send {
     fn dma_unmap(&mut self, iova: u64, len: u64) -> Result<()>;
     /// Enable MSI-X and deliver each `(vector, eventfd)`.
     fn enable_msix(&mut self, vectors: &[(u32, RawFd)]) -> Result<()>;
+    /// How waiting should give the CPU away on this path (see [`crate::Backoff`]).
+    fn backoff(&self) -> crate::Backoff {
+        crate::Backoff::Yield
+    }
 }

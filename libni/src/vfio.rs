@@ -261,6 +261,12 @@ impl Device {
 }
 
 impl Transport for Device {
+    /// In a guest, yielding keeps the vCPU busy on the host, where the device's poller needs
+    /// the core: sleeping lets the vCPU halt.
+    fn backoff(&self) -> crate::Backoff {
+        crate::Backoff::Sleep
+    }
+
     fn map_sram(&mut self) -> Result<Mem> {
         let bar0 = ni_abi::pci::BAR0_REGION;
         let size = self.device.get_region_size(bar0);
