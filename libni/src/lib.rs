@@ -229,7 +229,7 @@ const CQ_ENTRIES: u32 = 4096;
 const AM_SLOTS: u32 = 64;
 const BOUNCE: usize = 64 << 10;
 /// Spin this long, then yield this long, before blocking on the completion interrupt.
-const SPIN: Duration = Duration::from_micros(2);
+const SPIN: Duration = Duration::ZERO;
 const YIELD: Duration = Duration::from_millis(1);
 
 fn eventfd() -> Result<File> {

@@ -8,6 +8,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 const USAGE: &str =
@@ -175,7 +176,19 @@ fn code_of(st: std::process::ExitStatus) -> u8 {
     }
 }
 
+/// The signal that asked nirun to stop (0: none yet).
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    STOP.store(sig, Ordering::SeqCst);
+}
+
 fn main() -> ExitCode {
+    // SIGINT/SIGTERM stop every rank and the private daemon instead of orphaning them.
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {
@@ -243,6 +256,15 @@ fn main() -> ExitCode {
                     }
                 }
                 _ => i += 1,
+            }
+        }
+        let sig = STOP.load(Ordering::SeqCst);
+        if sig != 0 && result.is_none() {
+            eprintln!("nirun: signal {sig}: stopping every rank");
+            result = Some((128 + sig) as u8);
+            for (_, c) in &ranks {
+                // SAFETY: kill on pids we spawned.
+                unsafe { libc::kill(c.id() as i32, sig) };
             }
         }
         if let Some(limit) = args.timeout {

@@ -1,0 +1,354 @@
+//! The ni side: one rank under `nirun`, driving libni. Rank 0 measures and prints `NIB`
+//! lines; the others obey its control messages.
+
+use std::time::Instant;
+
+use ni::{MessageQueue, MqAddr, MqOutcome, Ni, Op, ReduceOp, Region, Request};
+use ni_abi::fastpath::{mqcw, op};
+
+use super::driver::{cmd, Ctl, Link, R};
+
+/// Tags above anything the patterns use.
+const TAG_CTL: u64 = 0xC7C7_0000_0000_0000;
+const TAG_DATA: u64 = 1;
+const TAG_BACK: u64 = 2;
+const TAG_ACK: u64 = 3;
+const TAG_BARRIER_IN: u64 = 0xBA55_0000_0000_0001;
+const TAG_BARRIER_OUT: u64 = 0xBA55_0000_0000_0002;
+/// Slots of each rank's message queue.
+const MQ_LIMIT: u64 = 4096;
+/// Free slots a queue keeps between iterations of any pattern: the largest MQ window + 1
+/// (a queue left nearly full by one point must still take the next point's first window).
+const MQ_ROOM: u64 = 1024;
+
+fn e(x: ni::Error) -> String {
+    x.to_string()
+}
+
+pub struct NiLink {
+    ni: Ni,
+    /// Data buffer; allocated first on every rank, so its key is the same everywhere.
+    buf: Region,
+    ctl: Region,
+    mq: MessageQueue,
+    mq_src: Region,
+    /// Collectives' receive buffer (allocated last, only when collectives run).
+    rbuf: Option<Region>,
+    ops: Vec<Op>,
+}
+
+impl NiLink {
+    pub fn new(max_bytes: usize, collectives: bool) -> R<NiLink> {
+        let ni = Ni::attach().map_err(e)?;
+        let buf = ni.alloc(max_bytes.max(4096)).map_err(e)?;
+        let ctl = ni.alloc(4096).map_err(e)?;
+        let mq = ni.mq_create(MQ_LIMIT, 0).map_err(e)?;
+        let mq_src = ni.alloc(4096).map_err(e)?;
+        let rbuf = if collectives {
+            Some(ni.alloc(max_bytes.max(4096)).map_err(e)?)
+        } else {
+            None
+        };
+        Ok(NiLink {
+            ni,
+            buf,
+            ctl,
+            mq,
+            mq_src,
+            rbuf,
+            ops: Vec::new(),
+        })
+    }
+
+    pub fn size(&self) -> u32 {
+        self.ni.size()
+    }
+
+    fn mq_addr(&self) -> MqAddr {
+        // Every rank created its queue at the same point: same key.
+        self.mq.addr()
+    }
+
+    fn wait_all(&mut self) -> R<()> {
+        for o in self.ops.drain(..) {
+            self.ni.wait(o).map_err(e)?;
+        }
+        Ok(())
+    }
+
+    fn barrier(&self) -> R<()> {
+        let p = self.ni.size();
+        if self.ni.rank() == 0 {
+            for r in 1..p {
+                self.ni
+                    .recv(Some(r), &self.ctl, 0..0, TAG_BARRIER_IN, u64::MAX)
+                    .map_err(e)?;
+            }
+            for r in 1..p {
+                self.ni
+                    .send(r, &self.ctl, 0..0, TAG_BARRIER_OUT)
+                    .map_err(e)?;
+            }
+        } else {
+            self.ni
+                .send(0, &self.ctl, 0..0, TAG_BARRIER_IN)
+                .map_err(e)?;
+            self.ni
+                .recv(Some(0), &self.ctl, 0..0, TAG_BARRIER_OUT, u64::MAX)
+                .map_err(e)?;
+        }
+        Ok(())
+    }
+
+    /// Wait until our queue holds a message past the software head; take it. Resets the
+    /// queue when it nears its limit (callers only do so when nothing is in flight to us).
+    fn mq_take(&mut self, count: u64) -> R<()> {
+        let mut got = 0;
+        let t = Instant::now();
+        while got < count {
+            let m = self.mq.take();
+            if m.is_empty() {
+                spin_then_yield(t);
+                continue;
+            }
+            got += m.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Restart the queue at slot 1 when fewer than `MQ_ROOM` slots are left (callers only do
+    /// so when nothing is in flight to us).
+    fn mq_reset_if_full(&mut self) {
+        let tail = mqcw::tail(self.mq.mqcw());
+        if tail + MQ_ROOM >= MQ_LIMIT {
+            self.mq.swap(mqcw::make(false, 1, MQ_LIMIT, 0));
+            self.mq.set_head(1);
+        }
+    }
+
+    fn mq_send(&self, dest: u32) -> R<()> {
+        let msg = [0x5Au8; 64];
+        match self.ni.mq_send(dest, self.mq_addr(), &msg).map_err(e)? {
+            MqOutcome::Accepted { .. } => Ok(()),
+            MqOutcome::Rejected => Err("message queue full (FULL_SR)".into()),
+        }
+    }
+
+    fn raw(&self, opcode: u8, dest: u32, len: u64) -> R<Op> {
+        self.ni
+            .submit(Request {
+                opcode,
+                rank: dest,
+                addr: if opcode == op::MQ_SEND {
+                    self.mq_src.iova()
+                } else {
+                    self.buf.iova()
+                },
+                len,
+                key: if opcode == op::MQ_SEND {
+                    self.mq_addr().key
+                } else {
+                    self.buf.key()
+                },
+                tag: 0,
+                ..Default::default()
+            })
+            .map_err(e)
+    }
+}
+
+/// Spin for 2 us, then yield (what libni's own wait does before it blocks).
+fn spin_then_yield(since: Instant) {
+    if since.elapsed().as_nanos() < 2_000 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+impl Link for NiLink {
+    fn rank(&self) -> u32 {
+        self.ni.rank()
+    }
+
+    fn ctl_send(&mut self, c: Ctl) -> R<()> {
+        self.ctl.write_at(0, &c.encode());
+        for r in 1..self.ni.size() {
+            self.ni
+                .send(r, &self.ctl, 0..Ctl::BYTES, TAG_CTL)
+                .map_err(e)?;
+        }
+        Ok(())
+    }
+
+    fn ctl_recv(&mut self) -> R<Ctl> {
+        self.ni
+            .recv(Some(0), &self.ctl, 0..Ctl::BYTES, TAG_CTL, u64::MAX)
+            .map_err(e)?;
+        let mut b = [0u8; Ctl::BYTES];
+        self.ctl.read_at(0, &mut b);
+        Ok(Ctl::decode(&b))
+    }
+
+    fn run(&mut self, c: &Ctl, mut iters: Option<&mut Vec<f64>>) -> R<()> {
+        let me = self.ni.rank();
+        let p = self.ni.size();
+        let size = c.size as usize;
+        let ni = &self.ni;
+        match c.cmd {
+            cmd::PINGPONG => {
+                for _ in 0..c.n {
+                    let t = Instant::now();
+                    if me == 0 {
+                        let back = ni
+                            .irecv(Some(1), &self.buf, 0..size, TAG_BACK, u64::MAX)
+                            .map_err(e)?;
+                        ni.send(1, &self.buf, 0..size, TAG_DATA).map_err(e)?;
+                        ni.wait(back).map_err(e)?;
+                    } else if me == 1 {
+                        ni.recv(Some(0), &self.buf, 0..size, TAG_DATA, u64::MAX)
+                            .map_err(e)?;
+                        ni.send(0, &self.buf, 0..size, TAG_BACK).map_err(e)?;
+                    }
+                    if let Some(v) = iters.as_deref_mut() {
+                        v.push(t.elapsed().as_secs_f64());
+                    }
+                }
+            }
+            cmd::STREAM | cmd::MSGRATE => {
+                let (sender, peer) = if c.cmd == cmd::STREAM {
+                    match me {
+                        0 => (true, 1),
+                        1 => (false, 0),
+                        _ => return Ok(()),
+                    }
+                } else {
+                    let half = p / 2;
+                    if me >= 2 * half {
+                        return Ok(());
+                    }
+                    (me < half, if me < half { me + half } else { me - half })
+                };
+                if c.cmd == cmd::MSGRATE {
+                    self.barrier()?;
+                }
+                for _ in 0..c.n {
+                    if sender {
+                        for _ in 0..c.window {
+                            let o = self
+                                .ni
+                                .isend(peer, &self.buf, 0..size, TAG_DATA)
+                                .map_err(e)?;
+                            self.ops.push(o);
+                        }
+                        self.wait_all()?;
+                        self.ni
+                            .recv(Some(peer), &self.ctl, 0..0, TAG_ACK, u64::MAX)
+                            .map_err(e)?;
+                    } else {
+                        for _ in 0..c.window {
+                            let o = self
+                                .ni
+                                .irecv(Some(peer), &self.buf, 0..size, TAG_DATA, u64::MAX)
+                                .map_err(e)?;
+                            self.ops.push(o);
+                        }
+                        self.wait_all()?;
+                        self.ni.send(peer, &self.ctl, 0..0, TAG_ACK).map_err(e)?;
+                    }
+                }
+                if c.cmd == cmd::MSGRATE {
+                    self.barrier()?;
+                }
+            }
+            cmd::MQ_PINGPONG => {
+                for _ in 0..c.n {
+                    let t = Instant::now();
+                    if me == 0 {
+                        self.mq_send(1)?;
+                        self.mq_take(1)?;
+                        self.mq_reset_if_full();
+                    } else if me == 1 {
+                        self.mq_take(1)?;
+                        self.mq_reset_if_full();
+                        self.mq_send(0)?;
+                    }
+                    if let Some(v) = iters.as_deref_mut() {
+                        v.push(t.elapsed().as_secs_f64());
+                    }
+                }
+            }
+            cmd::MQ_STREAM => {
+                if c.window >= MQ_ROOM {
+                    return Err(format!("MQ window {} exceeds {}", c.window, MQ_ROOM - 1));
+                }
+                for _ in 0..c.n {
+                    if me == 0 {
+                        for _ in 0..c.window {
+                            let o = self.raw(op::MQ_SEND, 1, 64)?;
+                            self.ops.push(o);
+                        }
+                        self.wait_all()?;
+                        self.ni
+                            .recv(Some(1), &self.ctl, 0..0, TAG_ACK, u64::MAX)
+                            .map_err(e)?;
+                    } else if me == 1 {
+                        self.mq_take(c.window)?;
+                        self.mq_reset_if_full();
+                        self.ni.send(0, &self.ctl, 0..0, TAG_ACK).map_err(e)?;
+                    }
+                }
+            }
+            cmd::PUT | cmd::GET => {
+                if me == 0 {
+                    let key = self.buf.key();
+                    for _ in 0..c.n {
+                        let t = Instant::now();
+                        if c.cmd == cmd::PUT {
+                            ni.put(1, &self.buf, 0..size, key, 0).map_err(e)?;
+                        } else {
+                            ni.get(1, &self.buf, 0..size, key, 0).map_err(e)?;
+                        }
+                        if let Some(v) = iters.as_deref_mut() {
+                            v.push(t.elapsed().as_secs_f64());
+                        }
+                    }
+                }
+            }
+            cmd::PUT_STREAM | cmd::GET_STREAM => {
+                if me == 0 {
+                    let opcode = if c.cmd == cmd::PUT_STREAM {
+                        op::PUT
+                    } else {
+                        op::GET
+                    };
+                    for _ in 0..c.n {
+                        for _ in 0..c.window {
+                            let o = self.raw(opcode, 1, c.size)?;
+                            self.ops.push(o);
+                        }
+                        self.wait_all()?;
+                    }
+                }
+            }
+            cmd::BARRIER | cmd::BCAST | cmd::ALLREDUCE_I64 | cmd::ALLREDUCE_F64 => {
+                let rbuf = self.rbuf.as_ref().ok_or("no collective buffer")?;
+                for _ in 0..c.n {
+                    match c.cmd {
+                        cmd::BARRIER => ni.barrier(),
+                        cmd::BCAST => ni.broadcast::<i64>(0, &self.buf, 0, size),
+                        cmd::ALLREDUCE_I64 => {
+                            ni.allreduce::<i64>(ReduceOp::Sum, &self.buf, 0, rbuf, 0, size)
+                        }
+                        _ => ni.allreduce::<f64>(ReduceOp::Sum, &self.buf, 0, rbuf, 0, size),
+                    }
+                    .map_err(e)?;
+                }
+                // The batch ends when the slowest rank is done.
+                ni.barrier().map_err(e)?;
+            }
+            other => return Err(format!("unknown pattern {other}")),
+        }
+        Ok(())
+    }
+}

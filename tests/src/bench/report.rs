@@ -1,0 +1,397 @@
+//! The OSU-style tables on stdout, the JSON document, and the issue-7 targets.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use super::driver::Point;
+use super::stats::{summarize, to_json, Unit};
+
+/// One measured point of one transport.
+#[derive(Clone, Debug)]
+pub struct Rec {
+    pub mode: String,
+    pub transport: String,
+    pub placement: String,
+    pub point: Point,
+    /// Fraction of all cpus other processes used during the run that measured it.
+    pub foreign: f64,
+}
+
+/// Other processes' share of the cpus above which a point is marked `*`.
+pub const FOREIGN_MARK: f64 = 0.2;
+
+impl Rec {
+    pub fn unit(&self) -> Unit {
+        Unit::of_metric(&self.point.metric)
+    }
+
+    /// Median in display units.
+    pub fn value(&self) -> Option<f64> {
+        let s = summarize(&self.point.batches)?;
+        Some(self.unit().convert(s.median, self.point.bytes))
+    }
+
+    pub fn disturbed(&self, threshold: f64) -> bool {
+        summarize(&self.point.batches).is_some_and(|s| s.spread > threshold)
+    }
+
+    /// A point as `to_json` wrote it.
+    pub fn from_json(v: &Value) -> Option<Rec> {
+        Some(Rec {
+            mode: v["mode"].as_str()?.to_string(),
+            transport: v["transport"].as_str()?.to_string(),
+            placement: v["placement"].as_str()?.to_string(),
+            point: Point::from_json(v)?,
+            foreign: v["foreign_cpu"].as_f64().unwrap_or(0.0),
+        })
+    }
+
+    pub fn to_json(&self, threshold: f64) -> Value {
+        let mut v = self.point.to_json();
+        v["mode"] = json!(self.mode);
+        v["transport"] = json!(self.transport);
+        v["placement"] = json!(self.placement);
+        v["foreign_cpu"] = json!(self.foreign);
+        v["stats"] = summarize(&self.point.batches)
+            .map(|s| to_json(&s, self.unit(), self.point.bytes, threshold))
+            .unwrap_or(Value::Null);
+        v
+    }
+}
+
+pub const TRANSPORTS: &[&str] = &["ni", "tcp", "unix", "mpi"];
+
+fn describe(metric: &str) -> &'static str {
+    match metric {
+        "latency" => "ping-pong, half round trip",
+        "bw" => "streaming, 64 messages in flight, one ack per window",
+        "msgrate" => "P/2 pairs streaming windows of 64, aggregate",
+        "mq-latency" => {
+            "64-byte T3E message-queue ping-pong, half round trip (sockets, MPI: 64-byte ping-pong)"
+        }
+        "mq-rate" => "64-byte T3E messages, 64 in flight (sockets, MPI: 64-byte stream)",
+        "put-latency" => {
+            "one put, wait for completion (sockets: send + 0-byte ack; MPI: Put + Win_flush)"
+        }
+        "put-bw" => "64 puts in flight (sockets: stream; MPI: 64 Puts + Win_flush)",
+        "get-latency" => {
+            "one get, wait for completion (sockets: request + reply; MPI: Get + Win_flush)"
+        }
+        "get-bw" => {
+            "64 gets in flight (sockets: 64 requests, 64 replies; MPI: 64 Gets + Win_flush)"
+        }
+        "barrier" => "barrier",
+        "bcast" => "broadcast from rank 0",
+        "allreduce" => "allreduce, sum",
+        _ => "",
+    }
+}
+
+fn fmt_val(v: f64) -> String {
+    if !v.is_finite() {
+        "-".into()
+    } else if v >= 1000.0 {
+        format!("{v:.0}")
+    } else if v >= 100.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn fmt_size(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{}M", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{}K", b >> 10)
+    } else {
+        b.to_string()
+    }
+}
+
+type Key = (String, String, usize, String); // metric, dtype, placement order, placement
+
+/// Every table, as text: by mode, then metric, then placement in the order given.
+pub fn tables(recs: &[Rec], threshold: f64, placements: &[(String, String)]) -> String {
+    let mut groups: BTreeMap<(usize, Key), Vec<&Rec>> = BTreeMap::new();
+    let place = |p: &str| placements.iter().position(|(n, _)| n == p).unwrap_or(99);
+    let order = |m: &str| {
+        super::spec::MODES
+            .iter()
+            .position(|x| m.starts_with(x))
+            .unwrap_or(99)
+    };
+    for r in recs {
+        let k = (
+            r.point.metric.clone(),
+            r.point.dtype.clone(),
+            place(&r.placement),
+            r.placement.clone(),
+        );
+        groups.entry((order(&r.mode), k)).or_default().push(r);
+    }
+    let mut out = String::new();
+    for ((_, (metric, dtype, _, placement)), rs) in groups {
+        let unit = rs[0].unit();
+        let present: Vec<&str> = TRANSPORTS
+            .iter()
+            .copied()
+            .filter(|t| rs.iter().any(|r| r.transport == *t))
+            .collect();
+        let multi_p = rs.iter().any(|r| r.point.ranks != rs[0].point.ranks);
+        let elems = metric == "allreduce" || metric == "bcast";
+        let _ = writeln!(
+            out,
+            "\n# {metric}{} — {} ({}, {}); median of batch means; '!' = disturbed (IQR/median > {:.0}%), '*' = other processes used > {:.0}% of the cpus",
+            if dtype.is_empty() { String::new() } else { format!(" {dtype}") },
+            describe(&metric),
+            unit.label(),
+            if unit.higher_is_better() { "higher is better" } else { "lower is better" },
+            threshold * 100.0,
+            FOREIGN_MARK * 100.0
+        );
+        let _ = writeln!(
+            out,
+            "# placement {}",
+            placements
+                .iter()
+                .find(|(n, _)| *n == placement)
+                .map(|(_, d)| d.clone())
+                .unwrap_or(placement.clone())
+        );
+        let mut hdr = String::from("#");
+        if multi_p {
+            hdr += &format!("{:>3}", "P");
+        }
+        hdr += &format!("{:>9}", if elems { "elems" } else { "size" });
+        for t in &present {
+            hdr += &format!("{:>12}", t);
+        }
+        for t in present.iter().filter(|t| **t != "ni") {
+            if present.contains(&"ni") {
+                hdr += &format!("{:>9}", format!("ni×{t}"));
+            }
+        }
+        let _ = writeln!(out, "{hdr}");
+        let mut rows: BTreeMap<(u32, u64), BTreeMap<&str, &Rec>> = BTreeMap::new();
+        for r in &rs {
+            rows.entry((r.point.ranks, r.point.size))
+                .or_default()
+                .insert(r.transport.as_str(), r);
+        }
+        for ((p, size), by) in rows {
+            let mut line = String::from(" ");
+            if multi_p {
+                line += &format!("{p:>3}");
+            }
+            line += &format!("{:>9}", fmt_size(size));
+            for t in &present {
+                let cell = match by.get(t) {
+                    Some(r) => match (r.point.error.as_ref(), r.value()) {
+                        (Some(_), _) => "error".to_string(),
+                        (None, Some(v)) => format!(
+                            "{}{}{}",
+                            fmt_val(v),
+                            if r.foreign > FOREIGN_MARK { "*" } else { "" },
+                            if r.disturbed(threshold) { "!" } else { " " }
+                        ),
+                        (None, None) => "-".into(),
+                    },
+                    None => "".into(),
+                };
+                line += &format!("{cell:>12}");
+            }
+            if let Some(ni) = by.get("ni").and_then(|r| r.value()) {
+                for t in present.iter().filter(|t| **t != "ni") {
+                    let cell = by
+                        .get(t)
+                        .and_then(|r| r.value())
+                        .map(|b| format!("{:.2}", unit.advantage(ni, b)))
+                        .unwrap_or_default();
+                    line += &format!("{cell:>9}");
+                }
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n# ni×X: how many times better ni is than X at that point (> 1: ni wins; < 1: X wins)"
+    );
+    out
+}
+
+fn find<'a>(recs: &'a [Rec], t: &str, metric: &str, placement: &str, size: u64) -> Option<&'a Rec> {
+    recs.iter().find(|r| {
+        r.transport == t
+            && r.point.metric == metric
+            && r.placement == placement
+            && r.point.size == size
+            && r.point.ranks == 2
+            && r.point.error.is_none()
+    })
+}
+
+/// The issue-7 targets, judged on the `split` placement (where the baselines get two cores).
+pub fn targets(recs: &[Rec]) -> (String, Value) {
+    let mut out = String::from("\n# targets (issue 7)\n");
+    let mut j = Vec::new();
+    let mut add = |name: &str, ok: Option<bool>, detail: String| {
+        let verdict = match ok {
+            Some(true) => "MET",
+            Some(false) => "MISSED",
+            None => "n/a",
+        };
+        let _ = writeln!(out, "  [{verdict:>6}] {name}: {detail}");
+        j.push(json!({"target": name, "met": ok, "detail": detail}));
+    };
+    let lat = |t: &str| find(recs, t, "latency", "split", 8).and_then(Rec::value);
+    match lat("ni") {
+        Some(ni) => add(
+            "8 B half round trip < 0.93 us (libfabric shm)",
+            Some(ni < 0.93),
+            format!("ni {ni:.3} us = {:.2}x the target", ni / 0.93),
+        ),
+        None => add(
+            "8 B half round trip < 0.93 us (libfabric shm)",
+            None,
+            "not measured".into(),
+        ),
+    }
+    match (lat("ni"), lat("tcp")) {
+        (Some(ni), Some(tcp)) => add(
+            "8 B half round trip >= 5x below TCP",
+            Some(tcp / ni >= 5.0),
+            format!("tcp {tcp:.3} us / ni {ni:.3} us = {:.2}x", tcp / ni),
+        ),
+        _ => add(
+            "8 B half round trip >= 5x below TCP",
+            None,
+            "not measured".into(),
+        ),
+    }
+    let bw = |t: &str| find(recs, t, "bw", "split", 1 << 20).and_then(Rec::value);
+    match (bw("ni"), bw("mpi")) {
+        (Some(ni), Some(m)) => add(
+            "1 MiB streaming >= Open MPI",
+            Some(ni >= m),
+            format!("ni {ni:.0} MB/s vs mpi {m:.0} MB/s = {:.2}x", ni / m),
+        ),
+        (Some(ni), None) => add(
+            "1 MiB streaming >= Open MPI",
+            None,
+            format!("ni {ni:.0} MB/s; Open MPI not measured"),
+        ),
+        _ => add("1 MiB streaming >= Open MPI", None, "not measured".into()),
+    }
+    // The tick cliff, judged on small messages (<= 4 KiB, where a single iteration should
+    // take microseconds): any timed iteration of 4 ms or more, or a batch mean above 1 ms,
+    // anywhere (every placement, every P). Points whose run had other processes using more
+    // than FOREIGN_MARK of the cpus are counted apart: they show the machine, not ni.
+    let small = |r: &&Rec| r.transport == "ni" && r.point.error.is_none() && r.point.bytes <= 4096;
+    let mut worst: Option<(f64, String)> = None;
+    let (mut stalls, mut iters, mut stalls_busy, mut iters_busy) = (0u64, 0u64, 0u64, 0u64);
+    for r in recs.iter().filter(small) {
+        let busy = r.foreign > FOREIGN_MARK;
+        if let (Some(m), false) = (r.point.max_iter, busy) {
+            if worst.as_ref().is_none_or(|(w, _)| m > *w) {
+                worst = Some((
+                    m,
+                    format!("{} {} B, {}", r.point.metric, r.point.size, r.placement),
+                ));
+            }
+        }
+        if let Some(s) = r.point.stalls_1ms {
+            let n = r.point.iters * r.point.batches.len() as u64;
+            if busy {
+                stalls_busy += s;
+                iters_busy += n;
+            } else {
+                stalls += s;
+                iters += n;
+            }
+        }
+    }
+    let small_bad: Vec<String> = recs
+        .iter()
+        .filter(small)
+        .filter(|r| r.unit() == Unit::Micros && r.value().is_some_and(|v| v > 1000.0))
+        .map(|r| {
+            format!(
+                "{} {} B P={} {}",
+                r.point.metric, r.point.size, r.point.ranks, r.placement
+            )
+        })
+        .collect();
+    let detail = |w: Option<&(f64, String)>| {
+        format!(
+            "small messages (<= 4 KiB): slowest single ni iteration {}; {stalls} of {iters} timed iterations over 1 ms (plus {stalls_busy} of {iters_busy} in runs where other processes took > {:.0}% of the cpus); batch means over 1 ms: {}",
+            w.map(|(w, at)| format!("{:.0} us ({at})", w * 1e6))
+                .unwrap_or_else(|| "- (every run was busy)".into()),
+            FOREIGN_MARK * 100.0,
+            if small_bad.is_empty() { "none".to_string() } else { small_bad.join(", ") }
+        )
+    };
+    if iters + iters_busy == 0 && small_bad.is_empty() {
+        add(
+            "never the 4 ms scheduler-tick cliff",
+            None,
+            "not measured".into(),
+        );
+    } else {
+        let ok = worst.as_ref().is_none_or(|(w, _)| *w < 4e-3) && small_bad.is_empty();
+        add(
+            "never the 4 ms scheduler-tick cliff",
+            Some(ok),
+            detail(worst.as_ref()),
+        );
+    }
+    (out, Value::Array(j))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(t: &str, metric: &str, size: u64, secs: f64) -> Rec {
+        Rec {
+            mode: metric.into(),
+            transport: t.into(),
+            placement: "split".into(),
+            point: Point {
+                metric: metric.into(),
+                size,
+                bytes: size,
+                ranks: 2,
+                iters: 10,
+                batches: vec![secs; 3],
+                max_iter: Some(secs * 2.0),
+                stalls_1ms: Some(0),
+                ..Default::default()
+            },
+            foreign: 0.0,
+        }
+    }
+
+    #[test]
+    fn table_and_targets() {
+        let recs = vec![
+            rec("ni", "latency", 8, 0.5e-6),
+            rec("tcp", "latency", 8, 10e-6),
+            rec("ni", "bw", 1 << 20, 50e-6),
+            rec("mpi", "bw", 1 << 20, 25e-6),
+        ];
+        let t = tables(&recs, 0.25, &[]);
+        assert!(t.contains("ni×tcp"), "{t}");
+        assert!(t.contains("20.00"), "{t}");
+        let (txt, j) = targets(&recs);
+        assert_eq!(j[0]["met"], true, "{txt}");
+        assert_eq!(j[1]["met"], true, "{txt}");
+        assert_eq!(j[2]["met"], false, "{txt}");
+        assert_eq!(j[3]["met"], true, "{txt}");
+    }
+}
