@@ -806,17 +806,7 @@ impl Ni {
         key: u32,
         offset: u64,
     ) -> Result<()> {
-        let (addr, len) = Self::range_req(local, &range)?;
-        let o = self.start(Request {
-            opcode: op::PUT,
-            rank: dest,
-            addr,
-            len,
-            key,
-            tag: offset,
-            ..Default::default()
-        })?;
-        self.wait(o).map(|_| ())
+        self.one_sided(op::PUT, dest, local, range, key, offset)
     }
 
     /// MLINK READ: `dest`'s region `key` at `offset` into `local[range]`.
@@ -828,9 +818,22 @@ impl Ni {
         key: u32,
         offset: u64,
     ) -> Result<()> {
+        self.one_sided(op::GET, dest, local, range, key, offset)
+    }
+
+    /// A blocking MLINK WRITE or READ: the target checks `key` and the bounds.
+    fn one_sided(
+        &self,
+        opcode: u8,
+        dest: u32,
+        local: &Region,
+        range: Range<usize>,
+        key: u32,
+        offset: u64,
+    ) -> Result<()> {
         let (addr, len) = Self::range_req(local, &range)?;
         let o = self.start(Request {
-            opcode: op::GET,
+            opcode,
             rank: dest,
             addr,
             len,
