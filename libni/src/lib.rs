@@ -203,6 +203,8 @@ pub struct Ni {
     size: u32,
     node: u32,
     backoff: Backoff,
+    /// Whether yielding still pays, or a CPU-bound thread holds the core (then block).
+    contention: Mutex<ni_abi::fastpath::Contention>,
 }
 
 /// How a waiting libni gives the CPU away after its short spin, before it blocks on the
@@ -485,6 +487,7 @@ impl Ni {
             size,
             node,
             backoff: Backoff::from_env(backoff),
+            contention: Mutex::new(Default::default()),
         };
         // The first request sets up the completion ring; its completion lands in it.
         let (cq_iova, am_iova) = {
@@ -707,7 +710,12 @@ impl Ni {
                     return Ok(Some(Err(Error::Timeout(limit))));
                 }
             }
-            if idle > SPIN + YIELD {
+            let contended = self
+                .contention
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .blocking();
+            if idle > SPIN + YIELD || contended {
                 // Ask for an interrupt, then look once more before sleeping.
                 i.sram_u32(ctrl::CQ_ARM).store(1, Ordering::Release);
                 fence(Ordering::SeqCst);
@@ -716,7 +724,14 @@ impl Ni {
                 }
             } else {
                 drop(i);
-                pause(idle, self.backoff);
+                if idle >= SPIN && self.backoff == Backoff::Yield {
+                    self.contention
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .yield_now();
+                } else {
+                    pause(idle, self.backoff);
+                }
                 return Ok(None);
             }
         }

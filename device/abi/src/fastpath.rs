@@ -462,3 +462,46 @@ pub mod regs {
     pub const RANK: u64 = 0x018;
     pub const SIZE: u64 = 0x01C;
 }
+
+/// Telling a free core from one taken by a CPU-bound thread, for the waits on both sides of the
+/// fast path. `sched_yield` to a busy core returns only after the other thread's whole time
+/// slice (milliseconds); after `LATE_YIELDS` such yields in a row, a waiter blocks instead of
+/// yielding for `BLOCK_FOR`, then tries yielding again.
+#[derive(Debug, Default)]
+pub struct Contention {
+    late: u32,
+    block_until: Option<std::time::Instant>,
+}
+
+impl Contention {
+    pub const LATE: std::time::Duration = std::time::Duration::from_micros(500);
+    pub const LATE_YIELDS: u32 = 2;
+    pub const BLOCK_FOR: std::time::Duration = std::time::Duration::from_millis(100);
+
+    /// `sched_yield`, noting whether the core was taken.
+    pub fn yield_now(&mut self) {
+        let t = std::time::Instant::now();
+        std::thread::yield_now();
+        if t.elapsed() > Self::LATE {
+            self.late += 1;
+            if self.late >= Self::LATE_YIELDS {
+                self.block_until = Some(std::time::Instant::now() + Self::BLOCK_FOR);
+                self.late = 0;
+            }
+        } else {
+            self.late = 0;
+        }
+    }
+
+    /// Whether a waiter should block now rather than yield.
+    pub fn blocking(&mut self) -> bool {
+        match self.block_until {
+            Some(until) if std::time::Instant::now() < until => true,
+            Some(_) => {
+                self.block_until = None;
+                false
+            }
+            None => false,
+        }
+    }
+}

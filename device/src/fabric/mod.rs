@@ -129,6 +129,7 @@ impl Fabric {
     /// The poller: runs forever.
     pub fn run(self: Arc<Self>) {
         let mut last_work = Instant::now();
+        let mut contention = ni_abi::fastpath::Contention::default();
         loop {
             if self.lock().poll_once() {
                 last_work = Instant::now();
@@ -139,8 +140,10 @@ impl Fabric {
                 std::hint::spin_loop();
                 continue;
             }
-            if idle < SPIN + YIELD {
-                std::thread::yield_now();
+            // Yield while that is cheap; when a CPU-bound thread holds the core each yield
+            // costs its whole slice, so sleep until a doorbell instead.
+            if idle < SPIN + YIELD && !contention.blocking() {
+                contention.yield_now();
                 continue;
             }
             // Announce the sleep, then look once more: a client that published a request
