@@ -562,9 +562,14 @@ impl Ni {
             key,
             ni: Arc::downgrade(&self.inner),
         };
-        let o = self.start(r)?;
-        self.wait(o)?;
+        self.request(r)?;
         Ok(region)
+    }
+
+    /// Publish a request and wait for it to finish.
+    fn request(&self, r: Request) -> Result<Done> {
+        let o = self.start(r)?;
+        self.wait(o)
     }
 
     /// Publish a request, waiting for ring space.
@@ -739,10 +744,6 @@ impl Ni {
         Ok(None)
     }
 
-    fn wait_and_check(&self, op: Op) -> Result<Done> {
-        self.wait(op)
-    }
-
     fn range_req(region: &Region, range: &Range<usize>) -> Result<(u64, u64)> {
         if range.start > range.end || range.end > region.len() {
             return Err(Error::BadArgument(format!(
@@ -772,7 +773,7 @@ impl Ni {
 
     pub fn send(&self, dest: u32, buf: &Region, range: Range<usize>, tag: u64) -> Result<()> {
         let o = self.isend(dest, buf, range, tag)?;
-        self.wait_and_check(o).map(|_| ())
+        self.wait(o).map(|_| ())
     }
 
     /// Start a receive into `buf[range]` of a message from `src` (or any source) whose tag
@@ -847,7 +848,7 @@ impl Ni {
         offset: u64,
     ) -> Result<()> {
         let (addr, len) = Self::range_req(local, &range)?;
-        let o = self.start(Request {
+        self.request(Request {
             opcode,
             rank: dest,
             addr,
@@ -855,28 +856,28 @@ impl Ni {
             key,
             tag: offset,
             ..Default::default()
-        })?;
-        self.wait(o).map(|_| ())
+        })
+        .map(|_| ())
     }
 
     /// MLINK NOOP: is `dest`'s NI up? `Err(Failed { status: PeerDown, .. })` if not.
     pub fn ping(&self, dest: u32) -> Result<()> {
-        let o = self.start(Request {
+        self.request(Request {
             opcode: op::NOOP,
             rank: dest,
             ..Default::default()
-        })?;
-        self.wait(o).map(|_| ())
+        })
+        .map(|_| ())
     }
 
     /// MLINK RESET of a remote NI: reserved for the administrator (`ni-ctl`); always refused.
     pub fn reset_remote(&self, dest: u32) -> Result<()> {
-        let o = self.start(Request {
+        self.request(Request {
             opcode: op::RESET,
             rank: dest,
             ..Default::default()
-        })?;
-        self.wait(o).map(|_| ())
+        })
+        .map(|_| ())
     }
 
     /// Run `f(source rank, payload)` for every active message sent to `handler`, from
@@ -1148,7 +1149,7 @@ impl Ni {
     ) -> Result<()> {
         let s = Self::span::<T>(send, send_off, count)?;
         let r = Self::span::<T>(recv, recv_off, count)?;
-        let o = self.start(coll_request(
+        self.request(coll_request(
             ni_abi::fastpath::coll::REDUCE,
             T::DTYPE,
             op,
@@ -1156,8 +1157,8 @@ impl Ni {
             s,
             r,
             count,
-        ))?;
-        self.wait(o).map(|_| ())
+        ))
+        .map(|_| ())
     }
 
     /// Every member gets the reduction of all members' `send` in its `recv` (may be the same
@@ -1217,8 +1218,8 @@ impl Ni {
         } else {
             ni_abi::fastpath::coll::EXSCAN
         };
-        let o = self.start(coll_request(kind, T::DTYPE, op, 0, s, r, count))?;
-        self.wait(o).map(|_| ())
+        self.request(coll_request(kind, T::DTYPE, op, 0, s, r, count))
+            .map(|_| ())
     }
 
     /// Every member's `recv` gets all members' `count` elements, in rank order.
@@ -1232,7 +1233,7 @@ impl Ni {
     ) -> Result<()> {
         let s = Self::span::<T>(send, send_off, count)?;
         let r = Self::span::<T>(recv, recv_off, count * self.size as usize)?;
-        let o = self.start(coll_request(
+        self.request(coll_request(
             ni_abi::fastpath::coll::ALLGATHER,
             T::DTYPE,
             ReduceOp::Sum,
@@ -1240,8 +1241,8 @@ impl Ni {
             s,
             r,
             count,
-        ))?;
-        self.wait(o).map(|_| ())
+        ))
+        .map(|_| ())
     }
 
     /// Start a collective on raw addresses (the C ABI and tests use it).
@@ -1344,22 +1345,22 @@ impl Ni {
 
     /// CM-5 synchronous global: a barrier that returns the OR of every member's bit.
     pub fn sync_global(&self, bit: bool) -> Result<bool> {
-        let o = self.start(Request {
+        self.request(Request {
             opcode: op::SYNC_GLOBAL,
             tag: bit as u64,
             ..Default::default()
-        })?;
-        self.wait(o).map(|d| d.tag & 1 != 0)
+        })
+        .map(|d| d.tag & 1 != 0)
     }
 
     /// CM-5 asynchronous global: set this member's bit; `global_rec` follows the OR.
     pub fn set_async_global(&self, bit: bool) -> Result<()> {
-        let o = self.start(Request {
+        self.request(Request {
             opcode: op::ASYNC_GLOBAL,
             tag: bit as u64,
             ..Default::default()
-        })?;
-        self.wait(o).map(|_| ())
+        })
+        .map(|_| ())
     }
 
     /// How often the asynchronous global OR rose from 0 to 1 while `GLOBAL_REC_IE` was set
@@ -1379,21 +1380,21 @@ impl Ni {
 
     /// Set the control-network participation (abstain) flags: `participation::*`.
     pub fn set_participation(&self, flags: u32) -> Result<()> {
-        let o = self.start(Request {
+        self.request(Request {
             opcode: op::COM_CONTROL,
             access: flags,
             ..Default::default()
-        })?;
-        self.wait(o).map(|_| ())
+        })
+        .map(|_| ())
     }
 
     /// Combine flush: every member calls it; clears a collision.
     pub fn combine_flush(&self) -> Result<()> {
-        let o = self.start(Request {
+        self.request(Request {
             opcode: op::COM_FLUSH,
             ..Default::default()
-        })?;
-        self.wait(o).map(|_| ())
+        })
+        .map(|_| ())
     }
 }
 
