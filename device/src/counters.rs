@@ -84,6 +84,15 @@ counters! {
     collectives,
     collective_bytes,
     sync_globals,
+    /// The direct path (partition window), as the client reports it in its window line:
+    /// messages and bytes it sent there, collectives it did there, ring words from peers it
+    /// refused as malformed.
+    window_sends,
+    window_bytes,
+    window_collectives,
+    window_ring_errors,
+    /// WAKE requests this NI sent for window peers that were blocked.
+    wakes,
     completions,
     /// Completions held back because the client's ring was full (none is dropped).
     cq_full_waits,

@@ -35,6 +35,8 @@ pub struct ConfigFile {
     /// (X fastest); nodes past the NIs are spares that `ni-ctl map-out node` moves logical
     /// PEs to. Default: the smallest torus that holds the NIs.
     pub torus: Option<String>,
+    /// Whether partitions get a window for the direct path (default true).
+    pub direct: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +122,7 @@ impl Daemon {
         partitions: &[PartitionConfig],
         collective_timeout: std::time::Duration,
         torus: Option<&str>,
+        direct: bool,
     ) -> Result<Arc<Daemon>> {
         if nodes == 0 || nodes > MAX_NODES {
             bail!("--nodes must be between 1 and {MAX_NODES}, not {nodes}");
@@ -154,6 +157,7 @@ impl Daemon {
             slots.push(Arc::new(Slot {
                 ni: Mutex::new(ni),
                 attachment: Mutex::new(Attachment::default()),
+                window: Mutex::new(None),
             }));
             // The NI sockets are for the same user's QEMU and processes.
             listeners.push(bind_fresh(&socket_path(&run_dir, i), 0o600)?);
@@ -166,6 +170,7 @@ impl Daemon {
             collective_timeout,
             torus,
         ));
+        fabric.set_direct(direct);
         let daemon = Arc::new(Daemon {
             run_dir,
             slots,

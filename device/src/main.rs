@@ -32,6 +32,20 @@ struct Args {
     /// NIs].
     #[arg(long, value_name = "XxYxZ")]
     torus: Option<String>,
+    /// The direct path: each partition of up to 16 NIs gets a window of shared memory
+    /// (BAR4) where its members exchange small messages and collectives without the
+    /// daemon's poller; `off` sends everything through the fabric [default: on, or the
+    /// config file's `direct`].
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    direct: Option<bool>,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
 }
 
 fn default_run_dir() -> PathBuf {
@@ -76,7 +90,15 @@ fn main() -> Result<()> {
         .map(std::time::Duration::from_secs_f64)
         .unwrap_or(ni_device::fabric::collective::DEFAULT_TIMEOUT);
     let torus = args.torus.or(file.torus);
-    let daemon = Daemon::start(&run_dir, nodes, &file.partition, timeout, torus.as_deref())?;
+    let direct = args.direct.or(file.direct).unwrap_or(true);
+    let daemon = Daemon::start(
+        &run_dir,
+        nodes,
+        &file.partition,
+        timeout,
+        torus.as_deref(),
+        direct,
+    )?;
     let sig = signals.wait().context("waiting for a signal")?;
     tracing::info!("{sig:?}: shutting down");
     daemon.cleanup();

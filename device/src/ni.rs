@@ -73,6 +73,8 @@ pub struct Ni {
     /// Bumped on every reset and detach, so the fabric's poller drops this NI's fast-path
     /// state (and fails what peers had pending with it) without taking this NI's lock first.
     pub generation: Arc<AtomicU64>,
+    /// The partition window this session's client was handed (BAR4's upper half).
+    pub window: Option<Arc<crate::fabric::window::Window>>,
 }
 
 pub fn read_dma(dma: &RwLock<DmaSpace>) -> std::sync::RwLockReadGuard<'_, DmaSpace> {
@@ -113,6 +115,7 @@ impl Ni {
             size: 0,
             doorbell,
             generation: Arc::new(AtomicU64::new(0)),
+            window: None,
         })
     }
 
@@ -229,6 +232,20 @@ impl Ni {
                 }
                 Ok(())
             }
+            pci::BAR4_REGION if offset >= ni_abi::window::WINDOW_OFFSET => {
+                // A client that reads the window through the socket instead of mapping it.
+                let ok = match &self.window {
+                    Some(w) => w.read(offset - ni_abi::window::WINDOW_OFFSET, data),
+                    None => {
+                        data.fill(0);
+                        true
+                    }
+                };
+                if !ok {
+                    self.counters.bad_accesses += 1;
+                }
+                Ok(())
+            }
             pci::BAR4_REGION => {
                 if self.msix.read(offset, data).is_none() {
                     self.counters.bad_accesses += 1;
@@ -284,6 +301,16 @@ impl Ni {
                 let counters = &mut self.counters;
                 if self.cm5.write(offset, data, counters) {
                     self.update_interrupts();
+                }
+                Ok(())
+            }
+            pci::BAR4_REGION if offset >= ni_abi::window::WINDOW_OFFSET => {
+                let ok = match &self.window {
+                    Some(w) => w.write(offset - ni_abi::window::WINDOW_OFFSET, data),
+                    None => false,
+                };
+                if !ok {
+                    self.counters.bad_accesses += 1;
                 }
                 Ok(())
             }

@@ -23,6 +23,7 @@ use vfio_user::{
     DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
 };
 
+use crate::fabric::window::Window;
 use crate::ni::{region_size, Ni};
 
 /// Lock an NI, recovering it if a panicking session poisoned the lock: the NI's state is
@@ -41,6 +42,9 @@ pub struct Attachment {
 pub struct Slot {
     pub ni: Mutex<Ni>,
     pub attachment: Mutex<Attachment>,
+    /// The window of the NI's partition, as the fabric last set it; a session binds the
+    /// one current when its client connects.
+    pub window: Mutex<Option<Arc<Window>>>,
 }
 
 struct Backend<'a> {
@@ -142,7 +146,7 @@ impl ServerBackend for Backend<'_> {
     }
 }
 
-fn regions(sram_fd: i32) -> Vec<ServerRegion> {
+fn regions(sram_fd: i32, window_fd: Option<i32>) -> Vec<ServerRegion> {
     (0..pci::NUM_REGIONS)
         .map(|index| {
             let size = region_size(index);
@@ -161,6 +165,16 @@ fn regions(sram_fd: i32) -> Vec<ServerRegion> {
                     },
                 });
                 mmap_fd = Some(sram_fd);
+            }
+            if let (pci::BAR4_REGION, Some(fd)) = (index, window_fd) {
+                flags |= VFIO_REGION_INFO_FLAG_MMAP;
+                sparse_areas.push(SparseArea {
+                    area: vfio_region_sparse_mmap_area {
+                        offset: ni_abi::window::WINDOW_OFFSET,
+                        size: ni_abi::window::WINDOW_SIZE,
+                    },
+                });
+                mmap_fd = Some(fd);
             }
             ServerRegion {
                 region_info: vfio_region_info {
@@ -215,8 +229,13 @@ fn irqs() -> Vec<IrqInfo> {
 pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
     let index = lock(&slot.ni).index;
     loop {
-        // A fresh Server per session so each client is handed the current SRAM memfd.
-        let sram_fd = lock(&slot.ni).sram.fd();
+        // The crate accepts inside run(): wait for a pending connection first so the
+        // attachment is visible from the moment the client connects.
+        if let Err(e) = wait_readable(&listener) {
+            tracing::error!(ni = index, "waiting for a client: {e}");
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            continue;
+        }
         let fd: OwnedFd = match listener.try_clone() {
             Ok(l) => l.into(),
             Err(e) => {
@@ -225,20 +244,30 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
                 continue;
             }
         };
-        let server = Server::from_owned_fd(fd, true, irqs(), regions(sram_fd));
-        // The crate accepts inside run(): wait for a pending connection first so the
-        // attachment is visible from the moment the client connects.
-        if let Err(e) = wait_readable(&listener) {
-            tracing::error!(ni = index, "waiting for a client: {e}");
-            std::thread::sleep(std::time::Duration::from_secs(1));
-            continue;
-        }
+        // Attached first, then the window read: a partition created from now on sees this
+        // NI attached and gets no window (`State::sync_windows`), so the window this session
+        // binds is the one its partition keeps.
+        *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment {
+            attached: true,
+            client_pid: None,
+        };
+        let window = slot
+            .window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        // A fresh Server per session so each client is handed the current SRAM memfd and
+        // its partition's window.
+        let sram_fd = lock(&slot.ni).sram.fd();
+        let server = Server::from_owned_fd(
+            fd,
+            true,
+            irqs(),
+            regions(sram_fd, window.as_ref().map(|w| w.fd())),
+        );
         {
-            *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment {
-                attached: true,
-                client_pid: None,
-            };
             let mut ni = lock(&slot.ni);
+            ni.window = window;
             ni.counters.attaches += 1;
             // The fabric publishes the fast path's control page for the new client.
             ni.attached();
@@ -258,6 +287,7 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
         }
         *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
         let mut ni = lock(&slot.ni);
+        ni.window = None;
         if let Err(e) = ni.detach() {
             tracing::error!(ni = index, "reset after detach failed: {e}");
         }

@@ -20,8 +20,21 @@ fn enumerates_regions_and_irqs() {
         .collect();
     assert_eq!(
         sizes,
-        vec![16 << 20, 0, 1 << 20, 0, 0x1000, 0, 0, 0x1000, 0]
+        vec![16 << 20, 0, 1 << 20, 0, 32 << 20, 0, 0, 0x1000, 0]
     );
+    // BAR4's upper half is the partition window, an fd-backed mmap area (the daemon's one
+    // NI forms a partition of one, created before anyone attached).
+    let bar4 = c.region(4).unwrap();
+    assert_ne!(bar4.flags & VFIO_REGION_INFO_FLAG_MMAP, 0);
+    assert_eq!(bar4.sparse_areas.len(), 1);
+    assert_eq!(bar4.sparse_areas[0].offset, 16 << 20);
+    assert_eq!(bar4.sparse_areas[0].size, 16 << 20);
+    assert!(bar4.file_offset.is_some(), "the window is offered as an fd");
+    // Read through the socket (memory decode on), its header says what it is.
+    cfg_write16(&mut c, 4, 0x2);
+    let mut magic = [0u8; 4];
+    c.region_read(4, 16 << 20, &mut magic).unwrap();
+    assert_eq!(u32::from_le_bytes(magic), ni_abi::window::hdr::MAGIC_VALUE);
     let bar0 = c.region(0).unwrap();
     assert_ne!(bar0.flags & VFIO_REGION_INFO_FLAG_MMAP, 0);
     assert_eq!(bar0.sparse_areas.len(), 1);

@@ -31,6 +31,9 @@ pub mod ctrl {
     /// peer that already left still counts). `Ni::attach` waits for it to reach SIZE, as
     /// MPI_Init waits for every rank.
     pub const PEERS_UP: u64 = 0x01C;
+    /// Device writes: the serial of the partition window (`crate::window`) this client
+    /// must find mapped in BAR4 to take the direct path; 0: the fabric path only.
+    pub const WINDOW: u64 = 0x020;
     /// Client writes: requests published (free-running count).
     pub const SQ_TAIL: u64 = 0x040;
     /// Device writes: requests consumed (free-running count).
@@ -85,6 +88,9 @@ pub mod op {
     pub const NOOP: u8 = 0x23;
     /// MLINK RESET: administrator only; always refused from a client.
     pub const RESET: u8 = 0x24;
+    /// Send the target's completion interrupt (vector `CQ`) now: a writer of the partition
+    /// window found the target blocked (`window::SLEEPING`). Completes at once.
+    pub const WAKE: u8 = 0x25;
     /// T3E SEND of one 64-byte message into a remote message queue.
     pub const MQ_SEND: u8 = 0x30;
     /// CM-5 combine (scan, reduce, network-done) of 1-5 words at `addr`; the result is

@@ -9,4 +9,6 @@ pub mod control;
 pub mod fastpath;
 pub mod lanai;
 pub mod pci;
+pub mod reduce;
 pub mod regs;
+pub mod window;

@@ -19,7 +19,8 @@ pub const CONFIG_REGION: u32 = 7;
 pub const NUM_REGIONS: u32 = 9;
 
 /// BAR4: the MSI-X table and pending-bit array.
-pub const BAR4_SIZE: u64 = 0x1000;
+/// MSI-X below 16 MiB, the partition window (`crate::window`) above.
+pub const BAR4_SIZE: u64 = 32 << 20;
 pub const MSIX_TABLE_OFFSET: u64 = 0;
 pub const MSIX_PBA_OFFSET: u64 = 0x800;
 pub const MSIX_ENTRY_SIZE: u64 = 16;

@@ -95,6 +95,7 @@ impl State {
             self.cancel_involving(x as usize, Status::Cancelled);
         }
         self.partitions = next;
+        self.sync_windows();
         for &x in affected {
             let n = &mut self.nodes[x as usize];
             // Its client must attach again (its ranks are void): until its driver sets up a

@@ -14,6 +14,7 @@ pub mod ops;
 pub mod partition;
 pub mod port;
 pub mod topology;
+pub mod window;
 
 use std::collections::HashMap;
 use std::sync::atomic::{fence, Ordering};
@@ -89,6 +90,11 @@ pub struct State {
     /// Hops of the route from one logical PE to another (`None`: no route avoids what is
     /// mapped out). Filled as pairs first talk, emptied whenever the torus changes.
     routes: HashMap<(u32, u32), Option<u32>>,
+    /// Partition windows by partition name (`window.rs`); none when `direct` is off, for a
+    /// partition larger than `window::MAX_RANKS`, or one created while a member was attached.
+    windows: HashMap<String, Arc<window::Window>>,
+    /// Whether partitions get windows (`ni-device --direct off` turns the direct path off).
+    pub direct: bool,
 }
 
 impl Fabric {
@@ -117,6 +123,8 @@ impl Fabric {
                 torus_initial: torus.clone(),
                 torus,
                 routes: HashMap::new(),
+                windows: HashMap::new(),
+                direct: false,
             }),
             doorbell,
         }
@@ -163,10 +171,24 @@ impl Fabric {
     }
 
     pub fn counters(&self, node: u32) -> Option<FabricCounters> {
-        self.lock()
-            .nodes
-            .get(node as usize)
-            .map(|n| n.counters.clone())
+        let s = self.lock();
+        let mut c = s.nodes.get(node as usize)?.counters.clone();
+        // What the client did on the direct path it counts itself, in the window.
+        if let Some((w, rank)) = s.window_of(node as usize) {
+            let ws = w.stats(rank);
+            c.window_sends = ws.sends;
+            c.window_bytes = ws.bytes;
+            c.window_collectives = ws.collectives;
+            c.window_ring_errors = ws.ring_errors;
+        }
+        Some(c)
+    }
+
+    /// Turn partition windows on or off (before any client attaches).
+    pub fn set_direct(&self, on: bool) {
+        let mut s = self.lock();
+        s.direct = on;
+        s.sync_windows();
     }
 
     /// Signed values that go up and down: the CM-5 `dr_message_count`.
@@ -271,7 +293,9 @@ impl State {
             .of(i as u32)
             .map(|(p, _)| p.id)
             .unwrap_or(u32::MAX);
+        let window = self.bound_window(i).map(|(w, _)| w.serial).unwrap_or(0);
         if let Some(sram) = self.nodes[i].sram.clone() {
+            sram.store_u32(ctrl::WINDOW, window);
             sram.store_u32(ctrl::NODE, i as u32);
             sram.store_u32(ctrl::RANK, rank);
             sram.store_u32(ctrl::SIZE, size);
@@ -282,6 +306,93 @@ impl State {
         let mut ni = lock(&self.slots[i].ni);
         ni.rank = rank;
         ni.size = size;
+    }
+
+    /// Give each partition its window and each NI's slot the window of its partition.
+    /// A partition keeps its window for its whole life. One created while a member had a
+    /// client attached gets none: that client's session is bound to what its NI had before,
+    /// and all members must share one window or none (they would not find each other's
+    /// messages otherwise).
+    pub(super) fn sync_windows(&mut self) {
+        let parts: Vec<(String, Vec<u32>)> = self
+            .partitions
+            .list()
+            .map(|p| (p.name.clone(), p.nodes.clone()))
+            .collect();
+        self.windows
+            .retain(|name, w| parts.iter().any(|(n, m)| n == name && *m == w.members));
+        let timeout_ms = self.collective_timeout.as_millis().min(u32::MAX as u128) as u32;
+        for (name, members) in &parts {
+            if !self.direct
+                || self.windows.contains_key(name)
+                || members.len() > ni_abi::window::MAX_RANKS as usize
+            {
+                continue;
+            }
+            let attached = members.iter().any(|&n| {
+                self.slots[n as usize]
+                    .attachment
+                    .lock()
+                    .map(|a| a.attached)
+                    .unwrap_or(true)
+            });
+            if attached {
+                tracing::info!(
+                    partition = %name,
+                    "partition created with a member attached: fabric path only"
+                );
+                continue;
+            }
+            match window::Window::new(members.clone(), timeout_ms) {
+                Ok(w) => {
+                    self.windows.insert(name.clone(), Arc::new(w));
+                }
+                Err(e) => tracing::error!(partition = %name, "no window: {e}"),
+            }
+        }
+        for (i, slot) in self.slots.iter().enumerate() {
+            let w = self
+                .partitions
+                .of(i as u32)
+                .and_then(|(p, _)| self.windows.get(&p.name).cloned());
+            *slot.window.lock().unwrap_or_else(|e| e.into_inner()) = w;
+        }
+    }
+
+    /// The window of NI `i`'s partition and its rank there.
+    pub(super) fn window_of(&self, i: usize) -> Option<(Arc<window::Window>, u32)> {
+        let (p, _) = self.partitions.of(i as u32)?;
+        let w = self.windows.get(&p.name)?.clone();
+        let rank = w.rank_of(i as u32)?;
+        Some((w, rank))
+    }
+
+    /// NI `i`'s partition window, if its client's session has it mapped.
+    pub(super) fn bound_window(&self, i: usize) -> Option<(Arc<window::Window>, u32)> {
+        let (w, rank) = self.window_of(i)?;
+        let bound = lock(&self.slots[i].ni).window.as_ref().map(|b| b.serial);
+        (bound == Some(w.serial)).then_some((w, rank))
+    }
+
+    /// NI `i`'s client came up (`up`) or went away: publish it in its partition window and
+    /// interrupt every live member, so blocked waiters look.
+    pub(super) fn window_member(&mut self, i: usize, up: bool) {
+        let Some((w, rank)) = self.window_of(i) else {
+            return;
+        };
+        if up {
+            if self.bound_window(i).is_none() {
+                return;
+            }
+            w.member_up(rank);
+        } else {
+            w.member_down(rank);
+        }
+        for &m in &w.members {
+            if self.nodes[m as usize].live {
+                lock(&self.slots[m as usize].ni).deliver(vector::CQ);
+            }
+        }
     }
 
     /// Tell every live NI how many members of its partition have been ready (a client with a

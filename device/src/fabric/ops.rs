@@ -44,6 +44,7 @@ impl State {
             // MLINK RESET of a remote NI is the administrator's (the control socket's
             // reset_node); a client never gets it.
             op::RESET => Err(Status::Permission),
+            op::WAKE => self.wake(a, &r),
             op::MQ_SEND => self.mq_send(a, &r),
             op::COMBINE => self.join(a, Kind::Combine, &r),
             op::COLLECTIVE => self.join(a, Kind::Vector, &r),
@@ -195,6 +196,17 @@ impl State {
             sram.store_u32(ni_abi::fastpath::ctrl::CQ_HEAD, 0);
         }
         self.publish_peers_up();
+        self.window_member(a, true);
+        Ok(done(r))
+    }
+
+    /// WAKE: a window peer found `r.rank` blocked; interrupt it.
+    fn wake(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let b = self.peer(a, r.rank)?;
+        self.nodes[a].counters.wakes += 1;
+        if self.nodes[b].live {
+            crate::server::lock(&self.slots[b].ni).deliver(ni_abi::pci::vector::CQ);
+        }
         Ok(done(r))
     }
 
@@ -578,6 +590,9 @@ impl State {
     /// NI `x` lost its client or was reset: fail what others were waiting on it for, drop
     /// what it had sent that nobody took yet, and forget its state.
     pub(super) fn node_down(&mut self, x: usize) {
+        if self.nodes[x].ready {
+            self.window_member(x, false);
+        }
         if self.nodes[x].live {
             // Collectives need every member: fail what the partition had pending.
             self.reset_partition_colls(x, Status::PeerDown);

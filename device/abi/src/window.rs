@@ -1,0 +1,228 @@
+//! The partition window: memory shared by the NIs of one partition, the medium of the
+//! direct path (`device/abi/fastpath.md`, "The partition window").
+//!
+//! Every member maps the same pages (BAR4 from [`WINDOW_OFFSET`], a vfio-user sparse mmap
+//! area), so a message to a peer on the same daemon is two stores and a load away, with no
+//! device thread between sender and receiver: the receiver's NI *is* the ring the sender
+//! writes. Small tagged messages travel whole in per-pair rings (64-byte slots, the T3E
+//! message size); larger ones send a header there and their payload through the fabric
+//! (one copy, rendezvous); vector collectives of up to [`COLL_MAX`] bytes combine in
+//! per-rank slots that every member reads in rank order.
+//!
+//! Writers: the device writes the header and `STATE`; each rank writes only its own lines
+//! (`SLEEPING`, `STATS`, its collective slots, the `TAIL` of rings it sends on and the
+//! `HEAD` of rings it receives on). Everything is little-endian. Readers never trust a
+//! peer's words for an index or a length beyond what they check here.
+
+/// Where the window starts in BAR4 (after the MSI-X table and PBA).
+pub const WINDOW_OFFSET: u64 = 16 << 20;
+pub const WINDOW_SIZE: u64 = 16 << 20;
+/// Partitions of more NIs than this use the fabric path only.
+pub const MAX_RANKS: u32 = 16;
+
+/// Header words (device-written, u32).
+pub mod hdr {
+    pub const MAGIC: u64 = 0x00;
+    pub const MAGIC_VALUE: u32 = 0x4E57_494E; // "NIWN"
+    pub const VERSION: u64 = 0x04;
+    pub const VERSION_VALUE: u32 = 1;
+    /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
+    /// client must find mapped.
+    pub const SERIAL: u64 = 0x08;
+    /// Members (partition size).
+    pub const SIZE: u64 = 0x0C;
+    /// Bumped whenever a member's `STATE` changes: one load tells a waiter to look.
+    pub const GEN: u64 = 0x10;
+    /// The daemon's collective timeout, in milliseconds.
+    pub const COLL_TIMEOUT_MS: u64 = 0x14;
+}
+
+/// Per-rank lines, `+ rank * LINE`.
+pub const LINE: u64 = 64;
+/// Device-written: [`state`] of the rank's NI.
+pub const STATE: u64 = 0x1000;
+/// Rank-written: 1 while the rank blocks on its completion interrupt, so a writer that
+/// finds it set asks the device to `WAKE` it.
+pub const SLEEPING: u64 = 0x2000;
+/// Rank-written counters (u64): messages and bytes sent on the direct path, collectives
+/// done in the window, ring words from this rank's peers it refused.
+pub mod stats {
+    pub const BASE: u64 = 0x3000;
+    pub const SENDS: u64 = 0;
+    pub const BYTES: u64 = 8;
+    pub const COLLECTIVES: u64 = 16;
+    pub const RING_ERRORS: u64 = 24;
+}
+
+/// `STATE`: bit 0 up (a client that set up its completion ring), bits 1.. its incarnation.
+pub mod state {
+    pub const UP: u32 = 1;
+    pub fn make(up: bool, incarnation: u32) -> u32 {
+        (incarnation << 1) | up as u32
+    }
+    pub fn up(v: u32) -> bool {
+        v & UP != 0
+    }
+    pub fn incarnation(v: u32) -> u32 {
+        v >> 1
+    }
+}
+
+/// Collective slots: `[2 parities][MAX_RANKS]`, round `n` uses parity `n % 2`.
+pub const COLL: u64 = 0x10000;
+pub const COLL_SLOT: u64 = 1024;
+/// In a slot: `seq` (u64, `n + 1`, stored last with release), `meta` (u64, [`coll_meta`]),
+/// data from `COLL_DATA`.
+pub const COLL_SEQ: u64 = 0;
+pub const COLL_META: u64 = 8;
+pub const COLL_DATA: u64 = 64;
+/// The largest vector collective (bytes per member) done in the window.
+pub const COLL_MAX: u64 = COLL_SLOT - COLL_DATA;
+
+pub fn coll_slot(parity: u64, rank: u32) -> u64 {
+    COLL + ((parity & 1) * MAX_RANKS as u64 + rank as u64) * COLL_SLOT
+}
+
+/// What every member of a round must agree on: kind, dtype, op, root and count.
+pub fn coll_meta(kind: u8, dtype: u32, op: u32, root: u32, count: u64) -> u64 {
+    (kind as u64) | ((dtype as u64 & 0xFF) << 8) | ((op as u64 & 0xFF) << 16)
+        | ((root as u64 & 0xFF) << 24)
+        | ((count & 0xFFFF_FFFF) << 32)
+}
+
+/// Ring control: `TAIL` (sender-written u32, free-running slot count) and `HEAD`
+/// (receiver-written) on separate lines.
+pub const RING_CTRL: u64 = 0x18000;
+pub const RING_TAIL: u64 = 0;
+pub const RING_HEAD: u64 = 64;
+/// Ring data, `RING_BYTES` per (source, destination) pair.
+pub const RINGS: u64 = 0x20000;
+pub const RING_BYTES: u64 = 32 << 10;
+pub const SLOT: u64 = 64;
+pub const RING_SLOTS: u32 = (RING_BYTES / SLOT) as u32;
+
+pub fn ring_index(src: u32, dst: u32) -> u64 {
+    src as u64 * MAX_RANKS as u64 + dst as u64
+}
+pub fn ring_ctrl(src: u32, dst: u32) -> u64 {
+    RING_CTRL + ring_index(src, dst) * 128
+}
+pub fn ring_data(src: u32, dst: u32) -> u64 {
+    RINGS + ring_index(src, dst) * RING_BYTES
+}
+
+/// Message kinds in a ring's header slot.
+pub mod kind {
+    /// The payload follows in the ring.
+    pub const EAGER: u8 = 1;
+    /// Ready to send: the payload waits in the sender's memory for a fabric receive of
+    /// tag `id` from the sender (`fastpath.md`: rendezvous).
+    pub const RTS: u8 = 2;
+}
+
+/// The largest payload carried in the ring itself.
+pub const EAGER_MAX: u64 = 4096;
+/// Payload bytes in the header slot.
+pub const INLINE: u64 = 32;
+
+/// A ring message's header slot: `kind` u8 @0, `len` u32 @4 (payload bytes in the ring),
+/// `tag` u64 @8, `id` u64 @16 (RTS), `full` u64 @24 (the message's length), payload @32.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub kind: u8,
+    pub len: u32,
+    pub tag: u64,
+    pub id: u64,
+    pub full: u64,
+}
+
+impl Header {
+    pub fn encode(&self) -> [u8; INLINE as usize] {
+        let mut b = [0u8; INLINE as usize];
+        b[0] = self.kind;
+        b[4..8].copy_from_slice(&self.len.to_le_bytes());
+        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..24].copy_from_slice(&self.id.to_le_bytes());
+        b[24..32].copy_from_slice(&self.full.to_le_bytes());
+        b
+    }
+
+    /// Decode and check what a peer wrote: `None` if no honest sender writes it.
+    pub fn decode(b: &[u8; INLINE as usize]) -> Option<Header> {
+        let h = Header {
+            kind: b[0],
+            len: u32::from_le_bytes(b[4..8].try_into().unwrap()),
+            tag: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            id: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            full: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+        };
+        let ok = match h.kind {
+            kind::EAGER => h.len as u64 <= EAGER_MAX && h.full == h.len as u64,
+            kind::RTS => h.len == 0 && h.full <= crate::fastpath::MAX_TRANSFER,
+            _ => false,
+        };
+        ok.then_some(h)
+    }
+
+    /// Ring slots the message takes, header included.
+    pub fn slots(&self) -> u32 {
+        slots_for(self.len as u64)
+    }
+}
+
+pub fn slots_for(len: u64) -> u32 {
+    1 + len.saturating_sub(INLINE).div_ceil(SLOT) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_fits_and_does_not_overlap() {
+        assert!(STATE + MAX_RANKS as u64 * LINE <= SLEEPING);
+        assert!(SLEEPING + MAX_RANKS as u64 * LINE <= stats::BASE);
+        assert!(stats::BASE + MAX_RANKS as u64 * LINE <= COLL);
+        assert!(coll_slot(1, MAX_RANKS - 1) + COLL_SLOT <= RING_CTRL);
+        assert!(ring_ctrl(MAX_RANKS - 1, MAX_RANKS - 1) + 128 <= RINGS);
+        assert!(ring_data(MAX_RANKS - 1, MAX_RANKS - 1) + RING_BYTES <= WINDOW_SIZE);
+        assert!(WINDOW_OFFSET + WINDOW_SIZE <= crate::pci::BAR4_SIZE);
+        assert!(slots_for(EAGER_MAX) < RING_SLOTS / 4);
+    }
+
+    #[test]
+    fn headers_round_trip_and_lies_are_refused() {
+        let h = Header {
+            kind: kind::EAGER,
+            len: 100,
+            tag: 7,
+            id: 0,
+            full: 100,
+        };
+        assert_eq!(Header::decode(&h.encode()), Some(h));
+        assert_eq!(h.slots(), 1 + 2);
+        assert_eq!(slots_for(0), 1);
+        assert_eq!(slots_for(32), 1);
+        assert_eq!(slots_for(33), 2);
+        let too_long = Header {
+            len: EAGER_MAX as u32 + 1,
+            full: EAGER_MAX + 1,
+            ..h
+        };
+        assert_eq!(Header::decode(&too_long.encode()), None);
+        let mismatched = Header { full: 5, ..h };
+        assert_eq!(Header::decode(&mismatched.encode()), None);
+        let mut junk = [0xFFu8; 32];
+        assert_eq!(Header::decode(&junk), None);
+        junk[0] = kind::RTS;
+        assert_eq!(Header::decode(&junk), None);
+    }
+
+    #[test]
+    fn state_words() {
+        let s = state::make(true, 5);
+        assert!(state::up(s));
+        assert_eq!(state::incarnation(s), 5);
+        assert!(!state::up(state::make(false, 5)));
+    }
+}
