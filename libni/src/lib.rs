@@ -29,12 +29,14 @@
 //! the same regions in the same order know each other's keys (a symmetric heap, as in SHMEM).
 
 pub mod capi;
+mod direct;
 mod mem;
 mod transport;
 mod vfio;
 mod vfio_user;
+mod window;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
@@ -188,6 +190,15 @@ struct Inner {
     am_pending: Vec<(u64, u32, Vec<u8>)>,
     /// Times the asynchronous global OR rose (with `GLOBAL_REC_IE`).
     global_rises: u64,
+    /// The partition window, when the NI's partition has one (`direct.rs`).
+    win: Option<window::Window>,
+    d: direct::DirectState,
+    /// Fabric completions that finish a direct-path operation: fabric id → (operation id,
+    /// the message's own tag).
+    alias: HashMap<u64, (u64, u64)>,
+    /// Regions this process registered (address → length), so the direct path never
+    /// touches memory the NI may not.
+    regions: BTreeMap<u64, u64>,
 }
 
 /// One attached NI.
@@ -310,6 +321,11 @@ impl Inner {
             self.sram_u32(ctrl::CQ_HEAD)
                 .store(self.cq_head, Ordering::Release);
             n += 1;
+            let mut c = c;
+            if let Some((user, tag)) = self.alias.remove(&c.user) {
+                c.user = user;
+                c.tag = tag;
+            }
             if c.opcode == op::AM_ARRIVED {
                 self.take_am(&c);
             } else if c.opcode == op::GLOBAL_REC {
@@ -318,6 +334,7 @@ impl Inner {
                 self.done.insert(c.user, c);
             }
         }
+        self.w_progress()?;
         Ok(n)
     }
 
@@ -446,9 +463,32 @@ impl Ni {
         let size = ctl_word(ctrl::SIZE).load(Ordering::Acquire);
         let node = ctl_word(ctrl::NODE).load(Ordering::Acquire);
         let epoch = ctl_word(ctrl::EPOCH).load(Ordering::Acquire);
+        let serial = ctl_word(ctrl::WINDOW).load(Ordering::Acquire);
         if size == 0 {
             return Err(attach_err(format!("NI {node} is in no partition")));
         }
+        // Every member of a partition with a window matches messages in it, so a member
+        // that cannot map it must not attach (its peers would never see its messages).
+        let win = match serial {
+            0 => None,
+            _ => {
+                let mem = dev.map_window()?.ok_or_else(|| {
+                    attach_err(
+                        "the partition uses the direct path but its window (BAR4) cannot be \
+                         mapped here; start the daemon with --direct off"
+                            .into(),
+                    )
+                })?;
+                Some(
+                    window::Window::open(mem, serial, rank, size).ok_or_else(|| {
+                        attach_err(format!(
+                            "the mapped window is not the partition's (serial {serial}): the \
+                         partition changed while attaching; attach again"
+                        ))
+                    })?,
+                )
+            }
+        };
 
         let cq = Mem::alloc(CQ_ENTRIES as usize * ENTRY_SIZE as usize)?;
         let am = Mem::alloc(AM_SLOTS as usize * AM_SLOT as usize)?;
@@ -476,6 +516,13 @@ impl Ni {
             am_arrived: VecDeque::new(),
             am_pending: Vec::new(),
             global_rises: 0,
+            win,
+            d: direct::DirectState {
+                next_rndv: vec![0; size as usize],
+                ..Default::default()
+            },
+            alias: HashMap::new(),
+            regions: BTreeMap::new(),
         };
         let ni = Ni {
             inner: Arc::new(Mutex::new(inner)),
@@ -545,6 +592,7 @@ impl Ni {
         let key = {
             let mut i = self.lock();
             i.dev.dma_map(&mem)?;
+            i.regions.insert(mem.iova(), mem.len() as u64);
             let key = i.next_key;
             i.next_key += 1;
             key
@@ -575,6 +623,25 @@ impl Ni {
     /// Publish a request, waiting for ring space.
     fn start(&self, r: Request) -> Result<Op> {
         let t = Instant::now();
+        if r.opcode == op::COLLECTIVE {
+            loop {
+                let s = self.lock().w_collective(&r)?;
+                match s {
+                    direct::CollStart::Started(user) => {
+                        return Ok(Op {
+                            user,
+                            opcode: r.opcode,
+                            rank: r.rank,
+                        })
+                    }
+                    direct::CollStart::Fabric => break,
+                    direct::CollStart::NotYet => {
+                        self.lock().progress()?;
+                        pause(t.elapsed(), self.backoff);
+                    }
+                }
+            }
+        }
         loop {
             let posted = self.lock().post(r);
             match posted {
@@ -727,9 +794,20 @@ impl Ni {
                 if i.cq_ready() || arrived {
                     return Ok(None);
                 }
+                // Window peers write without the device: tell them to WAKE us, then look.
+                if let Some(w) = i.win.as_ref() {
+                    w.set_sleeping(true);
+                    if i.w_pending() {
+                        w.set_sleeping(false);
+                        return Ok(None);
+                    }
+                }
             } else {
+                let direct_spin = i.direct() && idle < direct_spin();
                 drop(i);
-                if idle >= SPIN && self.backoff == Backoff::Yield {
+                if direct_spin {
+                    std::hint::spin_loop();
+                } else if idle >= SPIN && self.backoff == Backoff::Yield {
                     self.contention
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -741,6 +819,9 @@ impl Ni {
             }
         }
         wait_event(&self.cq_event, Duration::from_millis(20));
+        if let Some(w) = self.lock().win.as_ref() {
+            w.set_sleeping(false);
+        }
         Ok(None)
     }
 
@@ -761,6 +842,17 @@ impl Ni {
     /// took it (the NI copies it straight into the receiver's buffer).
     pub fn isend(&self, dest: u32, buf: &Region, range: Range<usize>, tag: u64) -> Result<Op> {
         let (addr, len) = Self::range_req(buf, &range)?;
+        {
+            let mut i = self.lock();
+            if i.direct() {
+                let user = i.w_send(dest, addr, len, tag)?;
+                return Ok(Op {
+                    user,
+                    opcode: op::SEND,
+                    rank: dest,
+                });
+            }
+        }
         self.start(Request {
             opcode: op::SEND,
             rank: dest,
@@ -787,6 +879,18 @@ impl Ni {
         mask: u64,
     ) -> Result<Op> {
         let (addr, len) = Self::range_req(buf, &range)?;
+        {
+            let mut i = self.lock();
+            if i.direct() {
+                let src = src.unwrap_or(ANY_RANK);
+                let user = i.w_recv(src, addr, len, tag, mask)?;
+                return Ok(Op {
+                    user,
+                    opcode: op::RECV,
+                    rank: src,
+                });
+            }
+        }
         self.start(Request {
             opcode: op::RECV,
             rank: src.unwrap_or(ANY_RANK),
@@ -1513,6 +1617,7 @@ impl Drop for Region {
     fn drop(&mut self) {
         let Some(ni) = self.ni.upgrade() else { return };
         let mut i = ni.lock().unwrap_or_else(|e| e.into_inner());
+        i.regions.remove(&self.mem.iova());
         let r = Request {
             opcode: op::DEREG_MR,
             key: self.key,
@@ -1546,6 +1651,17 @@ fn finish(op: &Op, c: Completion) -> Result<Done> {
 }
 
 /// Spin first, then give the CPU away: never burn a core another runnable thread needs.
+/// How long a waiter on the direct path polls before it starts yielding (`NI_SPIN_NS`).
+fn direct_spin() -> Duration {
+    static SPIN_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    Duration::from_nanos(*SPIN_NS.get_or_init(|| {
+        std::env::var("NI_SPIN_NS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }))
+}
+
 fn pause(idle: Duration, backoff: Backoff) {
     if idle < SPIN {
         std::hint::spin_loop();

@@ -292,6 +292,30 @@ impl Transport for Device {
         Ok(sram)
     }
 
+    fn map_window(&mut self) -> Result<Option<Mem>> {
+        use ni_abi::window::{WINDOW_OFFSET, WINDOW_SIZE};
+        let bar4 = ni_abi::pci::BAR4_REGION;
+        if self.device.get_region_size(bar4) < WINDOW_OFFSET + WINDOW_SIZE
+            || self.device.get_region_flags(bar4) & REGION_MMAP == 0
+        {
+            return Ok(None);
+        }
+        // SAFETY: dup of the device descriptor we hold; the result is checked and owned.
+        let fd = unsafe { libc::dup(self.device.as_raw_fd()) };
+        if fd < 0 {
+            return Err(self.err(format!("dup: {}", std::io::Error::last_os_error())));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        // A kernel that will not map this part of the BAR leaves the fabric path.
+        Ok(Mem::map_fd(
+            file,
+            self.device.get_region_offset(bar4) + WINDOW_OFFSET,
+            WINDOW_SIZE as usize,
+        )
+        .ok())
+    }
+
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<()> {
         let at = self.locate(region, offset, data.len())?;
         // SAFETY: pread into a buffer of exactly data.len() bytes we borrow mutably.

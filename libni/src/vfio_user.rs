@@ -242,6 +242,19 @@ impl Transport for Device {
         Mem::map_fd(fd, info.offset, ni_abi::lanai::SRAM_SIZE as usize)
     }
 
+    fn map_window(&mut self) -> Result<Option<Mem>, Error> {
+        use ni_abi::window::{WINDOW_OFFSET, WINDOW_SIZE};
+        let info = self.region_info(ni_abi::pci::BAR4_REGION)?;
+        match info.fd {
+            Some(fd) if info.size >= WINDOW_OFFSET + WINDOW_SIZE => Ok(Some(Mem::map_fd(
+                fd,
+                info.offset + WINDOW_OFFSET,
+                WINDOW_SIZE as usize,
+            )?)),
+            _ => Ok(None),
+        }
+    }
+
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Error> {
         self.read(region, offset, data)
     }

@@ -60,6 +60,13 @@ impl Daemon {
             std::fs::write(&p, body).unwrap();
             c.arg("--config").arg(p);
         }
+        // `NI_TEST_DIRECT=off`: the same tests over the fabric path only (tests/run.sh runs
+        // the point-to-point and collective suites both ways).
+        if let Ok(v) = std::env::var("NI_TEST_DIRECT") {
+            if !config.is_some_and(|b| b.contains("direct")) {
+                c.args(["--direct", &v]);
+            }
+        }
         c.stderr(std::fs::File::create(root.join("daemon.log")).unwrap());
         let child = c.spawn().expect("ni-device starts");
         let t = Instant::now();

@@ -92,4 +92,3 @@ pub fn apply(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
         _ => float!(f64),
     }
 }
-

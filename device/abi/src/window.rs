@@ -41,17 +41,26 @@ pub mod hdr {
 pub const LINE: u64 = 64;
 /// Device-written: [`state`] of the rank's NI.
 pub const STATE: u64 = 0x1000;
+/// Device-written, beside `STATE`: bit `j` set when this rank's NI reaches rank `j`'s —
+/// both ports up and a route through the torus (`ni-ctl port`, `ni-ctl map-out`). The
+/// direct path honours the links the administrator took down, as the fabric does.
+pub const REACH: u64 = STATE + 4;
 /// Rank-written: 1 while the rank blocks on its completion interrupt, so a writer that
 /// finds it set asks the device to `WAKE` it.
 pub const SLEEPING: u64 = 0x2000;
 /// Rank-written counters (u64): messages and bytes sent on the direct path, collectives
-/// done in the window, ring words from this rank's peers it refused.
+/// done in the window, ring words from this rank's peers it refused, and the direct-path
+/// operations that failed, by status (the daemon adds them to its `err_*` counters).
 pub mod stats {
     pub const BASE: u64 = 0x3000;
     pub const SENDS: u64 = 0;
     pub const BYTES: u64 = 8;
     pub const COLLECTIVES: u64 = 16;
     pub const RING_ERRORS: u64 = 24;
+    pub const PEER_DOWN: u64 = 32;
+    pub const TIMEOUT: u64 = 40;
+    pub const LINK_DOWN: u64 = 48;
+    pub const COLLISION: u64 = 56;
 }
 
 /// `STATE`: bit 0 up (a client that set up its completion ring), bits 1.. its incarnation.
@@ -85,7 +94,9 @@ pub fn coll_slot(parity: u64, rank: u32) -> u64 {
 
 /// What every member of a round must agree on: kind, dtype, op, root and count.
 pub fn coll_meta(kind: u8, dtype: u32, op: u32, root: u32, count: u64) -> u64 {
-    (kind as u64) | ((dtype as u64 & 0xFF) << 8) | ((op as u64 & 0xFF) << 16)
+    (kind as u64)
+        | ((dtype as u64 & 0xFF) << 8)
+        | ((op as u64 & 0xFF) << 16)
         | ((root as u64 & 0xFF) << 24)
         | ((count & 0xFFFF_FFFF) << 32)
 }
@@ -174,21 +185,21 @@ pub fn slots_for(len: u64) -> u32 {
     1 + len.saturating_sub(INLINE).div_ceil(SLOT) as u32
 }
 
+// The layout fits and does not overlap, checked when the crate compiles.
+const _: () = {
+    assert!(STATE + MAX_RANKS as u64 * LINE <= SLEEPING);
+    assert!(SLEEPING + MAX_RANKS as u64 * LINE <= stats::BASE);
+    assert!(stats::BASE + MAX_RANKS as u64 * LINE <= COLL);
+    assert!(COLL + 2 * MAX_RANKS as u64 * COLL_SLOT <= RING_CTRL);
+    assert!(RING_CTRL + (MAX_RANKS as u64 * MAX_RANKS as u64) * 128 <= RINGS);
+    assert!(RINGS + (MAX_RANKS as u64 * MAX_RANKS as u64) * RING_BYTES <= WINDOW_SIZE);
+    assert!(WINDOW_OFFSET + WINDOW_SIZE <= crate::pci::BAR4_SIZE);
+    assert!(MAX_RANKS <= 32, "REACH is a 32-bit mask");
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn layout_fits_and_does_not_overlap() {
-        assert!(STATE + MAX_RANKS as u64 * LINE <= SLEEPING);
-        assert!(SLEEPING + MAX_RANKS as u64 * LINE <= stats::BASE);
-        assert!(stats::BASE + MAX_RANKS as u64 * LINE <= COLL);
-        assert!(coll_slot(1, MAX_RANKS - 1) + COLL_SLOT <= RING_CTRL);
-        assert!(ring_ctrl(MAX_RANKS - 1, MAX_RANKS - 1) + 128 <= RINGS);
-        assert!(ring_data(MAX_RANKS - 1, MAX_RANKS - 1) + RING_BYTES <= WINDOW_SIZE);
-        assert!(WINDOW_OFFSET + WINDOW_SIZE <= crate::pci::BAR4_SIZE);
-        assert!(slots_for(EAGER_MAX) < RING_SLOTS / 4);
-    }
 
     #[test]
     fn headers_round_trip_and_lies_are_refused() {
@@ -201,6 +212,7 @@ mod tests {
         };
         assert_eq!(Header::decode(&h.encode()), Some(h));
         assert_eq!(h.slots(), 1 + 2);
+        assert!(slots_for(EAGER_MAX) < RING_SLOTS / 4);
         assert_eq!(slots_for(0), 1);
         assert_eq!(slots_for(32), 1);
         assert_eq!(slots_for(33), 2);

@@ -244,6 +244,7 @@ impl State {
         if up_after && !was_up {
             tracing::info!(ni = x, "port 0 link up");
         }
+        self.publish_reach();
     }
 
     pub fn port_info(&self, x: usize) -> PortInfo {
@@ -358,6 +359,7 @@ impl State {
     /// active messages waiting for ring space). Returns how many failed.
     fn torus_changed(&mut self) -> u64 {
         self.routes.clear();
+        self.publish_reach();
         let mut failed = 0;
         for b in 0..self.nodes.len() {
             let b_rank = self.rank_of_node(b);

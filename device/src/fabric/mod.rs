@@ -180,6 +180,10 @@ impl Fabric {
             c.window_bytes = ws.bytes;
             c.window_collectives = ws.collectives;
             c.window_ring_errors = ws.ring_errors;
+            c.err_peer_down += ws.peer_down;
+            c.err_timeout += ws.timeout;
+            c.err_link_down += ws.link_down;
+            c.err_collision += ws.collision;
         }
         Some(c)
     }
@@ -225,6 +229,7 @@ impl State {
         }
         if changed {
             self.publish_peers_up();
+            self.publish_reach();
         }
         let mut work = changed;
         for i in 0..self.nodes.len() {
@@ -356,6 +361,26 @@ impl State {
                 .of(i as u32)
                 .and_then(|(p, _)| self.windows.get(&p.name).cloned());
             *slot.window.lock().unwrap_or_else(|e| e.into_inner()) = w;
+        }
+        self.publish_reach();
+    }
+
+    /// Tell each window which members reach which: ports up and a route through the torus.
+    pub(super) fn publish_reach(&mut self) {
+        let wins: Vec<Arc<window::Window>> = self.windows.values().cloned().collect();
+        for w in wins {
+            for (ra, &a) in w.members.iter().enumerate() {
+                let mut mask = 0u32;
+                for (rb, &b) in w.members.iter().enumerate() {
+                    let (a, b) = (a as usize, b as usize);
+                    let ok = a == b
+                        || (self.nodes[a].port.up()
+                            && self.nodes[b].port.up()
+                            && self.hops(a, b).is_ok());
+                    mask |= (ok as u32) << rb;
+                }
+                w.set_reach(ra as u32, mask);
+            }
         }
     }
 

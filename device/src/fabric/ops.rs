@@ -195,8 +195,10 @@ impl State {
         if let Some(sram) = n.live_sram() {
             sram.store_u32(ni_abi::fastpath::ctrl::CQ_HEAD, 0);
         }
-        self.publish_peers_up();
+        // Up in the window before PEERS_UP counts it: a client that sees every peer counted
+        // must find them up there too.
         self.window_member(a, true);
+        self.publish_peers_up();
         Ok(done(r))
     }
 

@@ -37,6 +37,10 @@ pub struct WindowStats {
     pub bytes: u64,
     pub collectives: u64,
     pub ring_errors: u64,
+    pub peer_down: u64,
+    pub timeout: u64,
+    pub link_down: u64,
+    pub collision: u64,
 }
 
 impl Window {
@@ -71,7 +75,8 @@ impl Window {
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             members,
         };
-        win.u32(hdr::VERSION).store(hdr::VERSION_VALUE, Ordering::Relaxed);
+        win.u32(hdr::VERSION)
+            .store(hdr::VERSION_VALUE, Ordering::Relaxed);
         win.u32(hdr::SERIAL).store(win.serial, Ordering::Relaxed);
         win.u32(hdr::SIZE)
             .store(win.members.len() as u32, Ordering::Relaxed);
@@ -144,6 +149,14 @@ impl Window {
         }
     }
 
+    /// Publish which members `rank` reaches; a change moves `GEN`.
+    pub fn set_reach(&self, rank: u32, mask: u32) {
+        let r = self.u32(w::REACH + rank as u64 * w::LINE);
+        if r.swap(mask, Ordering::AcqRel) != mask {
+            self.u32(hdr::GEN).fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     pub fn stats(&self, rank: u32) -> WindowStats {
         let b = w::stats::BASE + rank as u64 * w::LINE;
         let r = |o| self.u64(b + o).load(Ordering::Relaxed);
@@ -152,6 +165,10 @@ impl Window {
             bytes: r(w::stats::BYTES),
             collectives: r(w::stats::COLLECTIVES),
             ring_errors: r(w::stats::RING_ERRORS),
+            peer_down: r(w::stats::PEER_DOWN),
+            timeout: r(w::stats::TIMEOUT),
+            link_down: r(w::stats::LINK_DOWN),
+            collision: r(w::stats::COLLISION),
         }
     }
 

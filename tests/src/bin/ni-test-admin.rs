@@ -230,6 +230,7 @@ fn no_admin(ni: &Ni) {
         opcode::COM_FLUSH,
         opcode::ASYNC_GLOBAL,
         opcode::COM_CONTROL,
+        opcode::WAKE,
     ];
     for code in 0..=255u8 {
         if known.contains(&code) || code == opcode::AM_ARRIVED || code == opcode::GLOBAL_REC {

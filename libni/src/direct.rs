@@ -1,0 +1,636 @@
+//! The direct path: tagged messages and small collectives through the partition window
+//! (`window.rs`), with no device thread between the ranks.
+//!
+//! When the NI's partition has a window, libni matches every tagged message itself: each
+//! send puts a header in the (sender → receiver) ring — with the payload when it is at most
+//! `EAGER_MAX` bytes, else as a *ready to send* whose payload the fabric moves (one copy)
+//! once the receiver matched it and posted a fabric receive for it. One ring per pair keeps
+//! MPI's non-overtaking order; receives match the earliest waiting message, messages the
+//! earliest posted receive, as the fabric does (`fastpath.md`, "Matching and ordering").
+//! Every operation still ends as a completion in `Inner::done`, so `wait`/`test`/`forget`
+//! treat both paths alike.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use ni_abi::fastpath::{coll, dtype, op, redop, Completion, Request, Status, ANY_RANK};
+use ni_abi::reduce::{apply, identity};
+use ni_abi::window::{self as w, kind, Header};
+
+use crate::{Error, Inner, Result};
+
+/// A receive posted on the direct path, waiting for a message.
+pub(crate) struct Posted {
+    user: u64,
+    src: u32,
+    tag: u64,
+    mask: u64,
+    addr: u64,
+    cap: u64,
+}
+
+/// A message taken from a ring before a receive wanted it.
+pub(crate) struct Unexpected {
+    src: u32,
+    tag: u64,
+    what: Arrived,
+}
+
+pub(crate) enum Arrived {
+    Eager(Vec<u8>),
+    Rts { id: u64, len: u64 },
+}
+
+/// The collective this rank has in flight in the window (at most one: round `n + 2` reuses
+/// round `n`'s slots, which is safe only once this rank finished round `n + 1`).
+pub(crate) struct WColl {
+    user: u64,
+    round: u64,
+    meta: u64,
+    kind: u8,
+    dtype: u32,
+    op: u32,
+    root: u32,
+    /// Where the result goes (BCAST: the data buffer).
+    recv: u64,
+    count: u64,
+    /// Bytes per member.
+    bytes: usize,
+    started: Instant,
+}
+
+/// What an attempt to start a window collective came to.
+pub(crate) enum CollStart {
+    Started(u64),
+    /// Not for the window: the fabric does it.
+    Fabric,
+    /// Retry after progress: an earlier window collective is still in flight, or a member
+    /// has not come up for the first time yet.
+    NotYet,
+}
+
+#[derive(Default)]
+pub(crate) struct DirectState {
+    pub posted: VecDeque<Posted>,
+    pub unexpected: VecDeque<Unexpected>,
+    /// Fabric requests to post once the submission ring has room, with the alias their
+    /// completion takes (`Inner::alias`).
+    pub deferred: VecDeque<(Request, Option<(u64, u64)>)>,
+    pub wcoll: Option<WColl>,
+    pub coll_round: u64,
+    /// Next rendezvous id per destination (the fabric tag of a large message's payload).
+    pub next_rndv: Vec<u64>,
+}
+
+fn completion(opcode: u8, user: u64, status: Status, rank: u32, len: u64, tag: u64) -> Completion {
+    Completion {
+        opcode,
+        status: status as u16,
+        rank,
+        user,
+        len,
+        tag,
+        ..Default::default()
+    }
+}
+
+impl Inner {
+    pub(crate) fn direct(&self) -> bool {
+        self.win.is_some()
+    }
+
+    fn lib_user(&mut self) -> u64 {
+        self.next_user += 1;
+        self.next_user
+    }
+
+    fn finish_lib(&mut self, c: Completion) {
+        let counter = match Status::from_u16(c.status) {
+            Some(Status::PeerDown) => Some(w::stats::PEER_DOWN),
+            Some(Status::Timeout) => Some(w::stats::TIMEOUT),
+            Some(Status::LinkDown) => Some(w::stats::LINK_DOWN),
+            Some(Status::Collision) => Some(w::stats::COLLISION),
+            _ => None,
+        };
+        if let (Some(which), Some(win)) = (counter, self.win.as_ref()) {
+            win.count(which);
+        }
+        if !self.ignored.remove(&c.user) {
+            self.done.insert(c.user, c);
+        }
+    }
+
+    /// An operation that ended before it began (bad rank, peer down...).
+    fn fail_now(&mut self, opcode: u8, status: Status, rank: u32, len: u64, tag: u64) -> u64 {
+        let user = self.lib_user();
+        self.finish_lib(completion(opcode, user, status, rank, len, tag));
+        user
+    }
+
+    /// Whether `[addr, addr + len)` lies in one region this process registered.
+    pub(crate) fn registered(&self, addr: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        match self.regions.range(..=addr).next_back() {
+            Some((&start, &rlen)) => addr.checked_add(len).is_some_and(|end| end <= start + rlen),
+            None => false,
+        }
+    }
+
+    /// Post a fabric request now, or when the ring has room.
+    fn post_or_defer(&mut self, r: Request, alias: Option<(u64, u64)>) -> Result<()> {
+        if self.d.deferred.is_empty() {
+            match self.post(r) {
+                Ok(user) => {
+                    match alias {
+                        Some(a) => {
+                            self.alias.insert(user, a);
+                        }
+                        None => {
+                            self.ignored.insert(user);
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(Error::WouldBlock) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.d.deferred.push_back((r, alias));
+        Ok(())
+    }
+
+    fn wake(&mut self, peers: Vec<u32>) -> Result<()> {
+        for rank in peers {
+            self.post_or_defer(
+                Request {
+                    opcode: op::WAKE,
+                    rank,
+                    ..Default::default()
+                },
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A tagged send on the direct path. Returns the operation's id.
+    pub(crate) fn w_send(&mut self, dest: u32, addr: u64, len: u64, tag: u64) -> Result<u64> {
+        // Fresh member states (after taking what arrived, so nothing a departed peer sent
+        // before leaving is lost).
+        self.w_progress()?;
+        let win = self.win.as_ref().expect("direct path");
+        if dest >= win.size {
+            return Ok(self.fail_now(op::SEND, Status::OutOfPartition, dest, len, tag));
+        }
+        if !win.up(dest) {
+            return Ok(self.fail_now(op::SEND, Status::PeerDown, dest, len, tag));
+        }
+        if !win.reaches(dest) {
+            return Ok(self.fail_now(op::SEND, Status::LinkDown, dest, len, tag));
+        }
+        if !self.registered(addr, len) {
+            return Ok(self.fail_now(op::SEND, Status::NotRegistered, dest, len, tag));
+        }
+        if len <= w::EAGER_MAX {
+            // SAFETY: [addr, addr + len) is inside a region this process registered and
+            // still holds (checked above, under the lock that dropping a region takes).
+            let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
+            let h = Header {
+                kind: kind::EAGER,
+                len: len as u32,
+                tag,
+                id: 0,
+                full: len,
+            };
+            let wake = self.win.as_mut().unwrap().put(dest, h, payload);
+            if wake {
+                self.wake(vec![dest])?;
+            }
+            let user = self.lib_user();
+            self.finish_lib(completion(op::SEND, user, Status::Ok, dest, len, tag));
+            return Ok(user);
+        }
+        // Rendezvous: the payload stays here until the receiver's fabric receive takes it.
+        let id = self.d.next_rndv[dest as usize];
+        self.d.next_rndv[dest as usize] += 1;
+        let user = self.post(Request {
+            opcode: op::SEND,
+            rank: dest,
+            addr,
+            len,
+            tag: id,
+            ..Default::default()
+        })?;
+        self.alias.insert(user, (user, tag));
+        let h = Header {
+            kind: kind::RTS,
+            len: 0,
+            tag,
+            id,
+            full: len,
+        };
+        if self.win.as_mut().unwrap().put(dest, h, &[]) {
+            self.wake(vec![dest])?;
+        }
+        Ok(user)
+    }
+
+    /// A tagged receive on the direct path. Returns the operation's id.
+    pub(crate) fn w_recv(
+        &mut self,
+        src: u32,
+        addr: u64,
+        cap: u64,
+        tag: u64,
+        mask: u64,
+    ) -> Result<u64> {
+        self.w_progress()?;
+        let size = self.win.as_ref().unwrap().size;
+        if src != ANY_RANK && src >= size {
+            return Ok(self.fail_now(op::RECV, Status::OutOfPartition, src, 0, tag));
+        }
+        let user = self.lib_user();
+        let p = Posted {
+            user,
+            src,
+            tag,
+            mask,
+            addr,
+            cap,
+        };
+        let hit = self
+            .d
+            .unexpected
+            .iter()
+            .position(|m| (src == ANY_RANK || m.src == src) && (m.tag ^ tag) & mask == 0);
+        match hit {
+            Some(i) => {
+                let m = self.d.unexpected.remove(i).unwrap();
+                self.deliver(p, m.src, m.tag, m.what)?;
+            }
+            None if src != ANY_RANK && !self.win.as_ref().unwrap().up(src) => {
+                self.finish_lib(completion(op::RECV, user, Status::PeerDown, src, 0, tag));
+            }
+            None => self.d.posted.push_back(p),
+        }
+        Ok(user)
+    }
+
+    /// Hand a message to a matched receive.
+    fn deliver(&mut self, p: Posted, src: u32, tag: u64, what: Arrived) -> Result<()> {
+        match what {
+            Arrived::Eager(data) => {
+                let n = (data.len() as u64).min(p.cap);
+                let status = if !self.registered(p.addr, n) {
+                    Status::NotRegistered
+                } else {
+                    // SAFETY: the buffer lies in a region this process still holds (checked
+                    // just above, under the lock a region's drop takes), n ≤ its length.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(data.as_ptr(), p.addr as *mut u8, n as usize)
+                    };
+                    if (data.len() as u64) > p.cap {
+                        Status::Truncated
+                    } else {
+                        Status::Ok
+                    }
+                };
+                self.finish_lib(completion(
+                    op::RECV,
+                    p.user,
+                    status,
+                    src,
+                    data.len() as u64,
+                    tag,
+                ));
+            }
+            Arrived::Rts { id, len } => {
+                // The fabric moves the payload: sender's region straight into this buffer.
+                let r = Request {
+                    opcode: op::RECV,
+                    rank: src,
+                    addr: p.addr,
+                    len: p.cap,
+                    tag: id,
+                    mask: u64::MAX,
+                    ..Default::default()
+                };
+                let _ = len;
+                self.post_or_defer(r, Some((p.user, tag)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Look at the members' states if the device changed them.
+    fn w_states(&mut self) -> Result<()> {
+        let Some(win) = self.win.as_mut() else {
+            return Ok(());
+        };
+        if !win.gen_moved() {
+            return Ok(());
+        }
+        let changes = win.refresh();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        for ch in &changes {
+            if ch.new_incarnation {
+                self.d.next_rndv[ch.rank as usize] = 0;
+            }
+            if !ch.up || ch.new_incarnation {
+                // Receives named for the client that left fail; messages it sent before
+                // leaving were taken from its ring already and still match.
+                let (dead, keep): (Vec<Posted>, Vec<Posted>) = std::mem::take(&mut self.d.posted)
+                    .into_iter()
+                    .partition(|p| p.src == ch.rank);
+                self.d.posted = keep.into();
+                for p in dead {
+                    self.finish_lib(completion(
+                        op::RECV,
+                        p.user,
+                        Status::PeerDown,
+                        ch.rank,
+                        0,
+                        p.tag,
+                    ));
+                }
+            }
+        }
+        // Collectives need every member: what was in flight fails, and rounds count anew
+        // (the device emptied the slots when the member came up).
+        let had_been_up = changes.iter().any(|c| !c.up || c.new_incarnation);
+        if had_been_up {
+            // A round every member published is complete, whoever left after publishing.
+            self.w_coll_poll();
+            if let Some(c) = self.d.wcoll.take() {
+                let done = completion(
+                    op::COLLECTIVE,
+                    c.user,
+                    Status::PeerDown,
+                    c.root,
+                    c.count,
+                    c.recv,
+                );
+                self.finish_lib(done);
+            }
+            self.d.coll_round = 0;
+        }
+        Ok(())
+    }
+
+    /// Everything the direct path does when libni polls: take what arrived, retry what
+    /// waited for room, finish the collective in flight.
+    pub(crate) fn w_progress(&mut self) -> Result<()> {
+        if self.win.is_none() {
+            return Ok(());
+        }
+        while let Some((r, alias)) = self.d.deferred.pop_front() {
+            match self.post(r) {
+                Ok(user) => match alias {
+                    Some(a) => {
+                        self.alias.insert(user, a);
+                    }
+                    None => {
+                        self.ignored.insert(user);
+                    }
+                },
+                Err(Error::WouldBlock) => {
+                    self.d.deferred.push_front((r, alias));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let size = self.win.as_ref().unwrap().size;
+        let mut arrived: Vec<(u32, Header, Option<Vec<u8>>)> = vec![];
+        for src in 0..size {
+            self.win.as_mut().unwrap().drain(src, |h, payload| {
+                let data = (h.kind == kind::EAGER).then(|| payload.to_vec());
+                arrived.push((src, h, data));
+            });
+        }
+        for (src, h, data) in arrived {
+            let what = match data {
+                Some(d) => Arrived::Eager(d),
+                None => Arrived::Rts {
+                    id: h.id,
+                    len: h.full,
+                },
+            };
+            let hit =
+                self.d.posted.iter().position(|p| {
+                    (p.src == ANY_RANK || p.src == src) && (h.tag ^ p.tag) & p.mask == 0
+                });
+            match hit {
+                Some(i) => {
+                    let p = self.d.posted.remove(i).unwrap();
+                    self.deliver(p, src, h.tag, what)?;
+                }
+                None => self.d.unexpected.push_back(Unexpected {
+                    src,
+                    tag: h.tag,
+                    what,
+                }),
+            }
+        }
+        self.w_states()?;
+        let wake = self.win.as_mut().unwrap().flush();
+        self.wake(wake)?;
+        self.w_coll_poll();
+        Ok(())
+    }
+
+    /// Whether something on the direct path wants attention (checked before blocking).
+    pub(crate) fn w_pending(&self) -> bool {
+        let Some(win) = self.win.as_ref() else {
+            return false;
+        };
+        win.has_arrivals()
+            || win.gen_moved()
+            || self
+                .d
+                .wcoll
+                .as_ref()
+                .is_some_and(|c| win.coll_ready(c.round))
+    }
+
+    /// Start a vector collective (a COLLECTIVE request) in the window if it fits there.
+    pub(crate) fn w_collective(&mut self, r: &Request) -> Result<CollStart> {
+        if self.win.is_none() || r.opcode != op::COLLECTIVE {
+            return Ok(CollStart::Fabric);
+        }
+        let (kind, d, o) = (r.flags, r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let size = self.win.as_ref().unwrap().size;
+        let Some(esize) = dtype::size(d) else {
+            return Ok(CollStart::Fabric);
+        };
+        let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= w::COLL_MAX) else {
+            return Ok(CollStart::Fabric);
+        };
+        self.w_progress()?;
+        if self.d.wcoll.is_some() {
+            return Ok(CollStart::NotYet);
+        }
+        let fail = |me: &mut Inner, s: Status| {
+            Ok(CollStart::Started(me.fail_now(
+                op::COLLECTIVE,
+                s,
+                r.rank,
+                r.len,
+                r.tag,
+            )))
+        };
+        if o > redop::XOR
+            || (o >= redop::AND && matches!(d, dtype::F32 | dtype::F64))
+            || kind > coll::ALLGATHER
+        {
+            return fail(self, Status::BadDescriptor);
+        }
+        if matches!(kind, coll::BCAST | coll::REDUCE) && r.rank >= size {
+            return fail(self, Status::OutOfPartition);
+        }
+        let win = self.win.as_ref().unwrap();
+        let me = win.rank;
+        if !win.all_up() {
+            // Members that have not come up yet are waited for (as the fabric's rounds
+            // wait); one that came and went fails the round.
+            if (0..size).any(|m| {
+                !win.up(m) && ni_abi::window::state::incarnation(win.states[m as usize]) > 0
+            }) {
+                return fail(self, Status::PeerDown);
+            }
+            return Ok(CollStart::NotYet);
+        }
+        let root_here = me == r.rank;
+        let ok = match kind {
+            coll::BARRIER => true,
+            coll::BCAST => self.registered(r.addr, bytes),
+            coll::REDUCE => {
+                self.registered(r.addr, bytes) && (!root_here || self.registered(r.tag, bytes))
+            }
+            coll::ALLGATHER => {
+                self.registered(r.addr, bytes) && self.registered(r.tag, bytes * size as u64)
+            }
+            _ => self.registered(r.addr, bytes) && self.registered(r.tag, bytes),
+        };
+        if !ok {
+            return fail(self, Status::NotRegistered);
+        }
+        let mut data = vec![0u8; bytes as usize];
+        if kind != coll::BARRIER && (kind != coll::BCAST || root_here) {
+            // SAFETY: inside a registered region this process holds (checked above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(r.addr as *const u8, data.as_mut_ptr(), data.len())
+            };
+        }
+        let round = self.d.coll_round;
+        let meta = w::coll_meta(kind, d, o, r.rank, r.len);
+        let win = self.win.as_ref().unwrap();
+        win.coll_write(round, meta, &data);
+        let sleepers: Vec<u32> = (0..size).filter(|&m| win.sleeping(m)).collect();
+        let user = self.lib_user();
+        self.d.wcoll = Some(WColl {
+            user,
+            round,
+            meta,
+            kind,
+            dtype: d,
+            op: o,
+            root: r.rank,
+            recv: if kind == coll::BCAST { r.addr } else { r.tag },
+            count: r.len,
+            bytes: bytes as usize,
+            started: Instant::now(),
+        });
+        self.wake(sleepers)?;
+        self.w_coll_poll();
+        Ok(CollStart::Started(user))
+    }
+
+    /// Finish the window collective in flight if every member has published its part.
+    fn w_coll_poll(&mut self) {
+        let Some(c) = self.d.wcoll.as_ref() else {
+            return;
+        };
+        let win = self.win.as_ref().unwrap();
+        let status = if win.coll_ready(c.round) {
+            if (0..win.size).any(|m| win.coll_meta(c.round, m) != c.meta) {
+                Status::Collision
+            } else {
+                Self::coll_result(win, c);
+                win.count_collective();
+                Status::Ok
+            }
+        } else if c.started.elapsed() > Duration::from_millis(win.coll_timeout_ms as u64) {
+            Status::Timeout
+        } else {
+            return;
+        };
+        let c = self.d.wcoll.take().unwrap();
+        self.d.coll_round = c.round + 1;
+        self.finish_lib(completion(
+            op::COLLECTIVE,
+            c.user,
+            status,
+            c.root,
+            c.count,
+            c.recv,
+        ));
+    }
+
+    /// Combine the members' slots into this rank's result, in rank order (the fabric's
+    /// order, so every member and both paths get the same bits).
+    fn coll_result(win: &crate::window::Window, c: &WColl) {
+        let me = win.rank;
+        let out = |at: u64, data: &[u8]| {
+            // SAFETY: `at` and the length were checked as registered when the collective
+            // started; the region cannot be dropped while this lock is held.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) }
+        };
+        let n = c.bytes;
+        let mut acc = vec![0u8; n];
+        let mut x = vec![0u8; n];
+        match c.kind {
+            coll::BARRIER => {}
+            coll::BCAST => {
+                if me != c.root {
+                    win.coll_read(c.round, c.root, &mut acc);
+                    out(c.recv, &acc);
+                }
+            }
+            coll::ALLGATHER => {
+                for m in 0..win.size {
+                    win.coll_read(c.round, m, &mut x);
+                    out(c.recv + m as u64 * n as u64, &x);
+                }
+            }
+            coll::SCAN | coll::EXSCAN => {
+                let upto = if c.kind == coll::SCAN { me + 1 } else { me };
+                identity(c.dtype, c.op, &mut acc);
+                for m in 0..upto {
+                    win.coll_read(c.round, m, &mut x);
+                    if m == 0 {
+                        acc.copy_from_slice(&x);
+                    } else {
+                        apply(c.dtype, c.op, &mut acc, &x);
+                    }
+                }
+                out(c.recv, &acc);
+            }
+            _ => {
+                if c.kind == coll::REDUCE && me != c.root {
+                    return;
+                }
+                win.coll_read(c.round, 0, &mut acc);
+                for m in 1..win.size {
+                    win.coll_read(c.round, m, &mut x);
+                    apply(c.dtype, c.op, &mut acc, &x);
+                }
+                out(c.recv, &acc);
+            }
+        }
+    }
+}

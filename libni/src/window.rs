@@ -1,0 +1,358 @@
+//! The partition window as one member sees it (`ni_abi::window`): the rings it sends and
+//! receives on, its peers' states, the collective slots.
+//!
+//! Only this rank's own lines are written here; what peers wrote is read through bounds
+//! that come from this side (ring indices modulo the ring, lengths checked by
+//! [`Header::decode`]), so a peer that scribbles on the window can garble what it sends,
+//! never make this process touch memory outside the window.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use ni_abi::window::{self as w, hdr, state, Header};
+
+use crate::mem::Mem;
+
+pub(crate) struct Window {
+    mem: Mem,
+    pub rank: u32,
+    pub size: u32,
+    /// `GEN` when this rank last looked at the members' states, and those states.
+    gen: u32,
+    pub states: Vec<u32>,
+    /// Our copies of the ring cursors we own: `TAIL` of (rank → peer), `HEAD` of (peer →
+    /// rank).
+    out_tail: Vec<u32>,
+    in_head: Vec<u32>,
+    /// Messages for a peer whose ring was full, in order (sent already, as far as the
+    /// sender's API goes: eager sends are buffered).
+    pub backlog: Vec<VecDeque<(Header, Vec<u8>)>>,
+    pub coll_timeout_ms: u32,
+}
+
+/// What `refresh` found changed in the members' states.
+pub(crate) struct Change {
+    pub rank: u32,
+    pub up: bool,
+    /// The member came back as a new client: rings to and from it start empty.
+    pub new_incarnation: bool,
+}
+
+impl Window {
+    /// Take the mapped window if it is the one the device named (`serial`) and this rank
+    /// fits; `None` means: use the fabric path.
+    pub fn open(mem: Mem, serial: u32, rank: u32, size: u32) -> Option<Window> {
+        let mut win = Window {
+            mem,
+            rank,
+            size,
+            gen: 0,
+            states: vec![0; size as usize],
+            out_tail: vec![0; size as usize],
+            in_head: vec![0; size as usize],
+            backlog: (0..size).map(|_| VecDeque::new()).collect(),
+            coll_timeout_ms: 0,
+        };
+        if win.u32(hdr::MAGIC).load(Ordering::Acquire) != hdr::MAGIC_VALUE
+            || win.u32(hdr::VERSION).load(Ordering::Relaxed) != hdr::VERSION_VALUE
+            || win.u32(hdr::SERIAL).load(Ordering::Relaxed) != serial
+            || win.u32(hdr::SIZE).load(Ordering::Relaxed) != size
+            || size > w::MAX_RANKS
+            || rank >= size
+        {
+            return None;
+        }
+        win.coll_timeout_ms = win.u32(hdr::COLL_TIMEOUT_MS).load(Ordering::Relaxed);
+        win.gen = win.u32(hdr::GEN).load(Ordering::Acquire);
+        for r in 0..size {
+            win.states[r as usize] = win.state(r);
+        }
+        // Our cursors start where the device left the rings when this NI came up.
+        for p in 0..size {
+            win.out_tail[p as usize] = win.ring_word(rank, p, w::RING_TAIL).load(Ordering::Acquire);
+            win.in_head[p as usize] = win.ring_word(p, rank, w::RING_HEAD).load(Ordering::Acquire);
+        }
+        Some(win)
+    }
+
+    fn u32(&self, off: u64) -> &AtomicU32 {
+        debug_assert!(off + 4 <= w::WINDOW_SIZE && off.is_multiple_of(4));
+        // SAFETY: `off` comes from the layout constants, 4-aligned and inside the mapping,
+        // which lives as long as `self`; peers and the device access these words atomically.
+        unsafe { &*(self.mem.ptr().add(off as usize) as *const AtomicU32) }
+    }
+
+    fn u64(&self, off: u64) -> &AtomicU64 {
+        debug_assert!(off + 8 <= w::WINDOW_SIZE && off.is_multiple_of(8));
+        // SAFETY: as for `u32`, 8-aligned.
+        unsafe { &*(self.mem.ptr().add(off as usize) as *const AtomicU64) }
+    }
+
+    fn ring_word(&self, src: u32, dst: u32, which: u64) -> &AtomicU32 {
+        self.u32(w::ring_ctrl(src, dst) + which)
+    }
+
+    fn state(&self, r: u32) -> u32 {
+        self.u32(w::STATE + r as u64 * w::LINE)
+            .load(Ordering::Acquire)
+    }
+
+    pub fn up(&self, r: u32) -> bool {
+        state::up(self.states[r as usize])
+    }
+
+    /// Whether this rank's NI reaches `dst`'s (ports up, a route through the torus).
+    pub fn reaches(&self, dst: u32) -> bool {
+        self.u32(w::REACH + self.rank as u64 * w::LINE)
+            .load(Ordering::Acquire)
+            & (1 << dst)
+            != 0
+    }
+
+    pub fn all_up(&self) -> bool {
+        (0..self.size).all(|r| self.up(r))
+    }
+
+    /// Whether the device moved `GEN` since we looked.
+    pub fn gen_moved(&self) -> bool {
+        self.u32(hdr::GEN).load(Ordering::Acquire) != self.gen
+    }
+
+    /// Re-read the members' states; what changed.
+    pub fn refresh(&mut self) -> Vec<Change> {
+        self.gen = self.u32(hdr::GEN).load(Ordering::Acquire);
+        let mut out = vec![];
+        for r in 0..self.size {
+            let now = self.state(r);
+            let was = self.states[r as usize];
+            if now == was {
+                continue;
+            }
+            let new_incarnation = state::incarnation(now) != state::incarnation(was);
+            if new_incarnation && state::up(now) {
+                self.out_tail[r as usize] = 0;
+                self.in_head[r as usize] = 0;
+            }
+            if !state::up(now) || new_incarnation {
+                self.backlog[r as usize].clear();
+            }
+            self.states[r as usize] = now;
+            out.push(Change {
+                rank: r,
+                up: state::up(now),
+                new_incarnation,
+            });
+        }
+        out
+    }
+
+    fn slot_ptr(&self, src: u32, dst: u32, index: u32) -> u64 {
+        w::ring_data(src, dst) + (index % w::RING_SLOTS) as u64 * w::SLOT
+    }
+
+    /// Write one message into (rank → dst) if it fits now.
+    fn try_put(&mut self, dst: u32, h: &Header, payload: &[u8]) -> bool {
+        let need = h.slots();
+        let tail = self.out_tail[dst as usize];
+        let head = self
+            .ring_word(self.rank, dst, w::RING_HEAD)
+            .load(Ordering::Acquire);
+        let used = tail.wrapping_sub(head);
+        // A receiver's HEAD past our TAIL is a lie: treat the ring as full.
+        if used > w::RING_SLOTS || w::RING_SLOTS - used < need {
+            return false;
+        }
+        let first = self.slot_ptr(self.rank, dst, tail);
+        self.mem.write_at(first as usize, &h.encode());
+        let inline = payload.len().min(w::INLINE as usize);
+        self.mem
+            .write_at((first + w::INLINE) as usize, &payload[..inline]);
+        let mut at = inline;
+        let mut i = tail.wrapping_add(1);
+        while at < payload.len() {
+            let n = (payload.len() - at).min(w::SLOT as usize);
+            let p = self.slot_ptr(self.rank, dst, i);
+            self.mem.write_at(p as usize, &payload[at..at + n]);
+            at += n;
+            i = i.wrapping_add(1);
+        }
+        let tail = tail.wrapping_add(need);
+        self.out_tail[dst as usize] = tail;
+        self.ring_word(self.rank, dst, w::RING_TAIL)
+            .store(tail, Ordering::Release);
+        true
+    }
+
+    /// Send a message to `dst` (into its ring, or behind what waits for room). Returns
+    /// whether `dst` is blocked and must be woken.
+    pub fn put(&mut self, dst: u32, h: Header, payload: &[u8]) -> bool {
+        if !self.backlog[dst as usize].is_empty() || !self.try_put(dst, &h, payload) {
+            self.backlog[dst as usize].push_back((h, payload.to_vec()));
+            return false;
+        }
+        self.count_send(payload.len() as u64);
+        self.sleeping_after_store(dst)
+    }
+
+    /// Move waiting messages into rings with room. Returns the peers to wake.
+    pub fn flush(&mut self) -> Vec<u32> {
+        let mut wake = vec![];
+        for dst in 0..self.size {
+            let mut sent = false;
+            while let Some((h, p)) = self.backlog[dst as usize].pop_front() {
+                if !self.try_put(dst, &h, &p) {
+                    self.backlog[dst as usize].push_front((h, p));
+                    break;
+                }
+                self.count_send(p.len() as u64);
+                sent = true;
+            }
+            if sent && self.sleeping_after_store(dst) {
+                wake.push(dst);
+            }
+        }
+        wake
+    }
+
+    fn count_send(&self, bytes: u64) {
+        let b = w::stats::BASE + self.rank as u64 * w::LINE;
+        let s = self.u64(b + w::stats::SENDS);
+        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let s = self.u64(b + w::stats::BYTES);
+        s.store(s.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
+    }
+
+    pub fn count_collective(&self) {
+        let s = self.u64(w::stats::BASE + self.rank as u64 * w::LINE + w::stats::COLLECTIVES);
+        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    fn count_ring_error(&self) {
+        self.count(w::stats::RING_ERRORS);
+    }
+
+    /// Bump one of this rank's counters (`w::stats::*`); only this rank writes its line.
+    pub fn count(&self, which: u64) {
+        let s = self.u64(w::stats::BASE + self.rank as u64 * w::LINE + which);
+        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// After publishing: is `dst` blocked? Pairs with its store of `SLEEPING`, fence, last
+    /// look at its rings (`set_sleeping`).
+    fn sleeping_after_store(&self, dst: u32) -> bool {
+        if dst == self.rank {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        self.u32(w::SLEEPING + dst as u64 * w::LINE)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    pub fn sleeping(&self, r: u32) -> bool {
+        r != self.rank
+            && self
+                .u32(w::SLEEPING + r as u64 * w::LINE)
+                .load(Ordering::Acquire)
+                != 0
+    }
+
+    pub fn set_sleeping(&self, on: bool) {
+        self.u32(w::SLEEPING + self.rank as u64 * w::LINE)
+            .store(on as u32, Ordering::Release);
+        if on {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// Whether any ring toward this rank holds a message we have not taken.
+    pub fn has_arrivals(&self) -> bool {
+        (0..self.size).any(|src| {
+            self.ring_word(src, self.rank, w::RING_TAIL)
+                .load(Ordering::Acquire)
+                != self.in_head[src as usize]
+        })
+    }
+
+    /// Take every message waiting from `src`, oldest first, handing each to `f` with its
+    /// payload (copied out of the ring). A malformed one (a peer writing what no sender
+    /// writes) empties the ring and counts a ring error.
+    pub fn drain(&mut self, src: u32, mut f: impl FnMut(Header, &[u8])) -> usize {
+        let tail = self
+            .ring_word(src, self.rank, w::RING_TAIL)
+            .load(Ordering::Acquire);
+        let mut head = self.in_head[src as usize];
+        if tail == head {
+            return 0;
+        }
+        let mut n = 0;
+        let mut payload = Vec::new();
+        while head != tail {
+            let avail = tail.wrapping_sub(head);
+            let mut hb = [0u8; w::INLINE as usize];
+            let first = self.slot_ptr(src, self.rank, head);
+            self.mem.read_at(first as usize, &mut hb);
+            let h = match Header::decode(&hb) {
+                Some(h) if avail <= w::RING_SLOTS && h.slots() <= avail => h,
+                _ => {
+                    self.count_ring_error();
+                    head = tail;
+                    break;
+                }
+            };
+            let len = h.len as usize;
+            payload.clear();
+            payload.resize(len, 0);
+            let inline = len.min(w::INLINE as usize);
+            self.mem
+                .read_at((first + w::INLINE) as usize, &mut payload[..inline]);
+            let mut at = inline;
+            let mut i = head.wrapping_add(1);
+            while at < len {
+                let k = (len - at).min(w::SLOT as usize);
+                let p = self.slot_ptr(src, self.rank, i);
+                self.mem.read_at(p as usize, &mut payload[at..at + k]);
+                at += k;
+                i = i.wrapping_add(1);
+            }
+            head = head.wrapping_add(h.slots());
+            f(h, &payload);
+            n += 1;
+        }
+        self.in_head[src as usize] = head;
+        self.ring_word(src, self.rank, w::RING_HEAD)
+            .store(head, Ordering::Release);
+        n
+    }
+
+    /// Publish this rank's contribution to collective round `round`.
+    pub fn coll_write(&self, round: u64, meta: u64, data: &[u8]) {
+        let s = w::coll_slot(round, self.rank);
+        self.mem.write_at((s + w::COLL_DATA) as usize, data);
+        self.u64(s + w::COLL_META).store(meta, Ordering::Relaxed);
+        self.u64(s + w::COLL_SEQ)
+            .store(round + 1, Ordering::Release);
+    }
+
+    /// Whether every member published round `round`.
+    pub fn coll_ready(&self, round: u64) -> bool {
+        (0..self.size).all(|r| {
+            self.u64(w::coll_slot(round, r) + w::COLL_SEQ)
+                .load(Ordering::Acquire)
+                == round + 1
+        })
+    }
+
+    pub fn coll_meta(&self, round: u64, r: u32) -> u64 {
+        self.u64(w::coll_slot(round, r) + w::COLL_META)
+            .load(Ordering::Relaxed)
+    }
+
+    pub fn coll_read(&self, round: u64, r: u32, out: &mut [u8]) {
+        let n = out.len().min(w::COLL_MAX as usize);
+        self.mem.read_at(
+            (w::coll_slot(round, r) + w::COLL_DATA) as usize,
+            &mut out[..n],
+        );
+    }
+}
