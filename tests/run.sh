@@ -27,6 +27,11 @@ cargo build --workspace --release -q
 step "unit and integration tests"
 cargo test --workspace -q
 
+# The same point-to-point and collective suites with the direct path off: every message and
+# collective through the daemon's fabric (the default run takes the partition window).
+step "point-to-point and collectives again over the fabric path (ni-device --direct off)"
+NI_TEST_DIRECT=off cargo test -q -p ni-tests --test p2p --test collectives --test direct
+
 if [ "${NI_SKIP_VM:-0}" = 1 ]; then
   step "VM tests SKIPPED because NI_SKIP_VM=1: QEMU guests were not booted"
 else

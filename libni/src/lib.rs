@@ -669,6 +669,31 @@ impl Ni {
         self.start(r)
     }
 
+    /// Whether this NI's partition has a window: small tagged messages and collectives then
+    /// go member to member, without the device's poller (`direct.rs`).
+    pub fn direct(&self) -> bool {
+        self.lock().direct()
+    }
+
+    /// Write one raw 64-byte slot into the window ring toward `dest`, as if it were a
+    /// message (conformance tests: what a misbehaving peer can do to a receiver). Returns
+    /// false when there is no window.
+    #[doc(hidden)]
+    pub fn window_inject(&self, dest: u32, raw: &[u8; 64]) -> bool {
+        let mut i = self.lock();
+        // Current member states first: a peer that came up resets the rings toward it.
+        if i.w_progress().is_err() {
+            return false;
+        }
+        match i.win.as_mut() {
+            Some(w) if dest < w.size => {
+                w.inject(dest, raw);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Take completions and run active-message handlers. Returns how many completions.
     pub fn progress(&self) -> Result<usize> {
         let n = self.lock().progress();

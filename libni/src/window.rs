@@ -183,6 +183,18 @@ impl Window {
         true
     }
 
+    /// Publish one raw slot as the next message to `dst`, whatever it says (conformance
+    /// tests: a peer that writes what no sender writes).
+    pub fn inject(&mut self, dst: u32, raw: &[u8; 64]) {
+        let tail = self.out_tail[dst as usize];
+        let at = self.slot_ptr(self.rank, dst, tail);
+        self.mem.write_at(at as usize, raw);
+        let tail = tail.wrapping_add(1);
+        self.out_tail[dst as usize] = tail;
+        self.ring_word(self.rank, dst, w::RING_TAIL)
+            .store(tail, Ordering::Release);
+    }
+
     /// Send a message to `dst` (into its ring, or behind what waits for room). Returns
     /// whether `dst` is blocked and must be woken.
     pub fn put(&mut self, dst: u32, h: Header, payload: &[u8]) -> bool {

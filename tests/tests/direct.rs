@@ -1,0 +1,163 @@
+//! The direct path (partition window): what goes through it, that it keeps the fabric's
+//! semantics, honours the administrator's links, and survives a peer that writes garbage.
+
+use std::time::Duration;
+
+use ni::{Error, Ni};
+use ni_abi::fastpath::Status;
+use ni_tests::Daemon;
+
+fn attach_pair(d: &Daemon) -> (Ni, Ni) {
+    let a = Ni::attach_path(&d.sock(0)).unwrap();
+    let b = Ni::attach_path(&d.sock(1)).unwrap();
+    for n in [&a, &b] {
+        n.wait_for_partition(Duration::from_secs(10)).unwrap();
+    }
+    (a, b)
+}
+
+fn status(e: &Error) -> Option<Status> {
+    match e {
+        Error::Failed { status, .. } => Some(*status),
+        _ => None,
+    }
+}
+
+#[test]
+fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
+    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+        eprintln!("NI_TEST_DIRECT=off: this test is about the window; skipped in that pass");
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = attach_pair(&d);
+    assert!(a.direct() && b.direct(), "partition of 2 gets a window");
+    const BIG: usize = 1 << 20;
+    let sbuf = a.alloc(BIG).unwrap();
+    let rbuf = b.alloc(BIG).unwrap();
+    // Sizes straddling the eager limit and the inline bytes, all with one tag: the
+    // receiver must see them in the order sent, whichever path carried the payload.
+    let sizes = [0usize, 1, 32, 33, 4096, 4097, 8, BIG, 64, 100_000, 7];
+    let t = std::thread::spawn(move || {
+        let mut got = vec![];
+        for _ in 0..sizes.len() {
+            let dn = b.recv(Some(0), &rbuf, 0..BIG, 5, u64::MAX).unwrap();
+            let mut v = vec![0u8; dn.len as usize];
+            rbuf.read_at(0, &mut v);
+            got.push(v);
+        }
+        (b, rbuf, got)
+    });
+    let mut ops = vec![];
+    for (i, &n) in sizes.iter().enumerate() {
+        let v: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+        sbuf.write_at(0, &v);
+        // Blocking sends: the eager ones complete at once (buffered), the large ones when
+        // the receiver's fabric receive took them.
+        a.send(1, &sbuf, 0..n, 5).unwrap();
+        ops.push(v);
+    }
+    let (_b, _rbuf, got) = t.join().unwrap();
+    assert_eq!(got, ops);
+    let large = sizes.iter().filter(|&&n| n as u64 > 4096).count() as u64;
+    // Every message's header went through the window; only the large payloads through
+    // the fabric (one fabric send each).
+    assert_eq!(d.counter(0, "window_sends"), sizes.len() as u64);
+    assert_eq!(d.counter(0, "sends"), large);
+    assert_eq!(d.counter(1, "recvs"), large);
+    assert_eq!(d.counter(1, "window_ring_errors"), 0);
+}
+
+#[test]
+fn a_port_taken_down_refuses_window_sends_until_it_is_up() {
+    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = attach_pair(&d);
+    let buf = a.alloc(64).unwrap();
+    let rbuf = b.alloc(64).unwrap();
+    a.send(1, &buf, 0..8, 1).unwrap();
+    b.recv(Some(0), &rbuf, 0..64, 1, u64::MAX).unwrap();
+    let r = d.control(r#"{"version":1,"request":"port_set","node":1,"state":"down"}"#);
+    assert_eq!(r["result"], "port", "{r}");
+    let e = a.send(1, &buf, 0..8, 1).unwrap_err();
+    assert_eq!(status(&e), Some(Status::LinkDown), "{e}");
+    assert_eq!(d.counter(0, "err_link_down"), 1);
+    d.control(r#"{"version":1,"request":"port_set","node":1,"state":"up"}"#);
+    a.send(1, &buf, 0..8, 2).unwrap();
+    let dn = b.recv(Some(0), &rbuf, 0..64, 2, u64::MAX).unwrap();
+    assert_eq!(dn.len, 8);
+}
+
+#[test]
+fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
+    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = attach_pair(&d);
+    let rbuf = b.alloc(8192).unwrap();
+    // Lies a receiver must not follow: unknown kind; an eager length far past the ring;
+    // a length that disagrees with the header's own total.
+    let mut lies = vec![[0xA5u8; 64]];
+    let mut long = [0u8; 64];
+    long[0] = ni_abi::window::kind::EAGER;
+    long[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    long[24..32].copy_from_slice(&(u32::MAX as u64).to_le_bytes());
+    lies.push(long);
+    let mut odd = [0u8; 64];
+    odd[0] = ni_abi::window::kind::EAGER;
+    odd[4..8].copy_from_slice(&16u32.to_le_bytes());
+    odd[24..32].copy_from_slice(&17u64.to_le_bytes());
+    lies.push(odd);
+    for (i, lie) in lies.iter().enumerate() {
+        assert!(a.window_inject(1, lie));
+        // Nothing arrives: the receive times out, the receiver lives on. (A timed-out
+        // receive stays posted, as on the fabric: its own tag keeps it off the next message.)
+        let o = b
+            .irecv(Some(0), &rbuf, 0..8192, 100 + i as u64, u64::MAX)
+            .unwrap();
+        let e = b
+            .wait_timeout(o, Some(Duration::from_millis(200)))
+            .unwrap_err();
+        assert!(matches!(e, Error::Timeout(_)), "{e}");
+        assert_eq!(d.counter(1, "window_ring_errors"), i as u64 + 1);
+    }
+    // An honest message after the garbage still arrives.
+    let sbuf = a.alloc(64).unwrap();
+    sbuf.write_at(0, b"honest");
+    a.send(1, &sbuf, 0..6, 3).unwrap();
+    let dn = b.recv(Some(0), &rbuf, 0..8192, 3, u64::MAX).unwrap();
+    let mut v = [0u8; 6];
+    rbuf.read_at(0, &mut v);
+    assert_eq!((&v, dn.len), (b"honest", 6));
+}
+
+#[test]
+fn a_partition_created_with_a_member_attached_stays_on_the_fabric() {
+    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+        return;
+    }
+    let d = Daemon::start_with(3, Some("[[partition]]\nname = \"p\"\nnodes = [0, 1]\n"));
+    // NI 2 is in no partition; a client attaches to it (and fails: no partition)...
+    let lone = std::thread::spawn({
+        let s = d.sock(2);
+        move || Ni::attach_path(&s).map(|_| ())
+    });
+    let _ = lone.join();
+    // A partition of NIs 0 and 1 from the config has a window.
+    let (a, b) = attach_pair(&d);
+    assert!(a.direct() && b.direct());
+    drop((a, b));
+    // While a client holds NI 0, a new partition over it gets none: that client's session
+    // was set up with the old window, and all members must share one.
+    let holder = Ni::attach_path(&d.sock(0)).unwrap();
+    let r = d.control(r#"{"version":1,"request":"partition_delete","name":"p"}"#);
+    assert_eq!(r["result"], "done", "{r}");
+    let r = d.control(r#"{"version":1,"request":"partition_create","name":"q","nodes":[0,2]}"#);
+    assert_eq!(r["result"], "partition", "{r}");
+    drop(holder);
+    let c = Ni::attach_path(&d.sock(2)).unwrap();
+    assert!(!c.direct());
+}
