@@ -85,8 +85,9 @@ counters! {
     collective_bytes,
     sync_globals,
     /// The direct path (partition window), as the client reports it in its window line:
-    /// messages and bytes it sent there, collectives it did there, ring words from peers it
-    /// refused as malformed.
+    /// messages and bytes whose payload it sent there (also counted in `sends` and
+    /// `send_bytes`, as its receptions are in `recvs` and `recv_bytes`), collectives it did
+    /// there, ring words from peers it refused as malformed.
     window_sends,
     window_bytes,
     window_collectives,

@@ -291,6 +291,10 @@ impl Inner {
                     unsafe {
                         std::ptr::copy_nonoverlapping(data.as_ptr(), p.addr as *mut u8, n as usize)
                     };
+                    if let Some(win) = self.win.as_ref() {
+                        win.count(w::stats::RECVS);
+                        win.add(w::stats::RECV_BYTES, n);
+                    }
                     if (data.len() as u64) > p.cap {
                         Status::Truncated
                     } else {

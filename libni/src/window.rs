@@ -202,7 +202,9 @@ impl Window {
             self.backlog[dst as usize].push_back((h, payload.to_vec()));
             return false;
         }
-        self.count_send(payload.len() as u64);
+        if h.kind == w::kind::EAGER {
+            self.count_send(payload.len() as u64);
+        }
         self.sleeping_after_store(dst)
     }
 
@@ -216,7 +218,9 @@ impl Window {
                     self.backlog[dst as usize].push_front((h, p));
                     break;
                 }
-                self.count_send(p.len() as u64);
+                if h.kind == w::kind::EAGER {
+                    self.count_send(p.len() as u64);
+                }
                 sent = true;
             }
             if sent && self.sleeping_after_store(dst) {
@@ -227,16 +231,12 @@ impl Window {
     }
 
     fn count_send(&self, bytes: u64) {
-        let b = w::stats::BASE + self.rank as u64 * w::LINE;
-        let s = self.u64(b + w::stats::SENDS);
-        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        let s = self.u64(b + w::stats::BYTES);
-        s.store(s.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
+        self.count(w::stats::SENDS);
+        self.add(w::stats::BYTES, bytes);
     }
 
     pub fn count_collective(&self) {
-        let s = self.u64(w::stats::BASE + self.rank as u64 * w::LINE + w::stats::COLLECTIVES);
-        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.count(w::stats::COLLECTIVES);
     }
 
     fn count_ring_error(&self) {
@@ -245,8 +245,12 @@ impl Window {
 
     /// Bump one of this rank's counters (`w::stats::*`); only this rank writes its line.
     pub fn count(&self, which: u64) {
-        let s = self.u64(w::stats::BASE + self.rank as u64 * w::LINE + which);
-        s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.add(which, 1);
+    }
+
+    pub fn add(&self, which: u64, n: u64) {
+        let s = self.u64(w::stats::BASE + self.rank as u64 * w::stats::STRIDE + which);
+        s.store(s.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
     /// After publishing: is `dst` blocked? Pairs with its store of `SLEEPING`, fence, last

@@ -48,11 +48,13 @@ pub const REACH: u64 = STATE + 4;
 /// Rank-written: 1 while the rank blocks on its completion interrupt, so a writer that
 /// finds it set asks the device to `WAKE` it.
 pub const SLEEPING: u64 = 0x2000;
-/// Rank-written counters (u64): messages and bytes sent on the direct path, collectives
-/// done in the window, ring words from this rank's peers it refused, and the direct-path
-/// operations that failed, by status (the daemon adds them to its `err_*` counters).
+/// Rank-written counters (u64), `STRIDE` bytes per rank: messages and bytes whose payload
+/// went through the window (sent, and received), collectives done in the window, ring words
+/// from this rank's peers it refused, and the direct-path operations that failed, by status.
+/// The daemon adds them to its own `sends`, `recvs`, `err_*`... counters.
 pub mod stats {
     pub const BASE: u64 = 0x3000;
+    pub const STRIDE: u64 = 128;
     pub const SENDS: u64 = 0;
     pub const BYTES: u64 = 8;
     pub const COLLECTIVES: u64 = 16;
@@ -61,6 +63,8 @@ pub mod stats {
     pub const TIMEOUT: u64 = 40;
     pub const LINK_DOWN: u64 = 48;
     pub const COLLISION: u64 = 56;
+    pub const RECVS: u64 = 64;
+    pub const RECV_BYTES: u64 = 72;
 }
 
 /// `STATE`: bit 0 up (a client that set up its completion ring), bits 1.. its incarnation.
@@ -189,7 +193,7 @@ pub fn slots_for(len: u64) -> u32 {
 const _: () = {
     assert!(STATE + MAX_RANKS as u64 * LINE <= SLEEPING);
     assert!(SLEEPING + MAX_RANKS as u64 * LINE <= stats::BASE);
-    assert!(stats::BASE + MAX_RANKS as u64 * LINE <= COLL);
+    assert!(stats::BASE + MAX_RANKS as u64 * stats::STRIDE <= COLL);
     assert!(COLL + 2 * MAX_RANKS as u64 * COLL_SLOT <= RING_CTRL);
     assert!(RING_CTRL + (MAX_RANKS as u64 * MAX_RANKS as u64) * 128 <= RINGS);
     assert!(RINGS + (MAX_RANKS as u64 * MAX_RANKS as u64) * RING_BYTES <= WINDOW_SIZE);

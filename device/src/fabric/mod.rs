@@ -180,6 +180,11 @@ impl Fabric {
             c.window_bytes = ws.bytes;
             c.window_collectives = ws.collectives;
             c.window_ring_errors = ws.ring_errors;
+            // Messages are messages, whichever path carried them.
+            c.sends += ws.sends;
+            c.send_bytes += ws.bytes;
+            c.recvs += ws.recvs;
+            c.recv_bytes += ws.recv_bytes;
             c.err_peer_down += ws.peer_down;
             c.err_timeout += ws.timeout;
             c.err_link_down += ws.link_down;

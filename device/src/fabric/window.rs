@@ -41,6 +41,8 @@ pub struct WindowStats {
     pub timeout: u64,
     pub link_down: u64,
     pub collision: u64,
+    pub recvs: u64,
+    pub recv_bytes: u64,
 }
 
 impl Window {
@@ -132,7 +134,10 @@ impl Window {
         self.zero(w::COLL, 2 * w::MAX_RANKS as u64 * w::COLL_SLOT);
         self.u32(w::SLEEPING + rank as u64 * w::LINE)
             .store(0, Ordering::Relaxed);
-        self.zero(w::stats::BASE + rank as u64 * w::LINE, w::LINE);
+        self.zero(
+            w::stats::BASE + rank as u64 * w::stats::STRIDE,
+            w::stats::STRIDE,
+        );
         let s = self.u32(w::STATE + rank as u64 * w::LINE);
         let inc = state::incarnation(s.load(Ordering::Relaxed)) + 1;
         s.store(state::make(true, inc), Ordering::Release);
@@ -158,7 +163,7 @@ impl Window {
     }
 
     pub fn stats(&self, rank: u32) -> WindowStats {
-        let b = w::stats::BASE + rank as u64 * w::LINE;
+        let b = w::stats::BASE + rank as u64 * w::stats::STRIDE;
         let r = |o| self.u64(b + o).load(Ordering::Relaxed);
         WindowStats {
             sends: r(w::stats::SENDS),
@@ -169,6 +174,8 @@ impl Window {
             timeout: r(w::stats::TIMEOUT),
             link_down: r(w::stats::LINK_DOWN),
             collision: r(w::stats::COLLISION),
+            recvs: r(w::stats::RECVS),
+            recv_bytes: r(w::stats::RECV_BYTES),
         }
     }
 
