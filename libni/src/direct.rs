@@ -110,6 +110,8 @@ impl Inner {
             Some(Status::Timeout) => Some(w::stats::TIMEOUT),
             Some(Status::LinkDown) => Some(w::stats::LINK_DOWN),
             Some(Status::Collision) => Some(w::stats::COLLISION),
+            // Only eager receives end here truncated (the fabric counts rendezvous ones).
+            Some(Status::Truncated) => Some(w::stats::TRUNCATED),
             _ => None,
         };
         if let (Some(which), Some(win)) = (counter, self.win.as_ref()) {
@@ -204,12 +206,19 @@ impl Inner {
                 id: 0,
                 full: len,
             };
-            let wake = self.win.as_mut().unwrap().put(dest, h, payload);
-            if wake {
-                self.wake(vec![dest])?;
-            }
+            // Buffered: the send is done once its message is in the ring (now, or when the
+            // receiver made room), so a sender that waits for it never leaves it behind.
             let user = self.lib_user();
-            self.finish_lib(completion(op::SEND, user, Status::Ok, dest, len, tag));
+            let done = completion(op::SEND, user, Status::Ok, dest, len, tag);
+            match self.win.as_mut().unwrap().put(dest, h, payload, Some(done)) {
+                Ok(wake) => {
+                    if wake {
+                        self.wake(vec![dest])?;
+                    }
+                    self.finish_lib(done);
+                }
+                Err(()) => {}
+            }
             return Ok(user);
         }
         // Rendezvous: the payload stays here until the receiver's fabric receive takes it.
@@ -231,7 +240,7 @@ impl Inner {
             id,
             full: len,
         };
-        if self.win.as_mut().unwrap().put(dest, h, &[]) {
+        if let Ok(true) = self.win.as_mut().unwrap().put(dest, h, &[], None) {
             self.wake(vec![dest])?;
         }
         Ok(user)
@@ -345,6 +354,18 @@ impl Inner {
                 self.d.next_rndv[ch.rank as usize] = 0;
             }
             if !ch.up || ch.new_incarnation {
+                // Messages still waiting for room toward a client that left are not sent.
+                let dropped: Vec<_> = self.win.as_mut().unwrap().backlog[ch.rank as usize]
+                    .drain(..)
+                    .collect();
+                for (_, _, c) in dropped {
+                    if let Some(mut c) = c {
+                        c.status = Status::PeerDown as u16;
+                        self.finish_lib(c);
+                    }
+                }
+            }
+            if !ch.up || ch.new_incarnation {
                 // Receives named for the client that left fail; messages it sent before
                 // leaving were taken from its ring already and still match.
                 let (dead, keep): (Vec<Posted>, Vec<Posted>) = std::mem::take(&mut self.d.posted)
@@ -388,7 +409,7 @@ impl Inner {
     /// Everything the direct path does when libni polls: take what arrived, retry what
     /// waited for room, finish the collective in flight.
     pub(crate) fn w_progress(&mut self) -> Result<()> {
-        if self.win.is_none() {
+        if !self.win.as_mut().is_some_and(|w| w.live()) {
             return Ok(());
         }
         while let Some((r, alias)) = self.d.deferred.pop_front() {
@@ -441,7 +462,10 @@ impl Inner {
             }
         }
         self.w_states()?;
-        let wake = self.win.as_mut().unwrap().flush();
+        let (wake, done) = self.win.as_mut().unwrap().flush();
+        for c in done {
+            self.finish_lib(c);
+        }
         self.wake(wake)?;
         self.w_coll_poll();
         Ok(())

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+use ni_abi::fastpath::Completion;
 use ni_abi::window::{self as w, hdr, state, Header};
 
 use crate::mem::Mem;
@@ -24,10 +25,13 @@ pub(crate) struct Window {
     /// rank).
     out_tail: Vec<u32>,
     in_head: Vec<u32>,
-    /// Messages for a peer whose ring was full, in order (sent already, as far as the
-    /// sender's API goes: eager sends are buffered).
-    pub backlog: Vec<VecDeque<(Header, Vec<u8>)>>,
+    /// Messages for a peer whose ring was full, in order, with the completion each send
+    /// gets once its message is in the ring.
+    pub backlog: Vec<VecDeque<(Header, Vec<u8>, Option<Completion>)>>,
     pub coll_timeout_ms: u32,
+    /// Our own incarnation when we opened the window, and whether we have seen the next.
+    opened_incarnation: u32,
+    live: bool,
 }
 
 /// What `refresh` found changed in the members' states.
@@ -52,6 +56,8 @@ impl Window {
             in_head: vec![0; size as usize],
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
             coll_timeout_ms: 0,
+            opened_incarnation: 0,
+            live: false,
         };
         if win.u32(hdr::MAGIC).load(Ordering::Acquire) != hdr::MAGIC_VALUE
             || win.u32(hdr::VERSION).load(Ordering::Relaxed) != hdr::VERSION_VALUE
@@ -67,11 +73,9 @@ impl Window {
         for r in 0..size {
             win.states[r as usize] = win.state(r);
         }
-        // Our cursors start where the device left the rings when this NI came up.
-        for p in 0..size {
-            win.out_tail[p as usize] = win.ring_word(rank, p, w::RING_TAIL).load(Ordering::Acquire);
-            win.in_head[p as usize] = win.ring_word(p, rank, w::RING_HEAD).load(Ordering::Acquire);
-        }
+        win.opened_incarnation = state::incarnation(win.states[rank as usize]);
+        // Cursors stay at 0: the device empties every ring to and from this rank when this
+        // client comes up (after this), which `refresh` sees as our own new incarnation.
         Some(win)
     }
 
@@ -118,6 +122,24 @@ impl Window {
         self.u32(hdr::GEN).load(Ordering::Acquire) != self.gen
     }
 
+    /// Whether this client's NI is up in the window yet. Until the device publishes it (when
+    /// the completion ring is set up, after `open`), the rings may still hold a previous
+    /// client's words, so nothing is read or written.
+    pub fn live(&mut self) -> bool {
+        if self.live {
+            return true;
+        }
+        let now = self.state(self.rank);
+        if state::up(now) && state::incarnation(now) > self.opened_incarnation {
+            // The device emptied every ring to and from us just before publishing this.
+            self.out_tail.iter_mut().for_each(|t| *t = 0);
+            self.in_head.iter_mut().for_each(|h| *h = 0);
+            self.states[self.rank as usize] = now;
+            self.live = true;
+        }
+        self.live
+    }
+
     /// Re-read the members' states; what changed.
     pub fn refresh(&mut self) -> Vec<Change> {
         self.gen = self.u32(hdr::GEN).load(Ordering::Acquire);
@@ -129,12 +151,13 @@ impl Window {
                 continue;
             }
             let new_incarnation = state::incarnation(now) != state::incarnation(was);
+            if r == self.rank {
+                // Ours is `sync_self`'s business.
+                continue;
+            }
             if new_incarnation && state::up(now) {
                 self.out_tail[r as usize] = 0;
                 self.in_head[r as usize] = 0;
-            }
-            if !state::up(now) || new_incarnation {
-                self.backlog[r as usize].clear();
             }
             self.states[r as usize] = now;
             out.push(Change {
@@ -195,39 +218,49 @@ impl Window {
             .store(tail, Ordering::Release);
     }
 
-    /// Send a message to `dst` (into its ring, or behind what waits for room). Returns
-    /// whether `dst` is blocked and must be woken.
-    pub fn put(&mut self, dst: u32, h: Header, payload: &[u8]) -> bool {
+    /// Send a message to `dst`: into its ring, or behind what waits for room, where `done`
+    /// (the send's completion) waits with it. Returns `Err(())` when queued, else whether
+    /// `dst` is blocked and must be woken.
+    pub fn put(
+        &mut self,
+        dst: u32,
+        h: Header,
+        payload: &[u8],
+        done: Option<Completion>,
+    ) -> Result<bool, ()> {
         if !self.backlog[dst as usize].is_empty() || !self.try_put(dst, &h, payload) {
-            self.backlog[dst as usize].push_back((h, payload.to_vec()));
-            return false;
+            self.backlog[dst as usize].push_back((h, payload.to_vec(), done));
+            return Err(());
         }
         if h.kind == w::kind::EAGER {
             self.count_send(payload.len() as u64);
         }
-        self.sleeping_after_store(dst)
+        Ok(self.sleeping_after_store(dst))
     }
 
-    /// Move waiting messages into rings with room. Returns the peers to wake.
-    pub fn flush(&mut self) -> Vec<u32> {
+    /// Move waiting messages into rings with room. Returns the peers to wake and the
+    /// completions of the sends now in a ring.
+    pub fn flush(&mut self) -> (Vec<u32>, Vec<Completion>) {
         let mut wake = vec![];
+        let mut done = vec![];
         for dst in 0..self.size {
             let mut sent = false;
-            while let Some((h, p)) = self.backlog[dst as usize].pop_front() {
+            while let Some((h, p, c)) = self.backlog[dst as usize].pop_front() {
                 if !self.try_put(dst, &h, &p) {
-                    self.backlog[dst as usize].push_front((h, p));
+                    self.backlog[dst as usize].push_front((h, p, c));
                     break;
                 }
                 if h.kind == w::kind::EAGER {
                     self.count_send(p.len() as u64);
                 }
+                done.extend(c);
                 sent = true;
             }
             if sent && self.sleeping_after_store(dst) {
                 wake.push(dst);
             }
         }
-        wake
+        (wake, done)
     }
 
     fn count_send(&self, bytes: u64) {

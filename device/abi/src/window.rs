@@ -65,6 +65,7 @@ pub mod stats {
     pub const COLLISION: u64 = 56;
     pub const RECVS: u64 = 64;
     pub const RECV_BYTES: u64 = 72;
+    pub const TRUNCATED: u64 = 80;
 }
 
 /// `STATE`: bit 0 up (a client that set up its completion ring), bits 1.. its incarnation.

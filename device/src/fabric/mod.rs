@@ -189,6 +189,7 @@ impl Fabric {
             c.err_timeout += ws.timeout;
             c.err_link_down += ws.link_down;
             c.err_collision += ws.collision;
+            c.err_truncated += ws.truncated;
         }
         Some(c)
     }

@@ -43,6 +43,7 @@ pub struct WindowStats {
     pub collision: u64,
     pub recvs: u64,
     pub recv_bytes: u64,
+    pub truncated: u64,
 }
 
 impl Window {
@@ -176,6 +177,7 @@ impl Window {
             collision: r(w::stats::COLLISION),
             recvs: r(w::stats::RECVS),
             recv_bytes: r(w::stats::RECV_BYTES),
+            truncated: r(w::stats::TRUNCATED),
         }
     }
 
