@@ -210,14 +210,11 @@ impl Inner {
             // receiver made room), so a sender that waits for it never leaves it behind.
             let user = self.lib_user();
             let done = completion(op::SEND, user, Status::Ok, dest, len, tag);
-            match self.win.as_mut().unwrap().put(dest, h, payload, Some(done)) {
-                Ok(wake) => {
-                    if wake {
-                        self.wake(vec![dest])?;
-                    }
-                    self.finish_lib(done);
+            if let Ok(wake) = self.win.as_mut().unwrap().put(dest, h, payload, Some(done)) {
+                if wake {
+                    self.wake(vec![dest])?;
                 }
-                Err(()) => {}
+                self.finish_lib(done);
             }
             return Ok(user);
         }
@@ -337,15 +334,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Look at the members' states if the device changed them.
-    fn w_states(&mut self) -> Result<()> {
-        let Some(win) = self.win.as_mut() else {
-            return Ok(());
-        };
-        if !win.gen_moved() {
-            return Ok(());
-        }
-        let changes = win.refresh();
+    /// Act on what changed in the members' states (`Window::refresh`, which already reset
+    /// the rings of members that came back), once what they sent before has been taken.
+    fn w_states(&mut self, changes: Vec<crate::window::Change>) -> Result<()> {
         if changes.is_empty() {
             return Ok(());
         }
@@ -429,6 +420,16 @@ impl Inner {
                 Err(e) => return Err(e),
             }
         }
+        // States first: a member that came back has fresh rings, whose cursors restart
+        // before anything is read from them.
+        let changes = {
+            let win = self.win.as_mut().unwrap();
+            if win.gen_moved() {
+                win.refresh()
+            } else {
+                vec![]
+            }
+        };
         let size = self.win.as_ref().unwrap().size;
         let mut arrived: Vec<(u32, Header, Option<Vec<u8>>)> = vec![];
         for src in 0..size {
@@ -461,7 +462,7 @@ impl Inner {
                 }),
             }
         }
-        self.w_states()?;
+        self.w_states(changes)?;
         let (wake, done) = self.win.as_mut().unwrap().flush();
         for c in done {
             self.finish_lib(c);

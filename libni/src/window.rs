@@ -14,6 +14,9 @@ use ni_abi::window::{self as w, hdr, state, Header};
 
 use crate::mem::Mem;
 
+/// A message waiting for room in a ring: header, payload, the send's completion.
+pub(crate) type Waiting = (Header, Vec<u8>, Option<Completion>);
+
 pub(crate) struct Window {
     mem: Mem,
     pub rank: u32,
@@ -27,7 +30,7 @@ pub(crate) struct Window {
     in_head: Vec<u32>,
     /// Messages for a peer whose ring was full, in order, with the completion each send
     /// gets once its message is in the ring.
-    pub backlog: Vec<VecDeque<(Header, Vec<u8>, Option<Completion>)>>,
+    pub backlog: Vec<VecDeque<Waiting>>,
     pub coll_timeout_ms: u32,
     /// Our own incarnation when we opened the window, and whether we have seen the next.
     opened_incarnation: u32,
