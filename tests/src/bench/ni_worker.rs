@@ -49,6 +49,8 @@ impl NiLink {
         } else {
             None
         };
+        // Every rank's regions exist before anyone puts or gets into them.
+        ni.barrier().map_err(e)?;
         Ok(NiLink {
             ni,
             buf,
