@@ -13,14 +13,56 @@ pub struct Sram {
     map: MmapRegion,
 }
 
+/// Creating a sealed, shared memfd and the device's mapping of it (SRAM, partition windows).
 #[derive(Debug, thiserror::Error)]
-pub enum SramError {
-    #[error("creating the SRAM memfd: {0}")]
-    Memfd(#[from] nix::Error),
-    #[error("sizing the SRAM memfd: {0}")]
-    Size(#[from] std::io::Error),
-    #[error("mapping SRAM: {0}")]
-    Map(String),
+pub enum SharedMemError {
+    #[error("creating the {0} memfd: {1}")]
+    Memfd(&'static str, nix::Error),
+    #[error("sizing the {0} memfd: {1}")]
+    Size(&'static str, std::io::Error),
+    #[error("mapping the {0}: {1}")]
+    Map(&'static str, String),
+}
+
+pub type SramError = SharedMemError;
+
+/// A memfd of `len` bytes clients may map but never resize, and the device's shared mapping
+/// of `map_len` bytes of it from `map_at`.
+pub fn shared_memfd(
+    what: &'static str,
+    name: &std::ffi::CStr,
+    len: u64,
+    map_at: u64,
+    map_len: usize,
+) -> Result<(File, MmapRegion), SharedMemError> {
+    let fd = nix::sys::memfd::memfd_create(
+        name,
+        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC
+            | nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )
+    .map_err(|e| SharedMemError::Memfd(what, e))?;
+    let file = File::from(fd);
+    file.set_len(len)
+        .map_err(|e| SharedMemError::Size(what, e))?;
+    // SAFETY: F_ADD_SEALS on a memfd we own; no memory is touched.
+    unsafe {
+        libc::fcntl(
+            file.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        );
+    }
+    let dup = file
+        .try_clone()
+        .map_err(|e| SharedMemError::Size(what, e))?;
+    let map = MmapRegion::build(
+        Some(FileOffset::new(dup, map_at)),
+        map_len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED,
+    )
+    .map_err(|e| SharedMemError::Map(what, e.to_string()))?;
+    Ok((file, map))
 }
 
 /// An SRAM access outside the 8 MB.
@@ -35,29 +77,7 @@ impl Sram {
     /// A fresh, zeroed SRAM. Each client gets its own, so nothing one client left in SRAM
     /// (or still maps) is seen by the next.
     pub fn new() -> Result<Sram, SramError> {
-        let fd = nix::sys::memfd::memfd_create(
-            c"ni-lanai-sram",
-            nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC
-                | nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING,
-        )?;
-        let file = File::from(fd);
-        file.set_len(SRAM_SIZE)?;
-        // Clients may map it but never shrink it under the device.
-        // SAFETY: F_ADD_SEALS on a memfd we own; no memory is touched.
-        unsafe {
-            libc::fcntl(
-                file.as_raw_fd(),
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-            );
-        }
-        let map = MmapRegion::build(
-            Some(FileOffset::new(file.try_clone()?, 0)),
-            SRAM_SIZE as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-        )
-        .map_err(|e| SramError::Map(e.to_string()))?;
+        let (file, map) = shared_memfd("SRAM", c"ni-lanai-sram", SRAM_SIZE, 0, SRAM_SIZE as usize)?;
         Ok(Sram { file, map })
     }
 

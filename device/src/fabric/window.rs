@@ -8,19 +8,11 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use ni_abi::window::{self as w, hdr, state};
-use vm_memory::{Bytes, FileOffset, MmapRegion, VolatileMemory};
+use vm_memory::{Bytes, MmapRegion, VolatileMemory};
 
 static NEXT_SERIAL: AtomicU32 = AtomicU32::new(1);
 
-#[derive(Debug, thiserror::Error)]
-pub enum WindowError {
-    #[error("creating the window memfd: {0}")]
-    Memfd(#[from] nix::Error),
-    #[error("sizing the window memfd: {0}")]
-    Size(#[from] std::io::Error),
-    #[error("mapping the window: {0}")]
-    Map(String),
-}
+pub type WindowError = crate::sram::SharedMemError;
 
 pub struct Window {
     file: File,
@@ -48,30 +40,15 @@ pub struct WindowStats {
 
 impl Window {
     pub fn new(members: Vec<u32>, coll_timeout_ms: u32) -> Result<Window, WindowError> {
-        let fd = nix::sys::memfd::memfd_create(
-            c"ni-partition-window",
-            nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC
-                | nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING,
-        )?;
-        let file = File::from(fd);
         // The file spans BAR4 so that a BAR offset is a file offset; only the window part
         // is ever mapped (the rest stays a hole).
-        file.set_len(w::WINDOW_OFFSET + w::WINDOW_SIZE)?;
-        // SAFETY: F_ADD_SEALS on a memfd we own; no memory is touched.
-        unsafe {
-            libc::fcntl(
-                file.as_raw_fd(),
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-            );
-        }
-        let map = MmapRegion::build(
-            Some(FileOffset::new(file.try_clone()?, w::WINDOW_OFFSET)),
+        let (file, map) = crate::sram::shared_memfd(
+            "partition window",
+            c"ni-partition-window",
+            w::WINDOW_OFFSET + w::WINDOW_SIZE,
+            w::WINDOW_OFFSET,
             w::WINDOW_SIZE as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-        )
-        .map_err(|e| WindowError::Map(e.to_string()))?;
+        )?;
         let win = Window {
             file,
             map,
