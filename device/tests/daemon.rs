@@ -150,5 +150,11 @@ fn control_socket_rejects_malformed_and_unknown_requests() {
         "{{\"version\":1,\"request\":\"status\",\"pad\":\"{}\"}}",
         "x".repeat(70_000)
     );
-    assert_eq!(ask(&big)["result"], "error");
+    // The daemon answers and hangs up as soon as the line runs past its limit, so the rest
+    // of our write may meet a closed socket: what counts is the answer.
+    let _ = w.write_all(big.as_bytes()).and_then(|_| w.write_all(b"\n"));
+    let mut out = String::new();
+    r.read_line(&mut out).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["result"], "error", "{out}");
 }
