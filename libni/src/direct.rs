@@ -29,6 +29,13 @@ pub(crate) struct Posted {
     cap: u64,
 }
 
+impl Posted {
+    /// The fabric's matching rule: the named source (or any) and the tag on the mask's bits.
+    fn matches(&self, src: u32, tag: u64) -> bool {
+        (self.src == ANY_RANK || self.src == src) && (self.tag ^ tag) & self.mask == 0
+    }
+}
+
 /// A message taken from a ring before a receive wanted it.
 pub(crate) struct Unexpected {
     src: u32,
@@ -38,7 +45,10 @@ pub(crate) struct Unexpected {
 
 pub(crate) enum Arrived {
     Eager(Vec<u8>),
-    Rts { id: u64, len: u64 },
+    /// Ready to send: the payload waits for a fabric receive of tag `id`.
+    Rts {
+        id: u64,
+    },
 }
 
 /// The collective this rank has in flight in the window (at most one: round `n + 2` reuses
@@ -140,23 +150,24 @@ impl Inner {
         }
     }
 
+    /// Post a fabric request whose completion finishes a direct-path operation (`alias`)
+    /// or nothing anyone waits for. `Err(WouldBlock)` when the submission ring is full.
+    fn post_aliased(&mut self, r: Request, alias: Option<(u64, u64)>) -> Result<()> {
+        let user = self.post(r)?;
+        if let Some(a) = alias {
+            self.alias.insert(user, a);
+        } else {
+            self.ignored.insert(user);
+        }
+        Ok(())
+    }
+
     /// Post a fabric request now, or when the ring has room.
     fn post_or_defer(&mut self, r: Request, alias: Option<(u64, u64)>) -> Result<()> {
         if self.d.deferred.is_empty() {
-            match self.post(r) {
-                Ok(user) => {
-                    match alias {
-                        Some(a) => {
-                            self.alias.insert(user, a);
-                        }
-                        None => {
-                            self.ignored.insert(user);
-                        }
-                    }
-                    return Ok(());
-                }
+            match self.post_aliased(r, alias) {
                 Err(Error::WouldBlock) => {}
-                Err(e) => return Err(e),
+                other => return other,
             }
         }
         self.d.deferred.push_back((r, alias));
@@ -270,7 +281,7 @@ impl Inner {
             .d
             .unexpected
             .iter()
-            .position(|m| (src == ANY_RANK || m.src == src) && (m.tag ^ tag) & mask == 0);
+            .position(|m| p.matches(m.src, m.tag));
         match hit {
             Some(i) => {
                 let m = self.d.unexpected.remove(i).unwrap();
@@ -316,7 +327,7 @@ impl Inner {
                     tag,
                 ));
             }
-            Arrived::Rts { id, len } => {
+            Arrived::Rts { id } => {
                 // The fabric moves the payload: sender's region straight into this buffer.
                 let r = Request {
                     opcode: op::RECV,
@@ -327,7 +338,6 @@ impl Inner {
                     mask: u64::MAX,
                     ..Default::default()
                 };
-                let _ = len;
                 self.post_or_defer(r, Some((p.user, tag)))?;
             }
         }
@@ -355,8 +365,6 @@ impl Inner {
                         self.finish_lib(c);
                     }
                 }
-            }
-            if !ch.up || ch.new_incarnation {
                 // Receives named for the client that left fail; messages it sent before
                 // leaving were taken from its ring already and still match.
                 let (dead, keep): (Vec<Posted>, Vec<Posted>) = std::mem::take(&mut self.d.posted)
@@ -404,15 +412,8 @@ impl Inner {
             return Ok(());
         }
         while let Some((r, alias)) = self.d.deferred.pop_front() {
-            match self.post(r) {
-                Ok(user) => match alias {
-                    Some(a) => {
-                        self.alias.insert(user, a);
-                    }
-                    None => {
-                        self.ignored.insert(user);
-                    }
-                },
+            match self.post_aliased(r, alias) {
+                Ok(()) => {}
                 Err(Error::WouldBlock) => {
                     self.d.deferred.push_front((r, alias));
                     break;
@@ -431,35 +432,24 @@ impl Inner {
             }
         };
         let size = self.win.as_ref().unwrap().size;
-        let mut arrived: Vec<(u32, Header, Option<Vec<u8>>)> = vec![];
+        let mut arrived: Vec<(u32, u64, Arrived)> = vec![];
         for src in 0..size {
             self.win.as_mut().unwrap().drain(src, |h, payload| {
-                let data = (h.kind == kind::EAGER).then(|| payload.to_vec());
-                arrived.push((src, h, data));
+                let what = match h.kind {
+                    kind::EAGER => Arrived::Eager(payload),
+                    _ => Arrived::Rts { id: h.id },
+                };
+                arrived.push((src, h.tag, what));
             });
         }
-        for (src, h, data) in arrived {
-            let what = match data {
-                Some(d) => Arrived::Eager(d),
-                None => Arrived::Rts {
-                    id: h.id,
-                    len: h.full,
-                },
-            };
-            let hit =
-                self.d.posted.iter().position(|p| {
-                    (p.src == ANY_RANK || p.src == src) && (h.tag ^ p.tag) & p.mask == 0
-                });
+        for (src, tag, what) in arrived {
+            let hit = self.d.posted.iter().position(|p| p.matches(src, tag));
             match hit {
                 Some(i) => {
                     let p = self.d.posted.remove(i).unwrap();
-                    self.deliver(p, src, h.tag, what)?;
+                    self.deliver(p, src, tag, what)?;
                 }
-                None => self.d.unexpected.push_back(Unexpected {
-                    src,
-                    tag: h.tag,
-                    what,
-                }),
+                None => self.d.unexpected.push_back(Unexpected { src, tag, what }),
             }
         }
         self.w_states(changes)?;

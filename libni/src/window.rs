@@ -327,18 +327,16 @@ impl Window {
     }
 
     /// Take every message waiting from `src`, oldest first, handing each to `f` with its
-    /// payload (copied out of the ring). A malformed one (a peer writing what no sender
-    /// writes) empties the ring and counts a ring error.
-    pub fn drain(&mut self, src: u32, mut f: impl FnMut(Header, &[u8])) -> usize {
+    /// payload (copied out of the ring, once). A malformed one (a peer writing what no
+    /// sender writes) empties the ring and counts a ring error.
+    pub fn drain(&mut self, src: u32, mut f: impl FnMut(Header, Vec<u8>)) {
         let tail = self
             .ring_word(src, self.rank, w::RING_TAIL)
             .load(Ordering::Acquire);
         let mut head = self.in_head[src as usize];
         if tail == head {
-            return 0;
+            return;
         }
-        let mut n = 0;
-        let mut payload = Vec::new();
         while head != tail {
             let avail = tail.wrapping_sub(head);
             let mut hb = [0u8; w::INLINE as usize];
@@ -353,8 +351,7 @@ impl Window {
                 }
             };
             let len = h.len as usize;
-            payload.clear();
-            payload.resize(len, 0);
+            let mut payload = vec![0u8; len];
             let inline = len.min(w::INLINE as usize);
             self.mem
                 .read_at((first + w::INLINE) as usize, &mut payload[..inline]);
@@ -368,13 +365,11 @@ impl Window {
                 i = i.wrapping_add(1);
             }
             head = head.wrapping_add(h.slots());
-            f(h, &payload);
-            n += 1;
+            f(h, payload);
         }
         self.in_head[src as usize] = head;
         self.ring_word(src, self.rank, w::RING_HEAD)
             .store(head, Ordering::Release);
-        n
     }
 
     /// Publish this rank's contribution to collective round `round`.

@@ -408,13 +408,16 @@ impl State {
     /// NI `i`'s client came up (`up`) or went away: publish it in its partition window and
     /// interrupt every live member, so blocked waiters look.
     pub(super) fn window_member(&mut self, i: usize, up: bool) {
-        let Some((w, rank)) = self.window_of(i) else {
+        // Only a client that has the window mapped comes up in it; any client goes down.
+        let found = if up {
+            self.bound_window(i)
+        } else {
+            self.window_of(i)
+        };
+        let Some((w, rank)) = found else {
             return;
         };
         if up {
-            if self.bound_window(i).is_none() {
-                return;
-            }
             w.member_up(rank);
         } else {
             w.member_down(rank);
