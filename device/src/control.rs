@@ -28,20 +28,60 @@ const DIAG_MAX_SECS: f64 = 60.0;
 /// Control requests refused since start (malformed, unknown, wrong version, wrong user).
 pub static CONTROL_ERRORS: AtomicU64 = AtomicU64::new(0);
 
+/// Control connections served at once (one thread each). Past it a connection is told so
+/// and closed: `ni-ctl` users are few, a flood is not.
+pub const MAX_CONNECTIONS: u64 = 32;
+/// Control connections open now.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+
 pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) {
-    for conn in listener.incoming() {
-        match conn {
-            Ok(stream) => {
-                let d = daemon.clone();
-                let _ = std::thread::Builder::new()
-                    .name("control-conn".into())
-                    .spawn(move || {
-                        if let Err(e) = session(&d, stream) {
-                            tracing::debug!("control session ended: {e}");
-                        }
-                    });
+    let mut backoff = Duration::from_millis(10);
+    let mut last_warned: Option<std::time::Instant> = None;
+    loop {
+        let stream = match listener.accept() {
+            Ok((s, _)) => {
+                backoff = Duration::from_millis(10);
+                s
             }
-            Err(e) => tracing::warn!("control accept: {e}"),
+            Err(e) => {
+                // Out of descriptors (EMFILE/ENFILE) or memory: the pending connection stays
+                // queued and accept fails again at once, so wait instead of spinning, and
+                // say so once a minute, not once per try.
+                CONTROL_ERRORS.fetch_add(1, Ordering::Relaxed);
+                if last_warned.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                    tracing::warn!("control accept: {e}; backing off");
+                    last_warned = Some(std::time::Instant::now());
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        if CONNECTIONS.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
+            let mut s = stream;
+            let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
+            let _ = reply(
+                &mut s,
+                error(format!(
+                    "busy: {MAX_CONNECTIONS} control connections are open; try again"
+                )),
+            );
+            continue;
+        }
+        let d = daemon.clone();
+        let spawned = std::thread::Builder::new()
+            .name("control-conn".into())
+            .spawn(move || {
+                if let Err(e) = session(&d, stream) {
+                    tracing::debug!("control session ended: {e}");
+                }
+                CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
+            CONTROL_ERRORS.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("control connection dropped: no thread for it: {e}");
         }
     }
 }
@@ -67,6 +107,8 @@ fn error(msg: impl Into<String>) -> Response {
 
 fn session(daemon: &Daemon, stream: UnixStream) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    // A client that never reads its answers must not hold a connection slot for ever.
+    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
     let mut out = stream.try_clone()?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };

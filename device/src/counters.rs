@@ -21,6 +21,8 @@ counters! {
     attaches,
     /// Sessions ended because the client sent what the protocol layer could not parse.
     malformed_sessions,
+    /// Clients turned away because the NI could not reserve what their detach will need.
+    attach_refused,
     /// Function-level, vfio-user and NI resets.
     resets,
     /// Region accesses refused: unknown region, past its end, bad width.

@@ -113,6 +113,27 @@ fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
     Ok(l)
 }
 
+/// Raise the soft descriptor limit to the hard one: every client's DMA maps, eventfds and
+/// sockets are descriptors of this process (each client's share is capped, `dma::MAX_FILES`).
+fn raise_fd_limit() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                tracing::debug!(
+                    "cannot raise RLIMIT_NOFILE: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+}
+
 impl Daemon {
     /// Set up the run directory and start serving every NI and the control socket.
     /// `torus`: the torus dimensions `XxYxZ` (default: the smallest holding `nodes`).
@@ -146,6 +167,7 @@ impl Daemon {
             }
             p
         };
+        raise_fd_limit();
         let doorbell = Arc::new(Doorbell::default());
         fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         let run_dir = run_dir.canonicalize()?;

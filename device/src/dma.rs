@@ -17,8 +17,13 @@ use vm_memory::{
 
 /// The largest single `DMA_MAP` accepted (a guest's whole RAM is one map).
 pub const MAX_MAP: u64 = 1 << 40;
-/// Mappings one client may hold at once (QEMU maps guest pages one IOMMU page at a time).
-pub const MAX_MAPPINGS: usize = 65536;
+/// Mappings one client may hold at once. Each is a VMA of the daemon, whose whole budget
+/// (`vm.max_map_count`, 65530 by default) all clients share; QEMU without a vIOMMU maps a
+/// guest's RAM in a handful of pieces, libni one piece per buffer.
+pub const MAX_MAPPINGS: usize = 4096;
+/// Distinct files one client's mappings may keep open: each is a descriptor of the daemon,
+/// whose limit all clients share. Mappings of one file share one descriptor.
+pub const MAX_FILES: usize = 64;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MapError {
@@ -42,8 +47,12 @@ pub enum MapError {
     },
     #[error("DMA_MAP at {iova:#x}: neither read nor write permission")]
     NoAccess { iova: u64 },
-    #[error("DMA_MAP: too many mappings ({0})")]
+    #[error("DMA_MAP: too many mappings ({0}; a client may hold {MAX_MAPPINGS})")]
     TooMany(usize),
+    #[error("DMA_MAP: mappings of too many distinct files ({0}; a client may use {MAX_FILES})")]
+    TooManyFiles(usize),
+    #[error("DMA_MAP at {iova:#x}: the file can shrink ({reason}); the device would fault on a page the client cut off. Map a memfd sealed with F_SEAL_SHRINK (QEMU: memory-backend-memfd, which seals by default; libni seals its buffers)")]
+    NotSealed { iova: u64, reason: String },
     #[error("DMA_MAP at {iova:#x}: mmap failed: {reason}")]
     Mmap { iova: u64, reason: String },
     #[error("DMA_UNMAP of {iova:#x}+{size:#x}: nothing is mapped there")]
@@ -119,6 +128,7 @@ impl DmaSpace {
         if self.maps.len() >= MAX_MAPPINGS {
             return Err(MapError::TooMany(self.maps.len()));
         }
+        require_shrink_seal(&fd, iova)?;
         if let Some(m) = self.maps.iter().find(|m| {
             let b = m.region.start_addr().0;
             iova < b + m.region.len() && b < iova + size
@@ -146,7 +156,7 @@ impl DmaSpace {
                 file_size,
             });
         }
-        warn_if_shrinkable(&fd, iova);
+        let file = self.share_file(fd)?;
         let mut prot = 0;
         if read {
             prot |= libc::PROT_READ;
@@ -157,7 +167,7 @@ impl DmaSpace {
             prot |= libc::PROT_WRITE | libc::PROT_READ;
         }
         let mmap = MmapRegion::build(
-            Some(FileOffset::new(fd, offset)),
+            Some(FileOffset::from_arc(file, offset)),
             size as usize,
             prot,
             libc::MAP_SHARED | libc::MAP_NORESERVE,
@@ -180,6 +190,43 @@ impl DmaSpace {
             },
         );
         Ok(())
+    }
+
+    /// The descriptor to keep for a new mapping of `fd`'s file: one already held for the same
+    /// file when there is one (the new descriptor is closed), so a client's descriptors cost
+    /// the daemon one per file, not one per mapping.
+    fn share_file(&self, fd: File) -> Result<Arc<File>, MapError> {
+        let id = file_id(&fd);
+        let mut files: Vec<&Arc<File>> = Vec::new();
+        for m in &self.maps {
+            let Some(held) = m.region.file_offset().map(|f| f.arc()) else {
+                continue;
+            };
+            if files.iter().any(|f| Arc::ptr_eq(f, held)) {
+                continue;
+            }
+            if id.is_some() && file_id(held) == id {
+                return Ok(held.clone());
+            }
+            files.push(held);
+        }
+        if files.len() >= MAX_FILES {
+            return Err(MapError::TooManyFiles(files.len()));
+        }
+        Ok(Arc::new(fd))
+    }
+
+    /// Descriptors this space holds open.
+    pub fn files(&self) -> usize {
+        let mut files: Vec<&Arc<File>> = Vec::new();
+        for m in &self.maps {
+            if let Some(held) = m.region.file_offset().map(|f| f.arc()) {
+                if !files.iter().any(|f| Arc::ptr_eq(f, held)) {
+                    files.push(held);
+                }
+            }
+        }
+        files.len()
     }
 
     /// Drop every mapping that intersects `[iova, iova + size)`. Returns the bytes unmapped,
@@ -351,15 +398,52 @@ impl DmaSpace {
     }
 }
 
-fn warn_if_shrinkable(fd: &File, iova: u64) {
+/// A memfd of `size` bytes sealed against shrinking and growing: memory the device may map.
+pub fn sealed_memfd(name: &std::ffi::CStr, size: u64) -> std::io::Result<File> {
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let fd = memfd_create(
+        name,
+        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )?;
+    let f = File::from(fd);
+    f.set_len(size)?;
+    // SAFETY: F_ADD_SEALS on a memfd we own; no memory is passed.
+    if unsafe {
+        libc::fcntl(
+            f.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// A mapping of a file its owner can shrink is a SIGBUS waiting in the daemon (every NI
+/// would die with it), so only files sealed against shrinking are mapped.
+fn require_shrink_seal(fd: &File, iova: u64) -> Result<(), MapError> {
     // SAFETY: F_GET_SEALS only reads the seals of a file descriptor we own.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if seals >= 0 && seals & libc::F_SEAL_SHRINK == 0 {
-        tracing::debug!(
-            iova = format_args!("{iova:#x}"),
-            "DMA_MAP of an unsealed memfd: a client that shrinks it can make device accesses fault"
+    if seals < 0 {
+        let reason = format!(
+            "not a memfd: F_GET_SEALS says {}",
+            std::io::Error::last_os_error()
         );
+        return Err(MapError::NotSealed { iova, reason });
     }
+    if seals & libc::F_SEAL_SHRINK == 0 {
+        let reason = format!("seals {seals:#x} lack F_SEAL_SHRINK");
+        return Err(MapError::NotSealed { iova, reason });
+    }
+    Ok(())
+}
+
+/// The identity of the file behind a descriptor.
+fn file_id(f: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    f.metadata().ok().map(|m| (m.dev(), m.ino()))
 }
 
 #[cfg(test)]
@@ -368,11 +452,104 @@ mod tests {
     use std::io::Write;
 
     fn memfd(size: u64) -> File {
-        let fd =
-            nix::sys::memfd::memfd_create(c"t", nix::sys::memfd::MemFdCreateFlag::empty()).unwrap();
+        sealed_memfd(c"t", size).unwrap()
+    }
+
+    fn unsealed(size: u64) -> File {
+        let fd = nix::sys::memfd::memfd_create(
+            c"t",
+            nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING,
+        )
+        .unwrap();
         let f = File::from(fd);
         f.set_len(size).unwrap();
         f
+    }
+
+    #[test]
+    fn shrinkable_files_are_refused() {
+        let mut d = DmaSpace::new();
+        let e = d
+            .map(true, true, 0, 0, 0x1000, Some(unsealed(0x1000)))
+            .unwrap_err();
+        assert!(matches!(e, MapError::NotSealed { .. }), "{e}");
+        assert!(e.to_string().contains("F_SEAL_SHRINK"));
+        // A regular file cannot be sealed at all.
+        let path = std::env::temp_dir().join(format!("ni-dma-test-{}", std::process::id()));
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        f.set_len(0x1000).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            d.map(true, true, 0, 0, 0x1000, Some(f)),
+            Err(MapError::NotSealed { .. })
+        ));
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn mappings_of_one_file_share_one_descriptor_and_files_are_capped() {
+        let mut d = DmaSpace::new();
+        let f = memfd(0x100000);
+        for i in 0..200u64 {
+            d.map(
+                true,
+                true,
+                0,
+                i * 0x100000,
+                0x1000,
+                Some(f.try_clone().unwrap()),
+            )
+            .unwrap();
+        }
+        assert_eq!(d.files(), 1);
+        for i in 1..MAX_FILES as u64 {
+            d.map(
+                true,
+                true,
+                0,
+                (1000 + i) * 0x100000,
+                0x1000,
+                Some(memfd(0x1000)),
+            )
+            .unwrap();
+        }
+        assert_eq!(d.files(), MAX_FILES);
+        assert!(matches!(
+            d.map(true, true, 0, 0x7000_0000_0000, 0x1000, Some(memfd(0x1000))),
+            Err(MapError::TooManyFiles(_))
+        ));
+        // One more mapping of a file already held is fine.
+        d.map(
+            true,
+            true,
+            0,
+            0x7000_0000_0000,
+            0x1000,
+            Some(f.try_clone().unwrap()),
+        )
+        .unwrap();
+        while d.len() < MAX_MAPPINGS {
+            let at = 0x1_0000_0000_0000 + d.len() as u64 * 0x1000;
+            d.map(true, true, 0, at, 0x1000, Some(f.try_clone().unwrap()))
+                .unwrap();
+        }
+        assert!(matches!(
+            d.map(
+                true,
+                true,
+                0,
+                0x2_0000_0000_0000,
+                0x1000,
+                Some(f.try_clone().unwrap())
+            ),
+            Err(MapError::TooMany(_))
+        ));
     }
 
     #[test]

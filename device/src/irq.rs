@@ -52,9 +52,37 @@ fn is_eventfd(f: &File) -> Result<(), IrqError> {
     }
 }
 
+/// Make a client's eventfd non-blocking before the device ever signals it. A client can
+/// fill its own counter (2^64-2) so that a blocking write would wait for a read that never
+/// comes, with the NI's and the fabric's locks held. Kernel VFIO's `eventfd_signal` never
+/// blocks either; QEMU and libni create their eventfds non-blocking already, so for them
+/// this changes nothing.
+fn nonblocking(f: &File) -> Result<(), IrqError> {
+    let fd = f.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we own; no memory is passed.
+    let ok = unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        fl >= 0
+            && (fl & libc::O_NONBLOCK != 0
+                || libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0)
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(IrqError::NotEventfd(format!(
+            "cannot make it non-blocking: {}",
+            std::io::Error::last_os_error()
+        )))
+    }
+}
+
 fn signal(f: &File) -> bool {
-    // An eventfd write only blocks when its counter would overflow 2^64-2: not reachable.
-    (&*f).write_all(&1u64.to_ne_bytes()).is_ok()
+    // Non-blocking (see `nonblocking`): a full counter (EAGAIN) means the client has not
+    // read what is already pending, so the interrupt is delivered as far as it can be.
+    match (&*f).write(&1u64.to_ne_bytes()) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    }
 }
 
 impl Irqs {
@@ -135,6 +163,7 @@ impl Irqs {
         if data == VFIO_IRQ_SET_DATA_EVENTFD {
             for f in &fds {
                 is_eventfd(f)?;
+                nonblocking(f)?;
             }
         }
         let mut out = SetIrqsOutcome::default();
@@ -230,4 +259,38 @@ pub struct SetIrqsOutcome {
     pub msix_assigned: Vec<u16>,
     pub msix_triggered: Vec<u16>,
     pub intx_reevaluate: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    fn blocking_eventfd() -> File {
+        // SAFETY: eventfd returns a new descriptor or -1, checked below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fd is a fresh descriptor owned from here on.
+        unsafe { File::from_raw_fd(fd) }
+    }
+
+    #[test]
+    fn a_full_eventfd_never_blocks_delivery() {
+        let f = blocking_eventfd();
+        let client = f.try_clone().unwrap();
+        let mut irqs = Irqs::new();
+        irqs.set_irqs(
+            MSIX_IRQ_INDEX,
+            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+            0,
+            1,
+            vec![f],
+        )
+        .unwrap();
+        // The client fills its counter to the maximum: a blocking write would now wait.
+        (&client).write_all(&(u64::MAX - 1).to_ne_bytes()).unwrap();
+        let t = std::time::Instant::now();
+        assert!(irqs.fire_msix(0), "a full counter means already pending");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use ni_abi::cm5;
@@ -56,6 +56,9 @@ pub struct Ni {
     pub irqs: Irqs,
     /// Shared with the fabric's poller, which reads the submission ring from it.
     pub sram: Arc<Sram>,
+    /// The SRAM the next client gets, made before this one's session starts: a detach must
+    /// never fail for want of a descriptor (and hand the next client the last one's SRAM).
+    spare_sram: Option<Arc<Sram>>,
     pub lanai: Lanai,
     pub cm5: Cm5,
     /// Shared with the fabric, which copies payloads between clients through it.
@@ -75,6 +78,10 @@ pub struct Ni {
     pub generation: Arc<AtomicU64>,
     /// The partition window this session's client was handed (BAR4's upper half).
     pub window: Option<Arc<crate::fabric::window::Window>>,
+    /// Set while an engine (the Lanai PCI-DMA) has work left after a step: the fabric's
+    /// poller then calls [`Ni::step_engines`] until it is done, so no register access ever
+    /// runs more than one bounded step.
+    pub engines: Arc<AtomicBool>,
 }
 
 pub fn read_dma(dma: &RwLock<DmaSpace>) -> std::sync::RwLockReadGuard<'_, DmaSpace> {
@@ -104,6 +111,7 @@ impl Ni {
             msix_table_used: false,
             irqs: Irqs::new(),
             sram: Arc::new(Sram::new()?),
+            spare_sram: None,
             lanai: Lanai::new(),
             cm5: Cm5::new(),
             dma: Arc::new(RwLock::new(DmaSpace::new())),
@@ -116,6 +124,7 @@ impl Ni {
             doorbell,
             generation: Arc::new(AtomicU64::new(0)),
             window: None,
+            engines: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -143,16 +152,37 @@ impl Ni {
         self.lines = 0;
         self.ir_status = 0;
         self.msg_addr = 0;
+        self.engines.store(false, Ordering::Release);
         self.bump_generation();
     }
 
-    /// The client went away: reset everything and give the next client fresh SRAM.
-    pub fn detach(&mut self) -> Result<(), SramError> {
+    /// Make the SRAM the next client will get, so that this client's detach cannot fail.
+    /// A session starts only once this succeeded.
+    pub fn reserve_next_sram(&mut self) -> Result<(), SramError> {
+        if self.spare_sram.is_none() {
+            self.spare_sram = Some(Arc::new(Sram::new()?));
+        }
+        Ok(())
+    }
+
+    /// The client went away: reset everything and give the next client fresh SRAM. Every
+    /// step runs, whatever the others do: the reserved SRAM makes it infallible.
+    pub fn detach(&mut self) {
         write_dma(&self.dma).clear();
         self.irqs.clear();
-        self.sram = Arc::new(Sram::new()?);
+        match self.spare_sram.take() {
+            Some(s) => self.sram = s,
+            None => match Sram::new() {
+                Ok(s) => self.sram = Arc::new(s),
+                Err(e) => {
+                    // Not reached: sessions start with a spare. Wipe what the old client
+                    // left so the next one at least starts from zeros.
+                    tracing::error!(ni = self.index, "no fresh SRAM after detach: {e}");
+                    self.sram.zero();
+                }
+            },
+        }
         self.function_reset();
-        Ok(())
     }
 
     /// Run `f` with the Lanai and the bus it reaches (SRAM, client memory, bus mastering).
@@ -165,6 +195,26 @@ impl Ni {
             counters: &mut self.counters,
         };
         f(&mut self.lanai, &mut bus)
+    }
+
+    /// Run one bounded step of the engines now (short work is done before the register
+    /// write returns, as a driver polling right after would expect) and leave the rest to
+    /// the poller.
+    fn kick_engines(&mut self) {
+        let more = self.with_bus(|lanai, bus| lanai.run_dma(bus));
+        if more {
+            self.engines.store(true, Ordering::Release);
+            self.doorbell.ring();
+        }
+    }
+
+    /// One bounded step of background engine work (called by the fabric's poller while
+    /// `engines` is set). Returns whether work is left.
+    pub fn step_engines(&mut self) -> bool {
+        let more = self.with_bus(|lanai, bus| lanai.run_dma(bus));
+        self.engines.store(more, Ordering::Release);
+        self.update_interrupts();
+        more
     }
 
     fn check(&mut self, region: u32, offset: u64, len: usize) -> Result<(), AccessError> {
@@ -282,7 +332,7 @@ impl Ni {
                 self.cm5.reset();
             }
             if ev.command_changed && self.config.bus_master() {
-                self.with_bus(|lanai, bus| lanai.run_dma(bus));
+                self.kick_engines();
             }
             if ev.command_changed || ev.msix_changed || ev.lanai_changed {
                 self.update_interrupts();
@@ -397,6 +447,9 @@ impl Ni {
             self.width(0, offset, len, &[1, 2, 4, 8])?;
             let fx = self
                 .with_bus(|lanai, bus| lanai.write((offset - lanai::SPECIALS) as u32, data, bus));
+            if fx.engines_started {
+                self.kick_engines();
+            }
             if fx.interrupt_changed {
                 self.update_interrupts();
             }

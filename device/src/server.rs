@@ -236,6 +236,12 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
             std::thread::sleep(std::time::Duration::from_secs(1));
             continue;
         }
+        // The SRAM the next client will get is made first; without it this client's detach
+        // could not give the next one fresh memory, so the client is turned away.
+        if let Err(e) = lock(&slot.ni).reserve_next_sram() {
+            refuse(&listener, index, &slot, &e.to_string());
+            continue;
+        }
         let fd: OwnedFd = match listener.try_clone() {
             Ok(l) => l.into(),
             Err(e) => {
@@ -288,10 +294,19 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
         *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
         let mut ni = lock(&slot.ni);
         ni.window = None;
-        if let Err(e) = ni.detach() {
-            tracing::error!(ni = index, "reset after detach failed: {e}");
-        }
+        ni.detach();
     }
+}
+
+/// Accept and close a pending client the NI cannot serve now, so the accept queue does not
+/// spin the poll; back off so a flood costs little.
+fn refuse(listener: &UnixListener, index: u32, slot: &Slot, why: &str) {
+    lock(&slot.ni).counters.attach_refused += 1;
+    tracing::warn!(ni = index, "client turned away: {why}");
+    if let Ok((s, _)) = listener.accept() {
+        drop(s);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
 }
 
 fn wait_readable(listener: &UnixListener) -> io::Result<()> {

@@ -81,6 +81,14 @@ impl Sram {
         Ok(Sram { file, map })
     }
 
+    /// Every byte back to zero.
+    pub fn zero(&self) {
+        let _ = self
+            .map
+            .as_volatile_slice()
+            .write_slice(&vec![0u8; SRAM_SIZE as usize], 0);
+    }
+
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }

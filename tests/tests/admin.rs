@@ -673,8 +673,18 @@ fn other_users_are_refused() {
     for dir in [p, d.dir.as_path()] {
         let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
     }
+    // The binaries may sit in a clone other users cannot enter (a `mktemp -d` checkout):
+    // run copies from the run directory, which uid 65534 can reach now.
+    let runnable = |from: PathBuf| {
+        let to = d.dir.join(from.file_name().unwrap());
+        std::fs::copy(&from, &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        to
+    };
+    let ctl = runnable(ni_ctl());
+    let admin = runnable(PathBuf::from(env!("CARGO_BIN_EXE_ni-test-admin")));
     let as_nobody = |args: &[&str]| {
-        Command::new(ni_ctl())
+        Command::new(&ctl)
             .arg("--run-dir")
             .arg(&d.dir)
             .args(args)
@@ -709,7 +719,7 @@ fn other_users_are_refused() {
     );
     assert_eq!(json(&d, &["port", "list"])["ports"][0]["state"], "up");
     // The NI sockets are the owner's too: another user's process cannot attach.
-    let out = Command::new(env!("CARGO_BIN_EXE_ni-test-admin"))
+    let out = Command::new(&admin)
         .arg("no-admin")
         .env("NI_SOCKET", d.sock(0))
         .uid(65534)

@@ -9,7 +9,6 @@
 //! taken down or a route that no longer exists.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::time::{Duration, Instant};
 
 use ni_abi::control::{
@@ -550,14 +549,8 @@ struct DiagBuffer {
 impl DiagBuffer {
     fn new(len: u64) -> Result<DiagBuffer, String> {
         let size = len.max(1).div_ceil(4096) * 4096;
-        let fd = nix::sys::memfd::memfd_create(
-            c"ni-diag",
-            nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
-        )
-        .map_err(|e| format!("diagnostic buffer: memfd: {e}"))?;
-        let file = File::from(fd);
-        file.set_len(size)
-            .map_err(|e| format!("diagnostic buffer: {e}"))?;
+        let file = crate::dma::sealed_memfd(c"ni-diag", size)
+            .map_err(|e| format!("diagnostic buffer: memfd: {e}"))?;
         let mut space = DmaSpace::new();
         space
             .map(true, true, 0, 0, size, Some(file))

@@ -110,7 +110,9 @@ impl Fabric {
             .enumerate()
             .map(|(i, s)| {
                 let ni = lock(&s.ni);
-                Node::new(i as u32, ni.dma.clone(), ni.lanai.link.clone())
+                let mut n = Node::new(i as u32, ni.dma.clone(), ni.lanai.link.clone());
+                n.engines = ni.engines.clone();
+                n
             })
             .collect();
         Fabric {
@@ -239,6 +241,12 @@ impl State {
         }
         let mut work = changed;
         for i in 0..self.nodes.len() {
+            if self.nodes[i].engines.load(Ordering::Acquire) {
+                // Engine work a register write started: one bounded step per pass, so a
+                // runaway chain costs every other NI one step's delay, no more.
+                work = true;
+                lock(&self.slots[i].ni).step_engines();
+            }
             if !self.nodes[i].live {
                 continue;
             }

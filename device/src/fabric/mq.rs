@@ -70,10 +70,7 @@ mod tests {
     use std::fs::File;
 
     fn space() -> (DmaSpace, File) {
-        let fd = nix::sys::memfd::memfd_create(c"mq", nix::sys::memfd::MemFdCreateFlag::empty())
-            .unwrap();
-        let f = File::from(fd);
-        f.set_len(0x10000).unwrap();
+        let f = crate::dma::sealed_memfd(c"mq", 0x10000).unwrap();
         let mut d = DmaSpace::new();
         d.map(
             true,

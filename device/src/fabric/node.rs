@@ -14,6 +14,11 @@ use crate::sram::Sram;
 /// taking that NI's requests, so its submission ring fills and the client sees
 /// "would block": the fabric never drops a request for lack of room.
 pub const MAX_OUTSTANDING: usize = 65536;
+/// Completions held for a client whose completion ring is full. Past it the fabric takes no
+/// more of that client's requests until it consumes its ring: a client that never does
+/// costs the daemon this much and no more (each request yields at most one completion, and
+/// one pass takes at most a batch).
+pub const MAX_BACKLOG: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ring {
@@ -110,6 +115,8 @@ pub struct Node {
     /// (on arrival at a receive, the fast path's "arrival"), so a partition's sum is the
     /// messages still in the network. Signed; survives resets like the counters.
     pub dr_message_count: i64,
+    /// The NI's "engines have background work" flag (`Ni::engines`).
+    pub engines: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Node {
@@ -138,6 +145,7 @@ impl Node {
             port,
             epoch: 0,
             dr_message_count: 0,
+            engines: Default::default(),
         }
     }
 
@@ -150,14 +158,16 @@ impl Node {
     }
 
     pub fn accepts_more(&self) -> bool {
-        self.outstanding < MAX_OUTSTANDING
+        self.outstanding < MAX_OUTSTANDING && self.backlog.len() < MAX_BACKLOG
     }
 
     /// Forget everything of the client that was here (counters, epoch and port stay).
     pub fn clear(&mut self) {
         let counters = std::mem::take(&mut self.counters);
         let (epoch, dr) = (self.epoch, self.dr_message_count);
+        let engines = self.engines.clone();
         *self = Node::new(self.index, self.dma.clone(), self.port.clone());
+        self.engines = engines;
         self.counters = counters;
         self.epoch = epoch;
         self.dr_message_count = dr;

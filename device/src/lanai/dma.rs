@@ -2,8 +2,15 @@
 //!
 //! After a DRD, the engine follows NEXT only when VALID is set and APPEND is clear (a
 //! pre-linked chain); otherwise it takes the next head from the channel's FIFO of pointer
-//! writes. So every DRD of the App. D queueing scheme runs exactly once. Transfers are
-//! executed at once (the model's bus is never starved), in channel priority order.
+//! writes. So every DRD of the App. D queueing scheme runs exactly once, in channel priority
+//! order.
+//!
+//! The engine runs in the background, as the hardware does: a pointer write queues work and
+//! returns; [`DmaEngine::run`] does one bounded step (at most [`STEP_DRDS`] DRDs and about
+//! [`STEP_BYTES`] bytes) and says whether more is left, and the fabric's poller calls it
+//! again until nothing is. A chain that links back on itself would run for ever on real
+//! hardware; here it is cut off after [`MAX_DRDS_PER_CHAIN`] DRDs with `DMA_ERROR_INT`, the
+//! only error bit §12 gives the engine (our choice: the seed names no loop detection).
 
 use std::collections::VecDeque;
 
@@ -14,14 +21,22 @@ use crate::regfile::RegFile;
 
 /// A channel stops (DMA disabled) while its DMAi_COUNT is at or above this (§12).
 pub const COUNT_STALL: u64 = 128;
-/// DRDs one run may execute before the engine decides a chain loops on itself.
-pub const MAX_DRDS_PER_RUN: usize = 1 << 16;
+/// DRDs one chain (from the head taken off the pointer FIFO) may run before the engine
+/// decides it loops on itself.
+pub const MAX_DRDS_PER_CHAIN: u32 = 1 << 16;
+/// DRDs one step runs at most.
+pub const STEP_DRDS: usize = 64;
+/// Bytes after which a step stops (a DRD moves up to 8 MiB, so one step may reach
+/// STEP_BYTES + 8 MiB: a few ms of memcpy at worst).
+pub const STEP_BYTES: u64 = 1 << 20;
 
 #[derive(Default)]
 pub struct DmaEngine {
     heads: [VecDeque<u32>; 4],
-    /// The next DRD of a chain that stalled on DMAi_COUNT >= 128.
+    /// The next DRD of a chain in progress (stalled on DMAi_COUNT >= 128, or out of budget).
     current: [Option<u32>; 4],
+    /// DRDs run since the current chain's head came off the FIFO.
+    chain_drds: [u32; 4],
     pub drds_done: u64,
     pub bytes_moved: u64,
 }
@@ -44,37 +59,56 @@ impl DmaEngine {
         self.heads[ch].push_back(value & drd::DMA_NEXT_MASK);
     }
 
-    /// Runs every channel until it is empty or stalled. Returns the number of faults.
-    pub fn run(&mut self, regs: &mut RegFile, bus: &mut Bus) -> u32 {
+    /// Whether a channel has work it could run now (bus mastering aside).
+    pub fn busy(&self, regs: &RegFile) -> bool {
+        (0..4).any(|ch| {
+            regs.get(lanai::DMA_COUNT[ch]) < COUNT_STALL
+                && (self.current[ch].is_some() || !self.heads[ch].is_empty())
+        })
+    }
+
+    /// One bounded step over the channels, highest priority first. Returns the number of
+    /// faults (each also counted) and whether work is left.
+    pub fn run(&mut self, regs: &mut RegFile, bus: &mut Bus) -> (u32, bool) {
         let mut faults = 0;
-        let mut budget = MAX_DRDS_PER_RUN;
+        let mut drds = 0;
+        let mut bytes = 0u64;
         for ch in 0..4 {
             loop {
+                if drds >= STEP_DRDS || bytes >= STEP_BYTES {
+                    return (faults, self.busy(regs));
+                }
                 if regs.get(lanai::DMA_COUNT[ch]) >= COUNT_STALL {
                     break;
                 }
-                let Some(addr) = self.current[ch]
-                    .take()
-                    .or_else(|| self.heads[ch].pop_front())
-                else {
-                    break;
+                let addr = match self.current[ch].take() {
+                    Some(a) => a,
+                    None => match self.heads[ch].pop_front() {
+                        Some(a) => {
+                            self.chain_drds[ch] = 0;
+                            a
+                        }
+                        None => break,
+                    },
                 };
-                if budget == 0 {
+                if self.chain_drds[ch] >= MAX_DRDS_PER_CHAIN {
                     // A chain that never ends: drop it and report it.
                     bus.counters.dma_chain_aborts += 1;
-                    tracing::warn!(
+                    tracing::debug!(
                         channel = ch,
-                        "DMA chain exceeds {MAX_DRDS_PER_RUN} DRDs; aborted"
+                        "DMA chain exceeds {MAX_DRDS_PER_CHAIN} DRDs; cut off"
                     );
                     faults += 1;
-                    break;
+                    continue;
                 }
-                budget -= 1;
+                self.chain_drds[ch] += 1;
+                drds += 1;
+                let before = self.bytes_moved;
                 match self.execute(ch, addr, regs, bus) {
                     Ok(next) => self.current[ch] = next,
                     Err(e) => {
                         bus.counters.dma_faults += 1;
-                        tracing::warn!(
+                        tracing::debug!(
                             channel = ch,
                             drd = format_args!("{addr:#x}"),
                             "DMA fault: {e}"
@@ -82,9 +116,10 @@ impl DmaEngine {
                         faults += 1;
                     }
                 }
+                bytes += self.bytes_moved - before;
             }
         }
-        faults
+        (faults, self.busy(regs))
     }
 
     /// Executes one DRD; returns the pre-linked next DRD, if any.

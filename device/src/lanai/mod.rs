@@ -47,6 +47,8 @@ impl Default for Lanai {
 #[derive(Default, Debug)]
 pub struct Effects {
     pub interrupt_changed: bool,
+    /// An engine has work: the NI hands it to the background (`Ni::step_engines`).
+    pub engines_started: bool,
 }
 
 /// Everything outside the Lanai that its registers reach.
@@ -204,7 +206,7 @@ impl Lanai {
         256
     }
 
-    fn write_reg(&mut self, reg: &'static RegDef, value: u64, bus: &mut Bus, fx: &mut Effects) {
+    fn write_reg(&mut self, reg: &'static RegDef, value: u64, fx: &mut Effects) {
         if !reg.sup.write {
             return;
         }
@@ -250,13 +252,13 @@ impl Lanai {
             o if lanai::DMA_POINTER.contains(&o) => {
                 let ch = lanai::DMA_POINTER.iter().position(|&p| p == o).unwrap_or(0);
                 self.dma.pointer_write(ch, value as u32);
-                self.run_dma(bus);
+                fx.engines_started = true;
                 fx.interrupt_changed = true;
             }
             o if lanai::DMA_COUNT.contains(&o) => {
                 self.regs.store_write(reg, value);
                 // A channel stalled at 128 may run again.
-                self.run_dma(bus);
+                fx.engines_started = true;
                 fx.interrupt_changed = true;
             }
             _ => {
@@ -265,16 +267,23 @@ impl Lanai {
         }
     }
 
-    /// Run the PCI-DMA engine as far as it can go.
-    pub fn run_dma(&mut self, bus: &mut Bus) {
+    /// One bounded step of the PCI-DMA engine. Returns whether it has more to do (the
+    /// fabric's poller calls again until it has not).
+    pub fn run_dma(&mut self, bus: &mut Bus) -> bool {
         if !bus.bus_master {
-            return;
+            return false;
         }
-        let faults = self.dma.run(&mut self.regs, bus);
+        let (faults, more) = self.dma.run(&mut self.regs, bus);
         if faults > 0 {
             let v = self.regs.get(lanai::ISR) | isr::DMA_ERROR_INT as u64;
             self.regs.set(lanai::ISR, v);
         }
+        more
+    }
+
+    /// Whether the engines have work queued that a step could do.
+    pub fn engines_busy(&self) -> bool {
+        self.dma.busy(&self.regs)
     }
 
     /// A bus read of `data.len()` bytes at `offset` in the specials window.
@@ -301,7 +310,7 @@ impl Lanai {
             |r, v| writes.push((r, v)),
         );
         for (r, v) in writes {
-            self.write_reg(r, v, bus, &mut fx);
+            self.write_reg(r, v, &mut fx);
         }
         if hits == 0 {
             bus.counters.unmapped_register += 1;

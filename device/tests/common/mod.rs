@@ -201,13 +201,9 @@ pub fn wait_event(f: &File, ms: u64) -> u64 {
     }
 }
 
+/// Client memory the device will map: a memfd sealed against shrinking.
 pub fn memfd(size: u64) -> File {
-    let fd =
-        nix::sys::memfd::memfd_create(c"ni-test", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)
-            .unwrap();
-    let f = File::from(fd);
-    f.set_len(size).unwrap();
-    f
+    ni_device::dma::sealed_memfd(c"ni-test", size).unwrap()
 }
 
 // ---- a raw vfio-user client for requests the crate's Client cannot express ----
