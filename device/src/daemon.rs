@@ -113,6 +113,20 @@ fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
     Ok(l)
 }
 
+/// Bump every NI's `HEARTBEAT` word for as long as the daemon lives (fastpath.md, "A daemon
+/// that dies"). Its own thread, so a busy or sleeping poller never makes it stand still.
+fn heartbeat(slots: &[Arc<Slot>]) {
+    use ni_abi::fastpath::ctrl::{HEARTBEAT, HEARTBEAT_PERIOD_MS};
+    loop {
+        for slot in slots {
+            let sram = server::lock(&slot.ni).sram.clone();
+            sram.atomic_u32(HEARTBEAT)
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(HEARTBEAT_PERIOD_MS));
+    }
+}
+
 /// Raise the soft descriptor limit to the hard one: every client's DMA maps, eventfds and
 /// sockets are descriptors of this process (each client's share is capped, `dma::MAX_FILES`).
 fn raise_fd_limit() {
@@ -209,6 +223,10 @@ impl Daemon {
                 .name(format!("ni{i}"))
                 .spawn(move || server::serve(slot, l))?;
         }
+        let slots = daemon.slots.clone();
+        std::thread::Builder::new()
+            .name("heartbeat".into())
+            .spawn(move || heartbeat(&slots))?;
         let d = daemon.clone();
         std::thread::Builder::new()
             .name("control".into())

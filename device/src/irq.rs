@@ -80,7 +80,7 @@ fn signal(f: &File) -> bool {
     // Non-blocking (see `nonblocking`): a full counter (EAGAIN) means the client has not
     // read what is already pending, so the interrupt is delivered as far as it can be.
     match (&*f).write(&1u64.to_ne_bytes()) {
-        Ok(_) => true,
+        Ok(n) => n == 8,
         Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
     }
 }

@@ -79,6 +79,7 @@ extern "C" {
 #define NI_EATTACH (-106)     /* the socket is not a usable NI */
 #define NI_ENOMEM (-107)      /* allocating or mapping registered memory failed */
 #define NI_EINTERNAL (-108)   /* a bug inside libni (a caught panic); see ni_last_error() */
+#define NI_EDAEMON (-109)     /* the daemon died (within 1 s of it): restart it, attach again */
 
 /* ---- Constants ---------------------------------------------------------------------------- */
 

@@ -66,6 +66,8 @@ pub const NI_EATTACH: c_int = -106;
 pub const NI_ENOMEM: c_int = -107;
 /// A panic inside libni was caught at the boundary: a bug.
 pub const NI_EINTERNAL: c_int = -108;
+/// The daemon died (socket closed, or no heartbeat for 800 ms in a guest).
+pub const NI_EDAEMON: c_int = -109;
 
 /// `source` of a receive: any rank.
 pub const NI_ANY_SOURCE: i64 = -1;
@@ -83,6 +85,7 @@ fn library_text(code: c_int) -> Option<&'static CStr> {
         NI_EATTACH => c"cannot attach to the NI",
         NI_ENOMEM => c"cannot allocate or map registered memory",
         NI_EINTERNAL => c"internal error in libni (a bug): see ni_last_error()",
+        NI_EDAEMON => c"the NI's daemon is gone: restart ni-device, then attach again",
         _ => return None,
     })
 }
@@ -128,6 +131,7 @@ pub fn code_of(e: &Error) -> c_int {
         Error::Memory(_) => NI_ENOMEM,
         Error::Reset => NI_ERESET,
         Error::Timeout(_) => NI_ETIMEDOUT,
+        Error::DaemonGone(_) => NI_EDAEMON,
     }
 }
 
@@ -2037,6 +2041,7 @@ mod tests {
         (NI_EATTACH, "NI_EATTACH"),
         (NI_ENOMEM, "NI_ENOMEM"),
         (NI_EINTERNAL, "NI_EINTERNAL"),
+        (NI_EDAEMON, "NI_EDAEMON"),
     ];
 
     const HEADER: &str = include_str!("../include/ni.h");
@@ -2360,6 +2365,7 @@ mod tests {
             (Error::Memory("m".into()), NI_ENOMEM),
             (Error::Reset, NI_ERESET),
             (Error::Timeout(Duration::from_secs(1)), NI_ETIMEDOUT),
+            (Error::DaemonGone("x".into()), NI_EDAEMON),
         ];
         for (e, c) in errors {
             assert_eq!(code_of(&e), c, "{e:?}");

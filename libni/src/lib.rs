@@ -86,6 +86,8 @@ pub enum Error {
     Reset,
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    #[error("the NI's daemon is gone ({0}): restart ni-device, then attach again")]
+    DaemonGone(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -199,6 +201,32 @@ struct Inner {
     /// Regions this process registered (address → length), so the direct path never
     /// touches memory the NI may not.
     regions: BTreeMap<u64, u64>,
+    /// The daemon's liveness as last seen (`check_alive`).
+    alive: Liveness,
+}
+
+/// What a waiter knows of the daemon's heartbeat (fastpath.md, "A daemon that dies").
+struct Liveness {
+    /// Calls of `check_alive` since the last real look.
+    calls: u32,
+    last_look: Instant,
+    beat: u32,
+    beat_seen: Instant,
+    /// Once known dead, dead for good: every later call fails at once.
+    gone: Option<String>,
+}
+
+impl Liveness {
+    fn new() -> Liveness {
+        let now = Instant::now();
+        Liveness {
+            calls: 0,
+            last_look: now,
+            beat: 0,
+            beat_seen: now,
+            gone: None,
+        }
+    }
 }
 
 /// One attached NI.
@@ -265,6 +293,42 @@ impl Inner {
         unsafe { &*(self.sram.ptr().add(off as usize) as *const AtomicU32) }
     }
 
+    /// Fail with `DaemonGone` once the daemon is known dead. Cheap enough for every round of
+    /// a wait loop: it looks for real at most every 50 ms (`force`: now, before a sleep).
+    fn check_alive(&mut self, force: bool) -> Result<()> {
+        let a = &mut self.alive;
+        if let Some(why) = &a.gone {
+            return Err(Error::DaemonGone(why.clone()));
+        }
+        a.calls += 1;
+        if !force && a.calls < 256 {
+            return Ok(());
+        }
+        a.calls = 0;
+        let now = Instant::now();
+        if !force && now.duration_since(a.last_look) < Duration::from_millis(50) {
+            return Ok(());
+        }
+        a.last_look = now;
+        let beat = self.sram_u32(ctrl::HEARTBEAT).load(Ordering::Acquire);
+        let a = &mut self.alive;
+        if beat != a.beat {
+            a.beat = beat;
+            a.beat_seen = now;
+        }
+        let stale = now.duration_since(a.beat_seen);
+        let why = match self.dev.daemon_gone() {
+            Some(true) => "its socket closed".to_string(),
+            Some(false) => return Ok(()),
+            None if stale > Duration::from_millis(ctrl::HEARTBEAT_DEAD_MS) => {
+                format!("no heartbeat for {} ms", stale.as_millis())
+            }
+            None => return Ok(()),
+        };
+        self.alive.gone = Some(why.clone());
+        Err(Error::DaemonGone(why))
+    }
+
     fn check_epoch(&self) -> Result<()> {
         if self.sram_u32(ctrl::EPOCH).load(Ordering::Acquire) != self.epoch {
             return Err(Error::Reset);
@@ -311,6 +375,7 @@ impl Inner {
     /// Take every completion the NI has written. Returns how many.
     fn progress(&mut self) -> Result<usize> {
         self.check_epoch()?;
+        self.check_alive(false)?;
         let mut n = 0;
         while self.cq_ready() {
             let at = (self.cq_head % self.cq_entries) as usize * ENTRY_SIZE as usize;
@@ -398,6 +463,7 @@ impl Ni {
             if t.elapsed() > timeout {
                 return Err(Error::Timeout(timeout));
             }
+            self.lock().check_alive(false)?;
             std::thread::sleep(Duration::from_micros(500));
         }
         Ok(())
@@ -523,6 +589,7 @@ impl Ni {
             },
             alias: HashMap::new(),
             regions: BTreeMap::new(),
+            alive: Liveness::new(),
         };
         let ni = Ni {
             inner: Arc::new(Mutex::new(inner)),
@@ -813,6 +880,7 @@ impl Ni {
                 .unwrap_or_else(|e| e.into_inner())
                 .blocking();
             if idle > SPIN + YIELD || contended {
+                i.check_alive(true)?;
                 // Ask for an interrupt, then look once more before sleeping.
                 i.sram_u32(ctrl::CQ_ARM).store(1, Ordering::Release);
                 fence(Ordering::SeqCst);

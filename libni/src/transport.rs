@@ -23,6 +23,11 @@ pub(crate) trait Transport: Send {
     fn dma_unmap(&mut self, iova: u64, len: u64) -> Result<()>;
     /// Enable MSI-X and deliver each `(vector, eventfd)`.
     fn enable_msix(&mut self, vectors: &[(u32, RawFd)]) -> Result<()>;
+    /// Whether the daemon behind this transport is known to be gone (`Some(true)`) or known
+    /// to be there (`Some(false)`); `None`: this path cannot tell, go by the heartbeat.
+    fn daemon_gone(&mut self) -> Option<bool> {
+        None
+    }
     /// How waiting should give the CPU away on this path (see [`crate::Backoff`]).
     fn backoff(&self) -> crate::Backoff {
         crate::Backoff::Yield

@@ -228,6 +228,22 @@ impl Device {
 }
 
 impl Transport for Device {
+    /// The daemon's end of the socket closes when it dies: exact, and immune to a loaded
+    /// machine delaying the heartbeat.
+    fn daemon_gone(&mut self) -> Option<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, count 1, no waiting.
+        let r = unsafe { libc::poll(&mut pfd, 1, 0) };
+        if r < 0 {
+            return None;
+        }
+        Some(pfd.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0)
+    }
+
     fn map_sram(&mut self) -> Result<Mem, Error> {
         let info = self.region_info(ni_abi::pci::BAR0_REGION)?;
         if info.size != ni_abi::lanai::BAR0_SIZE {

@@ -39,6 +39,8 @@ pub struct Daemon {
     pub child: Child,
     pub dir: PathBuf,
     root: PathBuf,
+    /// The command line, so `restart` can start the same daemon again.
+    args: Vec<std::ffi::OsString>,
 }
 
 impl Daemon {
@@ -67,8 +69,28 @@ impl Daemon {
                 c.args(["--direct", &v]);
             }
         }
-        c.stderr(std::fs::File::create(root.join("daemon.log")).unwrap());
-        let child = c.spawn().expect("ni-device starts");
+        let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+        let child = Self::spawn(&root, &dir, &args);
+        Daemon {
+            child,
+            dir,
+            root,
+            args,
+        }
+    }
+
+    fn spawn(root: &Path, dir: &Path, args: &[std::ffi::OsString]) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join("daemon.log"))
+            .unwrap();
+        let _ = std::fs::remove_file(dir.join("control.sock"));
+        let child = Command::new(binary("ni-device"))
+            .args(args)
+            .stderr(log)
+            .spawn()
+            .expect("ni-device starts");
         let t = Instant::now();
         while !dir.join("control.sock").exists() {
             assert!(
@@ -77,7 +99,19 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        Daemon { child, dir, root }
+        child
+    }
+
+    /// Kill the daemon at once (SIGKILL: no clean-up, as a crash).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start the same daemon again on the same run directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Self::spawn(&self.root, &self.dir, &self.args);
     }
 
     pub fn sock(&self, i: u32) -> PathBuf {

@@ -49,6 +49,13 @@ pub mod ctrl {
     pub const AM_HEAD: u64 = 0x180;
     /// Device writes: the asynchronous global OR of the partition (`global_rec`).
     pub const GLOBAL_REC: u64 = 0x1C0;
+    /// Device writes: a count it bumps every [`HEARTBEAT_PERIOD_MS`] while it runs, whether
+    /// or not it has work. A waiter that sees it stand still for [`HEARTBEAT_DEAD_MS`] knows
+    /// the daemon is gone — the only sign a guest gets, since the SRAM it maps outlives the
+    /// daemon (a host process also sees its vfio-user socket close).
+    pub const HEARTBEAT: u64 = 0x200;
+    pub const HEARTBEAT_PERIOD_MS: u64 = 100;
+    pub const HEARTBEAT_DEAD_MS: u64 = 800;
 }
 
 /// The submission ring in SRAM.

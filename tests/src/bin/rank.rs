@@ -437,6 +437,50 @@ fn bad_requests(ni: &Ni) {
     assert_eq!(&got, b"still here");
 }
 
+/// Issue 18: a daemon that dies under a blocked receive. Prints `waiting`, expects the
+/// receive to fail with `DaemonGone` (the test kills the daemon and times the failure), then
+/// attaches again to the daemon the test restarts on the same run directory and exchanges
+/// a checked message with its peer.
+fn daemon_dies(ni: Ni) {
+    let buf = ni.alloc(4096).unwrap();
+    let peer = 1 - ni.rank();
+    println!("waiting");
+    let r = ni.recv(Some(peer), &buf, 0..64, 99, u64::MAX);
+    match r {
+        Err(Error::DaemonGone(why)) => println!("gone: {why}"),
+        other => panic!("a receive under a dead daemon ended with {other:?}"),
+    }
+    // Every later call says the same, at once.
+    assert!(matches!(ni.progress(), Err(Error::DaemonGone(_))));
+    drop(buf);
+    drop(ni);
+    let path = std::env::var("NI_SOCKET").expect("NI_SOCKET");
+    let t = Instant::now();
+    let ni = loop {
+        match Ni::attach_path(std::path::Path::new(&path)) {
+            Ok(ni) => break ni,
+            Err(e) if t.elapsed() < Duration::from_secs(30) => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("no daemon to attach to again: {e}"),
+        }
+    };
+    ni.wait_for_partition(Duration::from_secs(30)).unwrap();
+    let buf = ni.alloc(4096).unwrap();
+    let want = pattern(1000, 7);
+    if ni.rank() == 0 {
+        buf.write_at(0, &want);
+        ni.send(1, &buf, 0..1000, 5).unwrap();
+    } else {
+        let d = ni.recv(Some(0), &buf, 0..4096, 5, u64::MAX).unwrap();
+        assert_eq!(d.len, 1000);
+        let mut got = vec![0u8; 1000];
+        buf.read_at(0, &mut got);
+        assert!(got == want, "message after the restart corrupted");
+    }
+}
+
 fn main() {
     let scenario = std::env::args()
         .nth(1)
@@ -459,6 +503,7 @@ fn main() {
         "killed" => killed(&ni),
         "bad" => bad_requests(&ni),
         "attach" => println!("rank {} of {} on NI {}", ni.rank(), ni.size(), ni.node()),
+        "daemon-dies" => daemon_dies(ni),
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
