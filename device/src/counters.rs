@@ -19,8 +19,11 @@ counters! {
     Counters {
     /// Clients that attached to this NI.
     attaches,
-    /// Sessions ended because the client sent what the protocol layer could not parse.
+    /// Sessions ended because the client broke the vfio-user protocol (a header that cannot
+    /// be trusted: a size beyond its command's limit, a reply where a command belongs).
     malformed_sessions,
+    /// vfio-user messages refused for a body that does not decode (the session goes on).
+    malformed_messages,
     /// Clients turned away because the NI could not reserve what their detach will need.
     attach_refused,
     /// Function-level, vfio-user and NI resets.

@@ -1,26 +1,27 @@
-//! Serving one NI over vfio-user (crate `vfio_user`, server side).
+//! Serving one NI over vfio-user: the session loop (the wire format is `ni_abi::vfio_user`).
 //!
 //! Each NI has its own thread and listening socket. A session lasts one client connection;
-//! when it ends (client detached, died, or sent something the protocol layer could not
-//! survive) the NI is reset and the next client may attach. A session that panics inside
-//! the protocol crate (it trusts some length fields) is caught and ends like a disconnect,
-//! so one bad client never takes down the daemon or another NI.
+//! when it ends (client detached, died, or broke the protocol) the NI is reset and the next
+//! client may attach. Every header is checked against its command's limit before a byte of
+//! its body is read, so a client claiming a 4 GiB message costs nothing; a body that does
+//! not decode gets an error reply and the session goes on; a header that cannot be trusted
+//! ends the session. Nothing a client sends can panic this thread (`tests/fuzz`).
 
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::net::UnixListener;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ni_abi::pci;
+use ni_abi::vfio_user::{self as vu, flags, Header, ProtocolError, Request, HEADER};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use vfio_bindings::bindings::vfio::{
-    vfio_region_info, vfio_region_sparse_mmap_area, VFIO_IRQ_INFO_AUTOMASKED,
+    VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET, VFIO_IRQ_INFO_AUTOMASKED,
     VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE, VFIO_IRQ_INFO_NORESIZE,
-    VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
-};
-use vfio_user::{
-    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
+    VFIO_REGION_INFO_CAP_SPARSE_MMAP, VFIO_REGION_INFO_FLAG_CAPS, VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
 };
 
 use crate::fabric::window::Window;
@@ -47,34 +48,227 @@ pub struct Slot {
     pub window: Mutex<Option<Arc<Window>>>,
 }
 
-struct Backend<'a> {
+/// One region as `DEVICE_GET_REGION_INFO` describes it.
+pub struct RegionDesc {
+    pub size: u64,
+    pub flags: u32,
+    /// Sparse mmap areas (offset, size) within the region, backed by `mmap_fd`.
+    pub sparse: Vec<(u64, u64)>,
+    pub mmap_fd: Option<RawFd>,
+}
+
+pub struct IrqDesc {
+    pub flags: u32,
+    pub count: u32,
+}
+
+/// How a session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionEnd {
+    #[error("the client closed the connection")]
+    Closed,
+    #[error("socket: {0}")]
+    Io(#[from] io::Error),
+    #[error("protocol: {0}")]
+    Protocol(ProtocolError),
+}
+
+/// One client session of one NI: the translation of vfio-user commands into calls on the
+/// NI model, and of their results into replies.
+pub struct Session<'a> {
     slot: &'a Slot,
+    regions: Vec<RegionDesc>,
+    irqs: Vec<IrqDesc>,
 }
 
 fn invalid(e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
 }
 
-impl ServerBackend for Backend<'_> {
-    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
-        let mut ni = lock(&self.slot.ni);
-        ni.region_read(region, offset, data).map_err(|e| {
-            tracing::debug!(ni = ni.index, "refused read: {e}");
-            e.into()
-        })
+impl<'a> Session<'a> {
+    pub fn new(slot: &'a Slot, sram_fd: RawFd, window_fd: Option<RawFd>) -> Session<'a> {
+        Session {
+            slot,
+            regions: regions(sram_fd, window_fd),
+            irqs: irqs(),
+        }
     }
 
-    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
-        let mut ni = lock(&self.slot.ni);
-        ni.region_write(region, offset, data).map_err(|e| {
-            tracing::debug!(ni = ni.index, "refused write: {e}");
-            e.into()
-        })
+    /// Serve `stream` until the client leaves or breaks the protocol.
+    pub fn run(&mut self, stream: &mut UnixStream) -> Result<(), SessionEnd> {
+        loop {
+            let (h, fds) = match read_header(stream) {
+                Ok(x) => x,
+                Err(SessionEnd::Closed) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            if let Err(e) = h.check() {
+                // The body's size cannot be trusted: nothing can be read in step any more.
+                let _ = reply_error(stream, &h, libc::EINVAL);
+                return Err(SessionEnd::Protocol(e));
+            }
+            let mut body = vec![0u8; h.body_len()];
+            stream.read_exact(&mut body)?;
+            match vu::decode(h.command, &body) {
+                Ok(req) => self.handle(stream, &h, req, fds)?,
+                Err(e) => {
+                    tracing::debug!(ni = self.index(), "refused message: {e}");
+                    let errno = match e {
+                        ProtocolError::Unsupported(_) => libc::ENOTSUP,
+                        _ => {
+                            lock(&self.slot.ni).counters.malformed_messages += 1;
+                            libc::EINVAL
+                        }
+                    };
+                    if !h.no_reply() {
+                        reply_error(stream, &h, errno)?;
+                    }
+                }
+            }
+        }
+    }
+
+    fn index(&self) -> u32 {
+        lock(&self.slot.ni).index
+    }
+
+    fn handle(
+        &mut self,
+        stream: &mut UnixStream,
+        h: &Header,
+        req: Request,
+        mut fds: Vec<File>,
+    ) -> Result<(), SessionEnd> {
+        let mut out: Vec<u8> = Vec::new();
+        let mut out_fd: Option<RawFd> = None;
+        let result: io::Result<()> = match req {
+            Request::Version {
+                major,
+                minor,
+                capabilities,
+            } => {
+                tracing::debug!(ni = self.index(), major, minor, %capabilities, "client version");
+                // What QEMU has been served since the first release: one descriptor per
+                // message (it splits SET_IRQS), 1 MiB transfers.
+                let caps = format!(
+                    r#"{{"capabilities":{{"max_msg_fds":1,"max_data_xfer_size":{},"migration":{{"pgsize":4096}}}}}}"#,
+                    vu::MAX_DATA_XFER
+                );
+                out.extend_from_slice(&0u16.to_le_bytes());
+                out.extend_from_slice(&0u16.to_le_bytes());
+                out.extend_from_slice(caps.as_bytes());
+                out.push(0);
+                Ok(())
+            }
+            Request::DmaMap {
+                flags,
+                offset,
+                address,
+                size,
+            } => {
+                if fds.len() > 1 {
+                    Err(invalid("DMA_MAP with more than one file descriptor"))
+                } else {
+                    self.dma_map(flags, offset, address, size, fds.pop())
+                }
+            }
+            Request::DmaUnmap {
+                flags,
+                address,
+                size,
+            } => {
+                out.extend_from_slice(&vu::DMA_UNMAP_BODY.to_le_bytes());
+                out.extend_from_slice(&flags.to_le_bytes());
+                out.extend_from_slice(&address.to_le_bytes());
+                out.extend_from_slice(&size.to_le_bytes());
+                self.dma_unmap(flags, address, size)
+            }
+            Request::GetInfo => {
+                out.extend_from_slice(&vu::DEVICE_GET_INFO_BODY.to_le_bytes());
+                out.extend_from_slice(
+                    &(VFIO_DEVICE_FLAGS_PCI | VFIO_DEVICE_FLAGS_RESET).to_le_bytes(),
+                );
+                out.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
+                out.extend_from_slice(&(self.irqs.len() as u32).to_le_bytes());
+                Ok(())
+            }
+            Request::GetRegionInfo { argsz, index } => match self.regions.get(index as usize) {
+                None => Err(invalid(format!("no region {index}"))),
+                Some(r) => {
+                    out_fd = region_info(&mut out, index, argsz, r);
+                    Ok(())
+                }
+            },
+            Request::GetIrqInfo { index } => match self.irqs.get(index as usize) {
+                None => Err(invalid(format!("no IRQ index {index}"))),
+                Some(i) => {
+                    out.extend_from_slice(&vu::IRQ_INFO_BODY.to_le_bytes());
+                    out.extend_from_slice(&i.flags.to_le_bytes());
+                    out.extend_from_slice(&index.to_le_bytes());
+                    out.extend_from_slice(&i.count.to_le_bytes());
+                    Ok(())
+                }
+            },
+            Request::SetIrqs {
+                flags,
+                index,
+                start,
+                count,
+            } => {
+                let mut ni = lock(&self.slot.ni);
+                ni.set_irqs(index, flags, start, count, fds)
+                    .inspect_err(|e| tracing::debug!(ni = ni.index, "{e}"))
+            }
+            Request::RegionRead {
+                region,
+                offset,
+                count,
+            } => {
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.extend_from_slice(&region.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
+                let at = out.len();
+                out.resize(at + count as usize, 0);
+                let mut ni = lock(&self.slot.ni);
+                ni.region_read(region, offset, &mut out[at..]).map_err(|e| {
+                    tracing::debug!(ni = ni.index, "refused read: {e}");
+                    e.into()
+                })
+            }
+            Request::RegionWrite {
+                region,
+                offset,
+                data,
+            } => {
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.extend_from_slice(&region.to_le_bytes());
+                out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                let mut ni = lock(&self.slot.ni);
+                ni.region_write(region, offset, &data).map_err(|e| {
+                    tracing::debug!(ni = ni.index, "refused write: {e}");
+                    e.into()
+                })
+            }
+            Request::Reset => {
+                let mut ni = lock(&self.slot.ni);
+                tracing::info!(ni = ni.index, "device reset requested by the client");
+                ni.function_reset();
+                Ok(())
+            }
+        };
+        if h.no_reply() {
+            return Ok(());
+        }
+        match result {
+            Ok(()) => reply(stream, h, &out, out_fd)?,
+            Err(e) => reply_error(stream, h, e.raw_os_error().unwrap_or(libc::EINVAL))?,
+        }
+        Ok(())
     }
 
     fn dma_map(
         &mut self,
-        flags: DmaMapFlags,
+        flags: u32,
         offset: u64,
         address: u64,
         size: u64,
@@ -82,8 +276,8 @@ impl ServerBackend for Backend<'_> {
     ) -> io::Result<()> {
         let mut ni = lock(&self.slot.ni);
         let r = crate::ni::write_dma(&ni.dma).map(
-            flags.contains(DmaMapFlags::READ),
-            flags.contains(DmaMapFlags::WRITE),
+            flags & vu::DMA_MAP_READ != 0,
+            flags & vu::DMA_MAP_WRITE != 0,
             offset,
             address,
             size,
@@ -96,57 +290,147 @@ impl ServerBackend for Backend<'_> {
             }
             Err(e) => {
                 ni.counters.dma_map_errors += 1;
-                tracing::warn!(ni = ni.index, "{e}");
+                // QEMU maps ROM and BAR ranges without a descriptor by design; what a
+                // client gets wrong is its own business and is counted, not logged loud.
+                tracing::debug!(ni = ni.index, "{e}");
                 Err(invalid(e))
             }
         }
     }
 
-    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+    fn dma_unmap(&mut self, flags: u32, address: u64, size: u64) -> io::Result<()> {
         let mut ni = lock(&self.slot.ni);
         ni.counters.dma_unmaps += 1;
-        if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
+        if flags & vu::DMA_UNMAP_ALL != 0 {
             crate::ni::write_dma(&ni.dma).clear();
             return Ok(());
         }
         let unmapped = crate::ni::write_dma(&ni.dma).unmap(address, size);
-        match unmapped {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                // Kernel VFIO answers success here and QEMU relies on it (it unmaps the
-                // whole IOVA space in chunks when the guest turns its IOMMU on), so this
-                // is counted, not refused.
-                ni.counters.dma_unmap_empty += 1;
-                tracing::debug!(ni = ni.index, "{e}");
-                Ok(())
-            }
+        if let Err(e) = unmapped {
+            // Kernel VFIO answers success here and QEMU relies on it (it unmaps the
+            // whole IOVA space in chunks when the guest turns its IOMMU on), so this
+            // is counted, not refused.
+            ni.counters.dma_unmap_empty += 1;
+            tracing::debug!(ni = ni.index, "{e}");
         }
-    }
-
-    fn reset(&mut self) -> io::Result<()> {
-        let mut ni = lock(&self.slot.ni);
-        tracing::info!(ni = ni.index, "device reset requested by the client");
-        ni.function_reset();
         Ok(())
-    }
-
-    fn set_irqs(
-        &mut self,
-        index: u32,
-        flags: u32,
-        start: u32,
-        count: u32,
-        fds: Vec<File>,
-    ) -> io::Result<()> {
-        let mut ni = lock(&self.slot.ni);
-        ni.set_irqs(index, flags, start, count, fds)
-            .inspect_err(|e| {
-                tracing::warn!(ni = ni.index, "{e}");
-            })
     }
 }
 
-fn regions(sram_fd: i32, window_fd: Option<i32>) -> Vec<ServerRegion> {
+/// Read one header and the descriptors riding on it.
+fn read_header(stream: &mut UnixStream) -> Result<(Header, Vec<File>), SessionEnd> {
+    let mut b = [0u8; HEADER];
+    let mut got = 0;
+    let mut files = Vec::new();
+    while got < HEADER {
+        let mut cbuf = nix::cmsg_space!([RawFd; vu::MAX_MSG_FDS]);
+        let mut iov = [IoSliceMut::new(&mut b[got..])];
+        let msg = match recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cbuf),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(SessionEnd::Io(e.into())),
+        };
+        if msg.bytes == 0 {
+            return if got == 0 {
+                Err(SessionEnd::Closed)
+            } else {
+                Err(SessionEnd::Protocol(ProtocolError::ShortSize(got as u32)))
+            };
+        }
+        got += msg.bytes;
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::ScmRights(fds) = c {
+                    // SAFETY: the kernel just installed these descriptors for us; each is
+                    // owned by exactly one File from here on.
+                    files.extend(fds.into_iter().map(|fd| unsafe { File::from_raw_fd(fd) }));
+                }
+            }
+        }
+    }
+    Ok((Header::decode(&b), files))
+}
+
+fn send(stream: &mut UnixStream, bytes: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    let fds = fd.map(|f| [f]);
+    let cmsg = fds.as_ref().map(|f| [ControlMessage::ScmRights(f)]);
+    let sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(bytes)],
+        cmsg.as_ref().map(|c| &c[..]).unwrap_or(&[]),
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(io::Error::from)?;
+    stream.write_all(&bytes[sent..])
+}
+
+fn reply(stream: &mut UnixStream, h: &Header, body: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    let r = Header {
+        id: h.id,
+        command: h.command,
+        size: (HEADER + body.len()) as u32,
+        flags: flags::TYPE_REPLY,
+        error: 0,
+    };
+    let mut bytes = r.encode().to_vec();
+    bytes.extend_from_slice(body);
+    send(stream, &bytes, fd)
+}
+
+fn reply_error(stream: &mut UnixStream, h: &Header, errno: i32) -> io::Result<()> {
+    let r = Header {
+        id: h.id,
+        command: h.command,
+        size: HEADER as u32,
+        flags: flags::TYPE_REPLY | flags::ERROR,
+        error: errno as u32,
+    };
+    send(stream, &r.encode(), None)
+}
+
+/// The `vfio_region_info` reply, with the sparse-mmap capability when the client left room
+/// for it (`argsz`); returns the descriptor to send with it.
+fn region_info(out: &mut Vec<u8>, index: u32, argsz: u32, r: &RegionDesc) -> Option<RawFd> {
+    const INFO: u32 = vu::REGION_INFO_BODY;
+    let mut cap = Vec::new();
+    if !r.sparse.is_empty() {
+        cap.extend_from_slice(&(VFIO_REGION_INFO_CAP_SPARSE_MMAP as u16).to_le_bytes());
+        cap.extend_from_slice(&1u16.to_le_bytes()); // version
+        cap.extend_from_slice(&0u32.to_le_bytes()); // next
+        cap.extend_from_slice(&(r.sparse.len() as u32).to_le_bytes());
+        cap.extend_from_slice(&0u32.to_le_bytes());
+        for (offset, size) in &r.sparse {
+            cap.extend_from_slice(&offset.to_le_bytes());
+            cap.extend_from_slice(&size.to_le_bytes());
+        }
+    }
+    let full = INFO + cap.len() as u32;
+    let send_caps = !cap.is_empty() && argsz >= full;
+    let mut flags = r.flags;
+    if !cap.is_empty() {
+        flags |= VFIO_REGION_INFO_FLAG_CAPS;
+    }
+    out.extend_from_slice(&(if cap.is_empty() { INFO } else { full }).to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&index.to_le_bytes());
+    out.extend_from_slice(&(if cap.is_empty() { 0 } else { INFO }).to_le_bytes());
+    out.extend_from_slice(&r.size.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes()); // mmap offset of the region in its fd
+    if send_caps {
+        out.extend_from_slice(&cap);
+        r.mmap_fd
+    } else {
+        None
+    }
+}
+
+fn regions(sram_fd: RawFd, window_fd: Option<RawFd>) -> Vec<RegionDesc> {
     (0..pci::NUM_REGIONS)
         .map(|index| {
             let size = region_size(index);
@@ -154,74 +438,45 @@ fn regions(sram_fd: i32, window_fd: Option<i32>) -> Vec<ServerRegion> {
             if size > 0 {
                 flags |= VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
             }
-            let mut sparse_areas = vec![];
+            let mut sparse = vec![];
             let mut mmap_fd = None;
             if index == pci::BAR0_REGION {
                 flags |= VFIO_REGION_INFO_FLAG_MMAP;
-                sparse_areas.push(SparseArea {
-                    area: vfio_region_sparse_mmap_area {
-                        offset: 0,
-                        size: ni_abi::lanai::SRAM_SIZE,
-                    },
-                });
+                sparse.push((0, ni_abi::lanai::SRAM_SIZE));
                 mmap_fd = Some(sram_fd);
             }
             if let (pci::BAR4_REGION, Some(fd)) = (index, window_fd) {
                 flags |= VFIO_REGION_INFO_FLAG_MMAP;
-                sparse_areas.push(SparseArea {
-                    area: vfio_region_sparse_mmap_area {
-                        offset: ni_abi::window::WINDOW_OFFSET,
-                        size: ni_abi::window::WINDOW_SIZE,
-                    },
-                });
+                sparse.push((ni_abi::window::WINDOW_OFFSET, ni_abi::window::WINDOW_SIZE));
                 mmap_fd = Some(fd);
             }
-            ServerRegion {
-                region_info: vfio_region_info {
-                    argsz: std::mem::size_of::<vfio_region_info>() as u32,
-                    flags,
-                    index,
-                    cap_offset: 0,
-                    size,
-                    // mmap offset of the region within its fd.
-                    offset: 0,
-                },
-                sparse_areas,
+            RegionDesc {
+                size,
+                flags,
+                sparse,
                 mmap_fd,
             }
         })
         .collect()
 }
 
-fn irqs() -> Vec<IrqInfo> {
+/// By IRQ index (INTx, MSI, MSI-X, ERR, REQ).
+fn irqs() -> Vec<IrqDesc> {
+    let d = |flags, count| IrqDesc { flags, count };
     vec![
-        IrqInfo {
-            index: pci::INTX_IRQ_INDEX,
-            flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_MASKABLE | VFIO_IRQ_INFO_AUTOMASKED,
-            count: 1,
-        },
-        IrqInfo {
-            index: pci::MSI_IRQ_INDEX,
-            flags: VFIO_IRQ_INFO_EVENTFD,
-            count: 0,
-        },
-        IrqInfo {
-            index: pci::MSIX_IRQ_INDEX,
-            flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
-            count: pci::vector::COUNT as u32,
-        },
+        d(
+            VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_MASKABLE | VFIO_IRQ_INFO_AUTOMASKED,
+            1,
+        ),
+        d(VFIO_IRQ_INFO_EVENTFD, 0),
+        d(
+            VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
+            pci::vector::COUNT as u32,
+        ),
         // Error and request notification: one vector each, so QEMU can enable error
-        // recovery; the device signals ERR on a fatal internal error.
-        IrqInfo {
-            index: pci::ERR_IRQ_INDEX,
-            flags: VFIO_IRQ_INFO_EVENTFD,
-            count: 1,
-        },
-        IrqInfo {
-            index: pci::REQ_IRQ_INDEX,
-            flags: VFIO_IRQ_INFO_EVENTFD,
-            count: 1,
-        },
+        // recovery.
+        d(VFIO_IRQ_INFO_EVENTFD, 1),
+        d(VFIO_IRQ_INFO_EVENTFD, 1),
     ]
 }
 
@@ -229,8 +484,8 @@ fn irqs() -> Vec<IrqInfo> {
 pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
     let index = lock(&slot.ni).index;
     loop {
-        // The crate accepts inside run(): wait for a pending connection first so the
-        // attachment is visible from the moment the client connects.
+        // Wait for a pending connection first: what its detach will need is reserved before
+        // it is accepted.
         if let Err(e) = wait_readable(&listener) {
             tracing::error!(ni = index, "waiting for a client: {e}");
             std::thread::sleep(std::time::Duration::from_secs(1));
@@ -242,11 +497,11 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
             refuse(&listener, index, &slot, &e.to_string());
             continue;
         }
-        let fd: OwnedFd = match listener.try_clone() {
-            Ok(l) => l.into(),
+        let mut stream = match listener.accept() {
+            Ok((s, _)) => s,
             Err(e) => {
-                tracing::error!(ni = index, "cannot clone the listening socket: {e}");
-                std::thread::sleep(std::time::Duration::from_secs(1));
+                tracing::warn!(ni = index, "accepting a client: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
                 continue;
             }
         };
@@ -262,15 +517,9 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        // A fresh Server per session so each client is handed the current SRAM memfd and
-        // its partition's window.
+        // Each client is handed the current SRAM memfd and its partition's window.
         let sram_fd = lock(&slot.ni).sram.fd();
-        let server = Server::from_owned_fd(
-            fd,
-            true,
-            irqs(),
-            regions(sram_fd, window.as_ref().map(|w| w.fd())),
-        );
+        let mut session = Session::new(&slot, sram_fd, window.as_ref().map(|w| w.fd()));
         {
             let mut ni = lock(&slot.ni);
             ni.window = window;
@@ -279,18 +528,28 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
             ni.attached();
         }
         tracing::info!(ni = index, "client attaching");
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            let mut backend = Backend { slot: &slot };
-            server.run(&mut backend)
-        }));
-        match result {
-            Ok(Ok(())) => tracing::info!(ni = index, "client detached"),
-            Ok(Err(e)) => tracing::warn!(ni = index, "client session ended: {e}"),
+        // Defence in depth: the session is written (and fuzzed) not to panic on anything a
+        // client sends; if it ever does, that client's session ends, not the daemon.
+        let ended = catch_unwind(AssertUnwindSafe(|| session.run(&mut stream)));
+        match ended {
             Err(_) => {
                 lock(&slot.ni).counters.malformed_sessions += 1;
-                tracing::error!(ni = index, "client session aborted on malformed input")
+                tracing::error!(
+                    ni = index,
+                    "client session aborted by a bug (a panic): see the log above"
+                )
             }
+            Ok(Ok(())) => tracing::info!(ni = index, "client detached"),
+            Ok(Err(SessionEnd::Protocol(e))) => {
+                lock(&slot.ni).counters.malformed_sessions += 1;
+                tracing::info!(
+                    ni = index,
+                    "client session ended: it broke the protocol: {e}"
+                )
+            }
+            Ok(Err(e)) => tracing::info!(ni = index, "client session ended: {e}"),
         }
+        drop(stream);
         *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
         let mut ni = lock(&slot.ni);
         ni.window = None;

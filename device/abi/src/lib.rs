@@ -11,4 +11,5 @@ pub mod lanai;
 pub mod pci;
 pub mod reduce;
 pub mod regs;
+pub mod vfio_user;
 pub mod window;
