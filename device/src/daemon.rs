@@ -113,15 +113,22 @@ fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
     Ok(l)
 }
 
-/// Bump every NI's `HEARTBEAT` word for as long as the daemon lives (fastpath.md, "A daemon
+/// Bump every NI's `HEARTBEAT` word, and interrupt eventfd writes stuck for a second for as long as the daemon lives (fastpath.md, "A daemon
 /// that dies"). Its own thread, so a busy or sleeping poller never makes it stand still.
 fn heartbeat(slots: &[Arc<Slot>]) {
     use ni_abi::fastpath::ctrl::{HEARTBEAT, HEARTBEAT_PERIOD_MS};
     loop {
         for slot in slots {
-            let sram = server::lock(&slot.ni).sram.clone();
+            let (sram, outbox) = {
+                let ni = server::lock(&slot.ni);
+                (ni.sram.clone(), ni.irqs.outbox().clone())
+            };
             sram.atomic_u32(HEARTBEAT)
                 .fetch_add(1, std::sync::atomic::Ordering::Release);
+            // The watchdog of interrupt delivery rides along (irq.rs).
+            if outbox.kick_if_stuck() {
+                tracing::debug!("a session's eventfd write was stuck: interrupted");
+            }
         }
         std::thread::sleep(std::time::Duration::from_millis(HEARTBEAT_PERIOD_MS));
     }
@@ -182,6 +189,7 @@ impl Daemon {
             p
         };
         raise_fd_limit();
+        crate::irq::install_kick_handler();
         let doorbell = Arc::new(Doorbell::default());
         fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         let run_dir = run_dir.canonicalize()?;

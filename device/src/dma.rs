@@ -166,11 +166,19 @@ impl DmaSpace {
             // the permission check below is what enforces the client's intent.
             prot |= libc::PROT_WRITE | libc::PROT_READ;
         }
+        // Huge pages are taken from a pool: without a reservation a page the pool cannot
+        // give is a SIGBUS on first touch, so hugetlbfs files are mapped with one (the mmap
+        // fails, and the map is refused, when the pool cannot cover it).
+        let flags = if on_hugetlbfs(&file) {
+            libc::MAP_SHARED
+        } else {
+            libc::MAP_SHARED | libc::MAP_NORESERVE
+        };
         let mmap = MmapRegion::build(
             Some(FileOffset::from_arc(file, offset)),
             size as usize,
             prot,
-            libc::MAP_SHARED | libc::MAP_NORESERVE,
+            flags,
         )
         .map_err(|e| MapError::Mmap {
             iova,
@@ -438,6 +446,15 @@ fn require_shrink_seal(fd: &File, iova: u64) -> Result<(), MapError> {
         return Err(MapError::NotSealed { iova, reason });
     }
     Ok(())
+}
+
+fn on_hugetlbfs(f: &File) -> bool {
+    const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+    // SAFETY: fstatfs fills the zeroed struct we pass; the descriptor is ours.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(f.as_raw_fd(), &mut st) == 0 && st.f_type as i64 == HUGETLBFS_MAGIC
+    }
 }
 
 /// The identity of the file behind a descriptor.

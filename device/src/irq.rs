@@ -4,10 +4,18 @@
 //! The client's eventfds are the only interrupt path: no MSI-X message and no INTx while Bus
 //! Master Enable is clear (QEMU would drop the MSI-X write anyway), INTx only while MSI-X is
 //! off and `INTx Disable` is clear, and the PCI status Interrupt bit follows the INTx level.
+//!
+//! Firing an interrupt never touches the client's eventfd: it sets the vector's bit in the
+//! NI's [`Outbox`] and wakes the NI's own session thread, which signals the eventfds with no
+//! lock held. A client can make its eventfd block a write (clear `O_NONBLOCK` on the shared
+//! file description, fill the counter); then only its own session waits, and the daemon's
+//! watchdog interrupts that write after [`STUCK_WRITE`] (`Outbox::kick_if_stuck`).
 
 use std::fs::File;
-use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use ni_abi::pci::{
     vector, ERR_IRQ_INDEX, INTX_IRQ_INDEX, MSIX_IRQ_INDEX, MSI_IRQ_INDEX, REQ_IRQ_INDEX,
@@ -31,14 +39,123 @@ pub enum IrqError {
     NotEventfd(String),
 }
 
+/// How long a session may sit in one eventfd write before the watchdog interrupts it.
+pub const STUCK_WRITE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Outbox bit of INTx (MSI-X vectors use bits 0..16).
+const INTX_BIT: u32 = 31;
+
+/// Interrupts fired and not yet signalled, and the wake-up of the thread that signals them.
+pub struct Outbox {
+    pending: AtomicU32,
+    /// Our own eventfd (non-blocking, never shared): readable while `pending` may be set.
+    wake: File,
+    /// Milliseconds since `epoch` at which the session entered an eventfd write (0: none).
+    writing_since: AtomicU64,
+    epoch: std::time::Instant,
+    /// The session thread, for the watchdog's signal.
+    thread: std::sync::Mutex<Option<libc::pthread_t>>,
+}
+
+impl Outbox {
+    pub fn new() -> std::io::Result<Outbox> {
+        // SAFETY: eventfd returns a new descriptor or -1, checked below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Outbox {
+            pending: AtomicU32::new(0),
+            // SAFETY: fd is a fresh descriptor owned from here on.
+            wake: unsafe { File::from_raw_fd(fd) },
+            writing_since: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            thread: std::sync::Mutex::new(None),
+        })
+    }
+
+    fn post(&self, bit: u32) {
+        self.pending.fetch_or(1 << bit, Ordering::AcqRel);
+        // Our own non-blocking eventfd: a full counter already means "look".
+        let _ = (&self.wake).write(&1u64.to_ne_bytes());
+    }
+
+    /// The descriptor the session thread polls beside its socket.
+    pub fn wake_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
+    }
+
+    /// Take what was fired since the last call (the session thread, when woken).
+    pub fn take(&self) -> u32 {
+        let mut b = [0u8; 8];
+        let _ = (&self.wake).read(&mut b);
+        self.pending.swap(0, Ordering::AcqRel)
+    }
+
+    /// The calling thread signals this outbox's eventfds from now on.
+    pub fn bind_thread(&self) {
+        // SAFETY: pthread_self has no preconditions.
+        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(unsafe { libc::pthread_self() });
+    }
+
+    /// Signal `targets` (from [`Irqs::targets`]) with no lock held. Called by the session
+    /// thread only.
+    pub fn signal_all(&self, targets: &[Arc<File>]) {
+        for f in targets {
+            let now = self.epoch.elapsed().as_millis() as u64 + 1;
+            self.writing_since.store(now, Ordering::Release);
+            signal(f);
+            self.writing_since.store(0, Ordering::Release);
+        }
+    }
+
+    /// The watchdog: a session stuck in an eventfd write longer than [`STUCK_WRITE`] gets a
+    /// signal, so its write fails with EINTR and the session goes on (to notice its client
+    /// left, say). Returns whether it kicked.
+    pub fn kick_if_stuck(&self) -> bool {
+        let since = self.writing_since.load(Ordering::Acquire);
+        if since == 0 {
+            return false;
+        }
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        if now.saturating_sub(since) < STUCK_WRITE.as_millis() as u64 {
+            return false;
+        }
+        if let Some(t) = *self.thread.lock().unwrap_or_else(|e| e.into_inner()) {
+            // SAFETY: t is a live thread of this process (session threads never exit); the
+            // signal's handler does nothing and is installed without SA_RESTART.
+            unsafe { libc::pthread_kill(t, KICK_SIGNAL) };
+        }
+        true
+    }
+}
+
+/// The watchdog's signal (see [`Outbox::kick_if_stuck`]).
+pub const KICK_SIGNAL: libc::c_int = libc::SIGUSR1;
+
+extern "C" fn ignore(_: libc::c_int) {}
+
+/// Install the no-op handler of [`KICK_SIGNAL`], without SA_RESTART so that a blocked write
+/// returns EINTR. Once per process.
+pub fn install_kick_handler() {
+    // SAFETY: a zeroed sigaction with a handler that does nothing (async-signal-safe).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = ignore as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = 0;
+        libc::sigaction(KICK_SIGNAL, &sa, std::ptr::null_mut());
+    }
+}
+
 /// Eventfds registered by the client, and INTx state.
-#[derive(Default)]
 pub struct Irqs {
-    msix: Vec<Option<File>>,
-    intx: Option<File>,
+    msix: Vec<Option<Arc<File>>>,
+    intx: Option<Arc<File>>,
     intx_masked: bool,
-    err: Option<File>,
-    req: Option<File>,
+    err: Option<Arc<File>>,
+    req: Option<Arc<File>>,
+    outbox: Arc<Outbox>,
 }
 
 fn is_eventfd(f: &File) -> Result<(), IrqError> {
@@ -76,26 +193,58 @@ fn nonblocking(f: &File) -> Result<(), IrqError> {
     }
 }
 
-fn signal(f: &File) -> bool {
-    // Non-blocking (see `nonblocking`): a full counter (EAGAIN) means the client has not
-    // read what is already pending, so the interrupt is delivered as far as it can be.
-    match (&*f).write(&1u64.to_ne_bytes()) {
-        Ok(n) => n == 8,
-        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+fn signal(f: &File) {
+    // A full counter means the client has not read what is already pending: the interrupt
+    // is delivered as far as it can be. The descriptor is normally non-blocking (see
+    // `nonblocking`); for one the client made blocking again, the poll keeps the write from
+    // blocking but in a race the client must win against it, and the watchdog ends that.
+    let mut pfd = libc::pollfd {
+        fd: f.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no waiting.
+    let writable = unsafe { libc::poll(&mut pfd, 1, 0) } == 1 && pfd.revents & libc::POLLOUT != 0;
+    if writable {
+        let _ = (&*f).write(&1u64.to_ne_bytes());
     }
 }
 
 impl Irqs {
-    pub fn new() -> Self {
+    pub fn new(outbox: Arc<Outbox>) -> Self {
         Irqs {
             msix: (0..vector::COUNT).map(|_| None).collect(),
-            ..Default::default()
+            intx: None,
+            intx_masked: false,
+            err: None,
+            req: None,
+            outbox,
         }
     }
 
     /// Drop every eventfd (client gone, or reset).
     pub fn clear(&mut self) {
-        *self = Irqs::new();
+        // What was fired for the old eventfds is not the next client's.
+        self.outbox.pending.store(0, Ordering::Release);
+        *self = Irqs::new(self.outbox.clone());
+    }
+
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
+    }
+
+    /// The eventfds of the outbox bits in `bits`, for [`Outbox::signal_all`].
+    pub fn targets(&self, bits: u32) -> Vec<Arc<File>> {
+        let mut out = Vec::new();
+        for (v, f) in self.msix.iter().enumerate() {
+            if bits & (1 << v) != 0 {
+                out.extend(f.clone());
+            }
+        }
+        if bits & (1 << INTX_BIT) != 0 {
+            out.extend(self.intx.clone());
+        }
+        out
     }
 
     pub fn msix_registered(&self, v: u16) -> bool {
@@ -105,7 +254,10 @@ impl Irqs {
     /// Fire MSI-X vector `v` if an eventfd is registered. Returns whether it was delivered.
     pub fn fire_msix(&mut self, v: u16) -> bool {
         match self.msix.get(v as usize).and_then(|f| f.as_ref()) {
-            Some(f) => signal(f),
+            Some(_) => {
+                self.outbox.post(v as u32);
+                true
+            }
             None => false,
         }
     }
@@ -117,11 +269,12 @@ impl Irqs {
             return false;
         }
         match &self.intx {
-            Some(f) if signal(f) => {
+            Some(_) => {
+                self.outbox.post(INTX_BIT);
                 self.intx_masked = true;
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
@@ -177,7 +330,7 @@ impl Irqs {
                 } else if fds.len() as u32 == count {
                     for (i, f) in fds.into_iter().enumerate() {
                         let v = start as usize + i;
-                        self.msix[v] = Some(f);
+                        self.msix[v] = Some(Arc::new(f));
                         out.msix_assigned.push(v as u16);
                     }
                 } else {
@@ -200,7 +353,7 @@ impl Irqs {
             (INTX_IRQ_INDEX, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD) => {
                 match fds.into_iter().next() {
                     Some(f) => {
-                        self.intx = Some(f);
+                        self.intx = Some(Arc::new(f));
                         self.intx_masked = false;
                         out.intx_reevaluate = true;
                     }
@@ -229,7 +382,7 @@ impl Irqs {
                 } else {
                     &mut self.req
                 };
-                *slot = fds.into_iter().next();
+                *slot = fds.into_iter().next().map(Arc::new);
             }
             (
                 ERR_IRQ_INDEX | REQ_IRQ_INDEX,
@@ -278,7 +431,8 @@ mod tests {
     fn a_full_eventfd_never_blocks_delivery() {
         let f = blocking_eventfd();
         let client = f.try_clone().unwrap();
-        let mut irqs = Irqs::new();
+        let outbox = Arc::new(Outbox::new().unwrap());
+        let mut irqs = Irqs::new(outbox.clone());
         irqs.set_irqs(
             MSIX_IRQ_INDEX,
             VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
@@ -290,7 +444,53 @@ mod tests {
         // The client fills its counter to the maximum: a blocking write would now wait.
         (&client).write_all(&(u64::MAX - 1).to_ne_bytes()).unwrap();
         let t = std::time::Instant::now();
-        assert!(irqs.fire_msix(0), "a full counter means already pending");
-        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert!(irqs.fire_msix(0));
+        let bits = outbox.take();
+        assert_eq!(bits, 1);
+        outbox.signal_all(&irqs.targets(bits));
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "a full counter means already pending"
+        );
+    }
+
+    #[test]
+    fn a_write_the_client_made_blocking_is_interrupted_by_the_watchdog() {
+        install_kick_handler();
+        let f = blocking_eventfd();
+        let client = f.try_clone().unwrap();
+        let outbox = Arc::new(Outbox::new().unwrap());
+        let mut irqs = Irqs::new(outbox.clone());
+        irqs.set_irqs(
+            MSIX_IRQ_INDEX,
+            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+            0,
+            1,
+            vec![f],
+        )
+        .unwrap();
+        // The client clears O_NONBLOCK on the shared description again and fills the counter.
+        // SAFETY: F_SETFL on a descriptor we own.
+        unsafe { libc::fcntl(client.as_raw_fd(), libc::F_SETFL, 0) };
+        (&client).write_all(&(u64::MAX - 1).to_ne_bytes()).unwrap();
+        assert!(irqs.fire_msix(0), "firing only posts: it cannot block");
+        let targets = irqs.targets(outbox.take());
+        let session = {
+            let outbox = outbox.clone();
+            std::thread::spawn(move || {
+                outbox.bind_thread();
+                outbox.signal_all(&targets);
+            })
+        };
+        let t = std::time::Instant::now();
+        while !session.is_finished() {
+            outbox.kick_if_stuck();
+            assert!(
+                t.elapsed() < STUCK_WRITE * 5,
+                "the stuck write was never interrupted"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        session.join().unwrap();
     }
 }

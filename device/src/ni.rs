@@ -109,7 +109,9 @@ impl Ni {
             config: ConfigSpace::new(),
             msix: MsixTable::new(),
             msix_table_used: false,
-            irqs: Irqs::new(),
+            irqs: Irqs::new(Arc::new(
+                crate::irq::Outbox::new().map_err(crate::sram::SharedMemError::Outbox)?,
+            )),
             sram: Arc::new(Sram::new()?),
             spare_sram: None,
             lanai: Lanai::new(),
@@ -201,7 +203,7 @@ impl Ni {
     /// write returns, as a driver polling right after would expect) and leave the rest to
     /// the poller.
     fn kick_engines(&mut self) {
-        let more = self.with_bus(|lanai, bus| lanai.run_dma(bus));
+        let more = self.with_bus(|lanai, bus| lanai.run_dma(bus, crate::lanai::dma::INLINE_BYTES));
         if more {
             self.engines.store(true, Ordering::Release);
             self.doorbell.ring();
@@ -211,7 +213,7 @@ impl Ni {
     /// One bounded step of background engine work (called by the fabric's poller while
     /// `engines` is set). Returns whether work is left.
     pub fn step_engines(&mut self) -> bool {
-        let more = self.with_bus(|lanai, bus| lanai.run_dma(bus));
+        let more = self.with_bus(|lanai, bus| lanai.run_dma(bus, crate::lanai::dma::STEP_BYTES));
         self.engines.store(more, Ordering::Release);
         self.update_interrupts();
         more

@@ -96,7 +96,43 @@ impl<'a> Session<'a> {
 
     /// Serve `stream` until the client leaves or breaks the protocol.
     pub fn run(&mut self, stream: &mut UnixStream) -> Result<(), SessionEnd> {
+        let outbox = lock(&self.slot.ni).irqs.outbox().clone();
+        outbox.bind_thread();
         loop {
+            // Between messages: signal what was fired, then wait for the next message or the
+            // next interrupt (irq.rs: this thread, holding no lock, is the only one that
+            // writes the client's eventfds).
+            loop {
+                let bits = outbox.take();
+                if bits != 0 {
+                    let targets = lock(&self.slot.ni).irqs.targets(bits);
+                    outbox.signal_all(&targets);
+                }
+                let mut pfd = [
+                    libc::pollfd {
+                        fd: stream.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: outbox.wake_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                // SAFETY: two valid pollfds.
+                let r = unsafe { libc::poll(pfd.as_mut_ptr(), 2, -1) };
+                if r < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return Err(e.into());
+                }
+                if pfd[0].revents != 0 {
+                    break;
+                }
+            }
             let (h, fds) = match read_header(stream) {
                 Ok(x) => x,
                 Err(SessionEnd::Closed) => return Ok(()),

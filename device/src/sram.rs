@@ -22,6 +22,8 @@ pub enum SharedMemError {
     Size(&'static str, std::io::Error),
     #[error("mapping the {0}: {1}")]
     Map(&'static str, String),
+    #[error("creating the interrupt outbox's eventfd: {0}")]
+    Outbox(std::io::Error),
 }
 
 pub type SramError = SharedMemError;

@@ -1,6 +1,8 @@
 //! Helpers shared by the cross-crate integration tests: find the workspace's binaries, start
 //! a real `ni-device`, run rank processes against it, read counters.
 
+pub mod hostile;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,8 @@ pub struct Daemon {
     root: PathBuf,
     /// The command line, so `restart` can start the same daemon again.
     args: Vec<std::ffi::OsString>,
+    /// Extra environment (e.g. `NI_LOG`), kept for `restart` too.
+    env: Vec<(String, String)>,
 }
 
 impl Daemon {
@@ -50,6 +54,11 @@ impl Daemon {
 
     /// Start with an optional TOML config file body (partitions).
     pub fn start_with(nodes: u32, config: Option<&str>) -> Daemon {
+        Self::start_with_env(nodes, config, &[])
+    }
+
+    /// Start with an optional config and extra environment for the daemon.
+    pub fn start_with_env(nodes: u32, config: Option<&str>, env: &[(&str, &str)]) -> Daemon {
         let root =
             std::env::temp_dir().join(format!("ni-tests-{}-{}", std::process::id(), rand_u64()));
         std::fs::create_dir_all(&root).unwrap();
@@ -70,16 +79,26 @@ impl Daemon {
             }
         }
         let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
-        let child = Self::spawn(&root, &dir, &args);
+        let env: Vec<_> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let child = Self::spawn(&root, &dir, &args, &env);
         Daemon {
             child,
             dir,
             root,
             args,
+            env,
         }
     }
 
-    fn spawn(root: &Path, dir: &Path, args: &[std::ffi::OsString]) -> Child {
+    fn spawn(
+        root: &Path,
+        dir: &Path,
+        args: &[std::ffi::OsString],
+        env: &[(String, String)],
+    ) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -88,6 +107,7 @@ impl Daemon {
         let _ = std::fs::remove_file(dir.join("control.sock"));
         let child = Command::new(binary("ni-device"))
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stderr(log)
             .spawn()
             .expect("ni-device starts");
@@ -111,7 +131,7 @@ impl Daemon {
     /// Start the same daemon again on the same run directory.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = Self::spawn(&self.root, &self.dir, &self.args);
+        self.child = Self::spawn(&self.root, &self.dir, &self.args, &self.env);
     }
 
     pub fn sock(&self, i: u32) -> PathBuf {

@@ -71,6 +71,10 @@ impl Doorbell {
 pub struct Fabric {
     pub state: Mutex<State>,
     pub doorbell: Arc<Doorbell>,
+    /// Each NI with its "engines have background work" flag (`Ni::engines`): stepped by the
+    /// poller between passes, outside `state`, so engine work never delays the fast path
+    /// or the control socket by more than one step.
+    engines: Vec<(Arc<Slot>, Arc<std::sync::atomic::AtomicBool>)>,
 }
 
 /// Everything the poller owns. Lock order: `Fabric::state`, then an NI's `Slot::ni`, then its
@@ -110,12 +114,15 @@ impl Fabric {
             .enumerate()
             .map(|(i, s)| {
                 let ni = lock(&s.ni);
-                let mut n = Node::new(i as u32, ni.dma.clone(), ni.lanai.link.clone());
-                n.engines = ni.engines.clone();
-                n
+                Node::new(i as u32, ni.dma.clone(), ni.lanai.link.clone())
             })
             .collect();
+        let engines = slots
+            .iter()
+            .map(|s| (s.clone(), lock(&s.ni).engines.clone()))
+            .collect();
         Fabric {
+            engines,
             state: Mutex::new(State {
                 nodes,
                 partitions,
@@ -136,12 +143,25 @@ impl Fabric {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// One bounded step of every NI's background engine work; whether there was any.
+    fn step_engines(&self) -> bool {
+        let mut work = false;
+        for (slot, busy) in &self.engines {
+            if busy.load(Ordering::Acquire) {
+                work = true;
+                lock(&slot.ni).step_engines();
+            }
+        }
+        work
+    }
+
     /// The poller: runs forever.
     pub fn run(self: Arc<Self>) {
         let mut last_work = Instant::now();
         let mut contention = ni_abi::fastpath::Contention::default();
         loop {
-            if self.lock().poll_once() {
+            let engines = self.step_engines();
+            if self.lock().poll_once() | engines {
                 last_work = Instant::now();
                 continue;
             }
@@ -241,12 +261,6 @@ impl State {
         }
         let mut work = changed;
         for i in 0..self.nodes.len() {
-            if self.nodes[i].engines.load(Ordering::Acquire) {
-                // Engine work a register write started: one bounded step per pass, so a
-                // runaway chain costs every other NI one step's delay, no more.
-                work = true;
-                lock(&self.slots[i].ni).step_engines();
-            }
             if !self.nodes[i].live {
                 continue;
             }

@@ -115,8 +115,6 @@ pub struct Node {
     /// (on arrival at a receive, the fast path's "arrival"), so a partition's sum is the
     /// messages still in the network. Signed; survives resets like the counters.
     pub dr_message_count: i64,
-    /// The NI's "engines have background work" flag (`Ni::engines`).
-    pub engines: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Node {
@@ -145,7 +143,6 @@ impl Node {
             port,
             epoch: 0,
             dr_message_count: 0,
-            engines: Default::default(),
         }
     }
 
@@ -165,9 +162,7 @@ impl Node {
     pub fn clear(&mut self) {
         let counters = std::mem::take(&mut self.counters);
         let (epoch, dr) = (self.epoch, self.dr_message_count);
-        let engines = self.engines.clone();
         *self = Node::new(self.index, self.dma.clone(), self.port.clone());
-        self.engines = engines;
         self.counters = counters;
         self.epoch = epoch;
         self.dr_message_count = dr;

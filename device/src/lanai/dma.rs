@@ -6,11 +6,14 @@
 //! order.
 //!
 //! The engine runs in the background, as the hardware does: a pointer write queues work and
-//! returns; [`DmaEngine::run`] does one bounded step (at most [`STEP_DRDS`] DRDs and about
-//! [`STEP_BYTES`] bytes) and says whether more is left, and the fabric's poller calls it
-//! again until nothing is. A chain that links back on itself would run for ever on real
-//! hardware; here it is cut off after [`MAX_DRDS_PER_CHAIN`] DRDs with `DMA_ERROR_INT`, the
-//! only error bit §12 gives the engine (our choice: the seed names no loop detection).
+//! returns; [`DmaEngine::run`] does one bounded step (at most [`STEP_DRDS`] DRDs and
+//! [`STEP_BYTES`] bytes, a DRD of up to 8 MiB being moved in pieces across steps) and says
+//! whether more is left, and the fabric's poller calls it again until nothing is. A register
+//! write runs a smaller step itself ([`INLINE_BYTES`]), so short transfers are done when it
+//! returns, as a driver that polls right after expects. A chain that links back on itself
+//! would run for ever on real hardware; here it is cut off after [`MAX_DRDS_PER_CHAIN`] DRDs
+//! with `DMA_ERROR_INT`, the only error bit §12 gives the engine (our choice: the seed names
+//! no loop detection).
 
 use std::collections::VecDeque;
 
@@ -26,15 +29,33 @@ pub const COUNT_STALL: u64 = 128;
 pub const MAX_DRDS_PER_CHAIN: u32 = 1 << 16;
 /// DRDs one step runs at most.
 pub const STEP_DRDS: usize = 64;
-/// Bytes after which a step stops (a DRD moves up to 8 MiB, so one step may reach
-/// STEP_BYTES + 8 MiB: a few ms of memcpy at worst).
+/// Bytes one background step moves at most.
 pub const STEP_BYTES: u64 = 1 << 20;
+/// Bytes the step a register write runs itself moves at most.
+pub const INLINE_BYTES: u64 = 64 << 10;
+
+/// A DRD being moved: what was read of it, and how far it got.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    addr: u32,
+    flags_len: u32,
+    host: u64,
+    lanai_addr: u64,
+    next: u32,
+    len: u64,
+    /// Checksum from this byte of the data on (the DRD's OFFSET field, §12.1).
+    from: u64,
+    done: u64,
+    sum: u64,
+}
 
 #[derive(Default)]
 pub struct DmaEngine {
     heads: [VecDeque<u32>; 4],
     /// The next DRD of a chain in progress (stalled on DMAi_COUNT >= 128, or out of budget).
     current: [Option<u32>; 4],
+    /// A DRD moved partly by an earlier step.
+    inflight: [Option<InFlight>; 4],
     /// DRDs run since the current chain's head came off the FIFO.
     chain_drds: [u32; 4],
     pub drds_done: u64,
@@ -62,109 +83,182 @@ impl DmaEngine {
     /// Whether a channel has work it could run now (bus mastering aside).
     pub fn busy(&self, regs: &RegFile) -> bool {
         (0..4).any(|ch| {
-            regs.get(lanai::DMA_COUNT[ch]) < COUNT_STALL
-                && (self.current[ch].is_some() || !self.heads[ch].is_empty())
+            self.inflight[ch].is_some()
+                || (regs.get(lanai::DMA_COUNT[ch]) < COUNT_STALL
+                    && (self.current[ch].is_some() || !self.heads[ch].is_empty()))
         })
     }
 
-    /// One bounded step over the channels, highest priority first. Returns the number of
-    /// faults (each also counted) and whether work is left.
-    pub fn run(&mut self, regs: &mut RegFile, bus: &mut Bus) -> (u32, bool) {
+    /// One step over the channels, highest priority first, moving at most `max_bytes`.
+    /// Returns the number of faults (each also counted) and whether work is left.
+    pub fn run(&mut self, regs: &mut RegFile, bus: &mut Bus, max_bytes: u64) -> (u32, bool) {
         let mut faults = 0;
         let mut drds = 0;
-        let mut bytes = 0u64;
+        let mut budget = max_bytes;
         for ch in 0..4 {
             loop {
-                if drds >= STEP_DRDS || bytes >= STEP_BYTES {
+                if drds >= STEP_DRDS || budget == 0 {
                     return (faults, self.busy(regs));
                 }
-                if regs.get(lanai::DMA_COUNT[ch]) >= COUNT_STALL {
-                    break;
-                }
-                let addr = match self.current[ch].take() {
-                    Some(a) => a,
-                    None => match self.heads[ch].pop_front() {
-                        Some(a) => {
-                            self.chain_drds[ch] = 0;
-                            a
+                let job = match self.inflight[ch].take() {
+                    Some(j) => j,
+                    None => {
+                        if regs.get(lanai::DMA_COUNT[ch]) >= COUNT_STALL {
+                            break;
                         }
-                        None => break,
-                    },
+                        let addr = match self.current[ch].take() {
+                            Some(a) => a,
+                            None => match self.heads[ch].pop_front() {
+                                Some(a) => {
+                                    self.chain_drds[ch] = 0;
+                                    a
+                                }
+                                None => break,
+                            },
+                        };
+                        if self.chain_drds[ch] >= MAX_DRDS_PER_CHAIN {
+                            // A chain that never ends: drop it and report it.
+                            bus.counters.dma_chain_aborts += 1;
+                            tracing::debug!(
+                                channel = ch,
+                                "DMA chain exceeds {MAX_DRDS_PER_CHAIN} DRDs; cut off"
+                            );
+                            faults += 1;
+                            continue;
+                        }
+                        self.chain_drds[ch] += 1;
+                        drds += 1;
+                        match start(addr, bus) {
+                            Ok(j) => j,
+                            Err(e) => {
+                                fault(ch, addr, &e, bus);
+                                faults += 1;
+                                continue;
+                            }
+                        }
+                    }
                 };
-                if self.chain_drds[ch] >= MAX_DRDS_PER_CHAIN {
-                    // A chain that never ends: drop it and report it.
-                    bus.counters.dma_chain_aborts += 1;
-                    tracing::debug!(
-                        channel = ch,
-                        "DMA chain exceeds {MAX_DRDS_PER_CHAIN} DRDs; cut off"
-                    );
-                    faults += 1;
-                    continue;
-                }
-                self.chain_drds[ch] += 1;
-                drds += 1;
-                let before = self.bytes_moved;
-                match self.execute(ch, addr, regs, bus) {
-                    Ok(next) => self.current[ch] = next,
+                match self.advance(ch, job, regs, bus, &mut budget) {
+                    Ok(()) => {}
                     Err(e) => {
-                        bus.counters.dma_faults += 1;
-                        tracing::debug!(
-                            channel = ch,
-                            drd = format_args!("{addr:#x}"),
-                            "DMA fault: {e}"
-                        );
+                        fault(ch, job.addr, &e, bus);
                         faults += 1;
                     }
                 }
-                bytes += self.bytes_moved - before;
             }
         }
         (faults, self.busy(regs))
     }
 
-    /// Executes one DRD; returns the pre-linked next DRD, if any.
-    fn execute(
+    /// Move what the budget allows of `job`; finish it when it is all moved.
+    fn advance(
         &mut self,
         ch: usize,
-        addr: u32,
+        mut job: InFlight,
         regs: &mut RegFile,
         bus: &mut Bus,
-    ) -> Result<Option<u32>, DrdError> {
-        let a = addr as u64;
-        let flags_len = bus.sram.read_be32(a + drd::OFF_FLAGS_LENGTH)?;
-        let pci_lo = bus.sram.read_be32(a + drd::OFF_PCI_ADDR)?;
-        let lanai_addr =
-            (bus.sram.read_be32(a + drd::OFF_LANAI_ADDR)? & drd::DMA_LANAI_ADDR_MASK) as u64;
-        let pci_hi = bus.sram.read_be32(a + drd::OFF_PCI64_ADDR)?;
-        let next = bus.sram.read_be32(a + drd::OFF_NEXT)?;
-        let offset_cksum = bus.sram.read_be32(a + drd::OFF_OFFSET)?;
-        let len = (flags_len & drd::DMA_LENGTH_MASK) as usize;
-        let host = ((pci_hi as u64) << 32) | pci_lo as u64;
-        if len > 0 {
-            let mut buf = vec![0u8; len];
-            if flags_len & drd::DMA_READ != 0 {
+        budget: &mut u64,
+    ) -> Result<(), DrdError> {
+        let n = (job.len - job.done).min(*budget);
+        if n > 0 {
+            let mut buf = vec![0u8; n as usize];
+            let (host, lanai_addr) = (job.host.wrapping_add(job.done), job.lanai_addr + job.done);
+            if job.flags_len & drd::DMA_READ != 0 {
                 bus.dma.read(host, &mut buf)?;
                 bus.sram.write(lanai_addr, &buf)?;
             } else {
                 bus.sram.read(lanai_addr, &mut buf)?;
                 bus.dma.write(host, &buf)?;
             }
-            let from = (offset_cksum >> 16) as usize;
-            bus.sram.write_be16(
-                a + drd::OFF_CHECKSUM,
-                checksum(buf.get(from..).unwrap_or(&[])),
-            )?;
-            self.bytes_moved += len as u64;
+            job.sum += partial_sum(&buf, job.done, job.from);
+            job.done += n;
+            *budget -= n;
+            self.bytes_moved += n;
+        }
+        if job.done < job.len {
+            self.inflight[ch] = Some(job);
+            return Ok(());
+        }
+        let a = job.addr as u64;
+        if job.len > 0 {
+            bus.sram.write_be16(a + drd::OFF_CHECKSUM, fold(job.sum))?;
         }
         self.drds_done += 1;
-        if flags_len & drd::DMA_END != 0 {
+        if job.flags_len & drd::DMA_END != 0 {
             let c = regs.get(lanai::DMA_COUNT[ch]);
             regs.set(lanai::DMA_COUNT[ch], (c + 1).min(0xFF));
         }
-        let follow = next & drd::DMA_VALID != 0 && next & drd::DMA_APPEND == 0;
-        let next_addr = next & drd::DMA_NEXT_MASK;
-        Ok((follow && (next_addr as u64) < SRAM_SIZE).then_some(next_addr))
+        let follow = job.next & drd::DMA_VALID != 0 && job.next & drd::DMA_APPEND == 0;
+        let next_addr = job.next & drd::DMA_NEXT_MASK;
+        self.current[ch] = (follow && (next_addr as u64) < SRAM_SIZE).then_some(next_addr);
+        Ok(())
     }
+}
+
+fn fault(ch: usize, addr: u32, e: &DrdError, bus: &mut Bus) {
+    bus.counters.dma_faults += 1;
+    tracing::debug!(
+        channel = ch,
+        drd = format_args!("{addr:#x}"),
+        "DMA fault: {e}"
+    );
+}
+
+/// Read a DRD (§12) out of SRAM.
+fn start(addr: u32, bus: &Bus) -> Result<InFlight, DrdError> {
+    let a = addr as u64;
+    let flags_len = bus.sram.read_be32(a + drd::OFF_FLAGS_LENGTH)?;
+    let pci_lo = bus.sram.read_be32(a + drd::OFF_PCI_ADDR)?;
+    let lanai_addr =
+        (bus.sram.read_be32(a + drd::OFF_LANAI_ADDR)? & drd::DMA_LANAI_ADDR_MASK) as u64;
+    let pci_hi = bus.sram.read_be32(a + drd::OFF_PCI64_ADDR)?;
+    let next = bus.sram.read_be32(a + drd::OFF_NEXT)?;
+    let offset_cksum = bus.sram.read_be32(a + drd::OFF_OFFSET)?;
+    let len = (flags_len & drd::DMA_LENGTH_MASK) as u64;
+    // The whole SRAM range is checked up front: a DRD that would run off the end faults
+    // before any piece of it moves (the host side is checked piece by piece).
+    if lanai_addr + len > SRAM_SIZE {
+        return Err(DrdError::Sram(crate::sram::SramFault {
+            addr: lanai_addr,
+            len,
+        }));
+    }
+    Ok(InFlight {
+        addr,
+        flags_len,
+        host: ((pci_hi as u64) << 32) | pci_lo as u64,
+        lanai_addr,
+        next,
+        len,
+        from: (offset_cksum >> 16) as u64,
+        done: 0,
+        sum: 0,
+    })
+}
+
+/// The one's-complement contribution of `data`, which sits at byte `at` of the DRD's data,
+/// to a checksum that starts at byte `from`: bytes pair up big-endian from `from` on.
+fn partial_sum(data: &[u8], at: u64, from: u64) -> u64 {
+    let mut sum = 0u64;
+    for (i, &b) in data.iter().enumerate() {
+        let idx = at + i as u64;
+        if idx < from {
+            continue;
+        }
+        sum += if (idx - from) % 2 == 0 {
+            (b as u64) << 8
+        } else {
+            b as u64
+        };
+    }
+    sum
+}
+
+fn fold(mut sum: u64) -> u16 {
+    while sum > 0xFFFF {
+        sum = (sum & 0xFFFF) + (sum >> 16);
+    }
+    sum as u16
 }
 
 /// 16-bit one's-complement sum, big-endian byte pairs, not complemented (§12.1).
@@ -181,6 +275,21 @@ pub fn checksum(data: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::checksum;
+
+    #[test]
+    fn checksums_in_pieces_equal_the_whole() {
+        let data: Vec<u8> = (0..1001u32).map(|i| (i * 37 + 11) as u8).collect();
+        for from in [0u64, 1, 2, 7, 500] {
+            let whole = checksum(&data[from as usize..]);
+            for piece in [1usize, 2, 3, 64, 333] {
+                let mut sum = 0;
+                for (k, c) in data.chunks(piece).enumerate() {
+                    sum += super::partial_sum(c, (k * piece) as u64, from);
+                }
+                assert_eq!(super::fold(sum), whole, "from {from}, pieces of {piece}");
+            }
+        }
+    }
 
     #[test]
     fn ones_complement_sum_folds_carries() {

@@ -267,13 +267,13 @@ impl Lanai {
         }
     }
 
-    /// One bounded step of the PCI-DMA engine. Returns whether it has more to do (the
+    /// One bounded step of the PCI-DMA engine, moving at most `max_bytes`. Returns whether it has more to do (the
     /// fabric's poller calls again until it has not).
-    pub fn run_dma(&mut self, bus: &mut Bus) -> bool {
+    pub fn run_dma(&mut self, bus: &mut Bus, max_bytes: u64) -> bool {
         if !bus.bus_master {
             return false;
         }
-        let (faults, more) = self.dma.run(&mut self.regs, bus);
+        let (faults, more) = self.dma.run(&mut self.regs, bus, max_bytes);
         if faults > 0 {
             let v = self.regs.get(lanai::ISR) | isr::DMA_ERROR_INT as u64;
             self.regs.set(lanai::ISR, v);
