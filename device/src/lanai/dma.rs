@@ -245,7 +245,7 @@ fn partial_sum(data: &[u8], at: u64, from: u64) -> u64 {
         if idx < from {
             continue;
         }
-        sum += if (idx - from) % 2 == 0 {
+        sum += if (idx - from).is_multiple_of(2) {
             (b as u64) << 8
         } else {
             b as u64
