@@ -543,12 +543,14 @@ impl std::fmt::Display for Usage {
     }
 }
 
-/// `VmRSS`, open descriptors and threads of process `pid`; `None` once it is gone.
+/// Anonymous resident memory (`RssAnon`: the daemon's own heap and stacks, not the clients'
+/// shared pages it maps for DMA, which count in `VmRSS` as `RssShmem`), open descriptors and
+/// threads of process `pid`; `None` once it is gone.
 pub fn usage(pid: u32) -> Option<Usage> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let rss_kib = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix("RssAnon:"))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())?;
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;

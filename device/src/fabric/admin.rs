@@ -109,6 +109,7 @@ impl State {
     /// Fail every point-to-point operation waiting in the fabric that involves NI `x`, as
     /// sender, receiver or named source, with `status`. `x` keeps its client and rings.
     pub(super) fn cancel_involving(&mut self, x: usize, status: Status) {
+        self.cancel_transfers(x, status);
         let x_rank = self.rank_of_node(x);
         // Receives x posted.
         let recvs: Vec<PostedRecv> = self.nodes[x].recvs.drain(..).collect();
@@ -500,7 +501,7 @@ impl State {
     }
 }
 
-fn send_request(s: &PendingSend, dst_rank: u32) -> Request {
+pub(super) fn send_request(s: &PendingSend, dst_rank: u32) -> Request {
     Request {
         opcode: op::SEND,
         rank: dst_rank,
@@ -522,7 +523,7 @@ fn rop_request(m: &PendingAm, dst_rank: u32) -> Request {
     }
 }
 
-fn recv_request(rv: &PostedRecv) -> Request {
+pub(super) fn recv_request(rv: &PostedRecv) -> Request {
     Request {
         opcode: op::RECV,
         rank: rv.from_rank,

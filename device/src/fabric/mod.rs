@@ -14,6 +14,7 @@ pub mod ops;
 pub mod partition;
 pub mod port;
 pub mod topology;
+pub mod transfer;
 pub mod window;
 
 use std::collections::HashMap;
@@ -99,6 +100,8 @@ pub struct State {
     windows: HashMap<String, Arc<window::Window>>,
     /// Whether partitions get windows (`ni-device --direct off` turns the direct path off).
     pub direct: bool,
+    /// Copies larger than `transfer::INLINE_MAX` in progress (transfer.rs).
+    transfers: std::collections::VecDeque<transfer::Transfer>,
 }
 
 impl Fabric {
@@ -134,6 +137,7 @@ impl Fabric {
                 routes: HashMap::new(),
                 windows: HashMap::new(),
                 direct: false,
+                transfers: Default::default(),
             }),
             doorbell,
         }
@@ -268,6 +272,7 @@ impl State {
             work |= self.flush_completions(i);
             work |= self.flush_active_messages(i);
         }
+        work |= self.advance_transfers();
         work | self.poll_collectives()
     }
 

@@ -15,12 +15,12 @@ use ni_abi::fastpath::{
 use super::collective::Kind;
 use super::mq::{self, Arrival};
 use super::node::{Mr, PendingAm, PendingSend, PostedRecv, Ring};
-use super::State;
+use super::{transfer, State};
 use crate::dma::DmaSpace;
 use crate::ni::read_dma;
 
 /// Which side of a two-party copy faulted.
-enum CopyFault {
+pub(super) enum CopyFault {
     Source,
     Destination,
 }
@@ -143,7 +143,7 @@ impl State {
     }
 
     /// Copy between two NIs' client memory: the fabric's one copy.
-    fn copy(
+    pub(super) fn copy(
         &self,
         src: usize,
         src_addr: u64,
@@ -309,52 +309,26 @@ impl State {
             };
             let rv = self.nodes[b].recvs[j];
             let n = s.len.min(rv.len);
+            if n > transfer::INLINE_MAX {
+                // Matched now, moved in pieces (transfer.rs).
+                self.nodes[b].unexpected.remove(i);
+                self.nodes[b].recvs.remove(j);
+                self.transfers.push_back(transfer::Transfer {
+                    src: s.src,
+                    src_addr: s.addr,
+                    dst: b,
+                    dst_addr: rv.addr,
+                    len: n,
+                    done: 0,
+                    purpose: transfer::Purpose::Message { s, rv, b },
+                });
+                continue;
+            }
             match self.copy(s.src, s.addr, b, rv.addr, n) {
                 Ok(()) => {
                     self.nodes[b].unexpected.remove(i);
                     self.nodes[b].recvs.remove(j);
-                    self.nodes[b].outstanding -= 1;
-                    self.nodes[s.src].outstanding -= 1;
-                    let truncated = s.len > rv.len;
-                    let hops = self.hops(s.src, b).unwrap_or(0);
-                    self.wire(s.src, b, n, hops);
-                    let nb = &mut self.nodes[b];
-                    nb.dr_message_count -= 1;
-                    nb.counters.recvs += 1;
-                    nb.counters.recv_bytes += n;
-                    if truncated {
-                        nb.counters.err_truncated += 1;
-                    }
-                    self.nodes[s.src].counters.send_bytes += n;
-                    let dst_rank = self.rank_of(b);
-                    self.complete(
-                        b,
-                        Completion {
-                            opcode: op::RECV,
-                            status: if truncated {
-                                Status::Truncated
-                            } else {
-                                Status::Ok
-                            } as u16,
-                            rank: s.src_rank,
-                            user: rv.user,
-                            len: s.len,
-                            tag: s.tag,
-                            ..Default::default()
-                        },
-                    );
-                    self.complete(
-                        s.src,
-                        Completion {
-                            opcode: op::SEND,
-                            status: Status::Ok as u16,
-                            rank: dst_rank,
-                            user: s.user,
-                            len: s.len,
-                            tag: s.tag,
-                            ..Default::default()
-                        },
-                    );
+                    self.message_done(b, &s, &rv);
                 }
                 Err(CopyFault::Source) => {
                     // The sender unmapped its buffer before the message could be taken.
@@ -388,6 +362,53 @@ impl State {
         }
     }
 
+    /// Message `s` has been copied into receive `rv` of NI `b`: count it, complete both.
+    pub(super) fn message_done(&mut self, b: usize, s: &PendingSend, rv: &PostedRecv) {
+        let n = s.len.min(rv.len);
+        self.nodes[b].outstanding -= 1;
+        self.nodes[s.src].outstanding -= 1;
+        let truncated = s.len > rv.len;
+        let hops = self.hops(s.src, b).unwrap_or(0);
+        self.wire(s.src, b, n, hops);
+        let nb = &mut self.nodes[b];
+        nb.dr_message_count -= 1;
+        nb.counters.recvs += 1;
+        nb.counters.recv_bytes += n;
+        if truncated {
+            nb.counters.err_truncated += 1;
+        }
+        self.nodes[s.src].counters.send_bytes += n;
+        let dst_rank = self.rank_of(b);
+        self.complete(
+            b,
+            Completion {
+                opcode: op::RECV,
+                status: if truncated {
+                    Status::Truncated
+                } else {
+                    Status::Ok
+                } as u16,
+                rank: s.src_rank,
+                user: rv.user,
+                len: s.len,
+                tag: s.tag,
+                ..Default::default()
+            },
+        );
+        self.complete(
+            s.src,
+            Completion {
+                opcode: op::SEND,
+                status: Status::Ok as u16,
+                rank: dst_rank,
+                user: s.user,
+                len: s.len,
+                tag: s.tag,
+                ..Default::default()
+            },
+        );
+    }
+
     /// The target region `key` at NI `b` for `[offset, offset + len)` with `need` access.
     fn remote(&self, b: usize, key: u32, offset: u64, len: u64, need: u32) -> Result<u64, Status> {
         let mr = self.nodes[b].mrs.get(&key).ok_or(Status::BadKey)?;
@@ -414,12 +435,32 @@ impl State {
             access::REMOTE_READ
         };
         let target = self.remote(b, r.key, r.tag, r.len, need)?;
-        let result = if put {
-            self.copy(a, r.addr, b, target, r.len)
+        let (src, src_addr, dst, dst_addr) = if put {
+            (a, r.addr, b, target)
         } else {
-            self.copy(b, target, a, r.addr, r.len)
+            (b, target, a, r.addr)
         };
-        match result {
+        if r.len > transfer::INLINE_MAX {
+            // Moved in pieces (transfer.rs); completes when the last one has.
+            self.nodes[a].outstanding += 1;
+            self.transfers.push_back(transfer::Transfer {
+                src,
+                src_addr,
+                dst,
+                dst_addr,
+                len: r.len,
+                done: 0,
+                purpose: transfer::Purpose::OneSided {
+                    a,
+                    b,
+                    r: *r,
+                    put,
+                    hops,
+                },
+            });
+            return Ok(None);
+        }
+        match self.copy(src, src_addr, dst, dst_addr, r.len) {
             Ok(()) => {}
             // Local side faulted (checked above, so unmapped meanwhile), or the target's
             // registered region is no longer mapped by its client.
@@ -427,6 +468,12 @@ impl State {
             Err(CopyFault::Destination) if !put => return Err(Status::NotRegistered),
             Err(_) => return Err(Status::OutOfBounds),
         }
+        self.one_sided_done(a, b, r, put, hops);
+        Ok(None)
+    }
+
+    /// A put or get of NI `a` with NI `b` has moved all its bytes: count it, complete it.
+    pub(super) fn one_sided_done(&mut self, a: usize, b: usize, r: &Request, put: bool, hops: u32) {
         if put {
             self.wire(a, b, r.len, hops);
         } else {
@@ -440,7 +487,9 @@ impl State {
             c.gets += 1;
             c.get_bytes += r.len;
         }
-        Ok(done(r))
+        if let Some(c) = done(r) {
+            self.complete(a, c);
+        }
     }
 
     fn rop(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
@@ -592,6 +641,7 @@ impl State {
     /// NI `x` lost its client or was reset: fail what others were waiting on it for, drop
     /// what it had sent that nobody took yet, and forget its state.
     pub(super) fn node_down(&mut self, x: usize) {
+        self.cancel_transfers(x, Status::PeerDown);
         if self.nodes[x].ready {
             self.window_member(x, false);
         }
