@@ -427,8 +427,8 @@ mod tests {
         unsafe { File::from_raw_fd(fd) }
     }
 
-    #[test]
-    fn a_full_eventfd_never_blocks_delivery() {
+    /// Irqs with a blocking eventfd on MSI-X vector 0; the client's copy of it.
+    fn vector0() -> (Arc<Outbox>, Irqs, File) {
         let f = blocking_eventfd();
         let client = f.try_clone().unwrap();
         let outbox = Arc::new(Outbox::new().unwrap());
@@ -441,6 +441,12 @@ mod tests {
             vec![f],
         )
         .unwrap();
+        (outbox, irqs, client)
+    }
+
+    #[test]
+    fn a_full_eventfd_never_blocks_delivery() {
+        let (outbox, mut irqs, client) = vector0();
         // The client fills its counter to the maximum: a blocking write would now wait.
         (&client).write_all(&(u64::MAX - 1).to_ne_bytes()).unwrap();
         let t = std::time::Instant::now();
@@ -457,18 +463,7 @@ mod tests {
     #[test]
     fn a_write_the_client_made_blocking_is_interrupted_by_the_watchdog() {
         install_kick_handler();
-        let f = blocking_eventfd();
-        let client = f.try_clone().unwrap();
-        let outbox = Arc::new(Outbox::new().unwrap());
-        let mut irqs = Irqs::new(outbox.clone());
-        irqs.set_irqs(
-            MSIX_IRQ_INDEX,
-            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-            0,
-            1,
-            vec![f],
-        )
-        .unwrap();
+        let (outbox, mut irqs, client) = vector0();
         // The client clears O_NONBLOCK on the shared description again and fills the counter.
         // SAFETY: F_SETFL on a descriptor we own.
         unsafe { libc::fcntl(client.as_raw_fd(), libc::F_SETFL, 0) };

@@ -17,16 +17,12 @@ use crate::mem::Mem;
 use crate::transport::Transport;
 use crate::Error;
 
-const VERSION: u16 = 1;
-const DMA_MAP: u16 = 2;
-const DMA_UNMAP: u16 = 3;
-const DEVICE_GET_INFO: u16 = 4;
-const DEVICE_GET_REGION_INFO: u16 = 5;
-const SET_IRQS: u16 = 8;
-const REGION_READ: u16 = 9;
-const REGION_WRITE: u16 = 10;
-const FLAG_ERROR: u32 = 1 << 5;
-const HEADER: usize = 16;
+use ni_abi::vfio_user::command::{
+    DEVICE_GET_INFO, DEVICE_GET_REGION_INFO, DEVICE_SET_IRQS as SET_IRQS, DMA_MAP, DMA_UNMAP,
+    REGION_READ, REGION_WRITE, VERSION,
+};
+use ni_abi::vfio_user::flags::ERROR as FLAG_ERROR;
+use ni_abi::vfio_user::HEADER;
 
 pub struct Device {
     stream: UnixStream,
