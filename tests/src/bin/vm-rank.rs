@@ -485,6 +485,10 @@ fn main() {
         println!("ok attach");
         return;
     }
+    if scenario == "daemon-dies" {
+        daemon_dies(&ni);
+        return;
+    }
     let scratch = ni.alloc(4096).unwrap();
     let mut tally = Tally::default();
     // A replacement guest meets the survivor's second handshake.
@@ -528,6 +532,22 @@ fn main() {
         std::thread::sleep(Duration::from_millis(ms));
     }
     println!("ok {scenario}");
+}
+
+/// Issue 18 in a guest: block in a receive nobody will match; the test kills the daemon when
+/// it sees `waiting`. A guest has no socket to the daemon (QEMU has), so only the control
+/// page's HEARTBEAT can tell: the receive must fail with `DaemonGone` within about a second.
+fn daemon_dies(ni: &Ni) {
+    let buf = ni.alloc(4096).unwrap();
+    println!("waiting");
+    let t = Instant::now();
+    match ni.recv(Some(ni.rank()), &buf, 0..64, 0xDEAD, u64::MAX) {
+        Err(ni::Error::DaemonGone(why)) => {
+            println!("gone after {} ms: {why}", t.elapsed().as_millis())
+        }
+        other => panic!("a receive under a dead daemon ended with {other:?}"),
+    }
+    println!("ok daemon-dies");
 }
 
 /// Barriers and allreduces done in the network, across every rank (guests and host
