@@ -113,8 +113,9 @@ fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
     Ok(l)
 }
 
-/// Bump every NI's `HEARTBEAT` word, and interrupt eventfd writes stuck for a second for as long as the daemon lives (fastpath.md, "A daemon
-/// that dies"). Its own thread, so a busy or sleeping poller never makes it stand still.
+/// For as long as the daemon lives: bump every NI's `HEARTBEAT` word (fastpath.md, "A daemon
+/// that dies"), and interrupt an eventfd write stuck for a second (irq.rs). Its own thread,
+/// so a busy or sleeping poller never makes the heartbeat stand still.
 fn heartbeat(slots: &[Arc<Slot>]) {
     use ni_abi::fastpath::ctrl::{HEARTBEAT, HEARTBEAT_PERIOD_MS};
     loop {

@@ -204,28 +204,20 @@ impl DmaSpace {
     /// file when there is one (the new descriptor is closed), so a client's descriptors cost
     /// the daemon one per file, not one per mapping.
     fn share_file(&self, fd: File) -> Result<Arc<File>, MapError> {
-        let id = file_id(&fd);
-        let mut files: Vec<&Arc<File>> = Vec::new();
-        for m in &self.maps {
-            let Some(held) = m.region.file_offset().map(|f| f.arc()) else {
-                continue;
-            };
-            if files.iter().any(|f| Arc::ptr_eq(f, held)) {
-                continue;
+        let held = self.held_files();
+        if let Some(id) = file_id(&fd) {
+            if let Some(f) = held.iter().find(|f| file_id(f) == Some(id)) {
+                return Ok(Arc::clone(f));
             }
-            if id.is_some() && file_id(held) == id {
-                return Ok(held.clone());
-            }
-            files.push(held);
         }
-        if files.len() >= MAX_FILES {
-            return Err(MapError::TooManyFiles(files.len()));
+        if held.len() >= MAX_FILES {
+            return Err(MapError::TooManyFiles(held.len()));
         }
         Ok(Arc::new(fd))
     }
 
-    /// Descriptors this space holds open.
-    pub fn files(&self) -> usize {
+    /// The distinct descriptors this space's mappings keep open.
+    fn held_files(&self) -> Vec<&Arc<File>> {
         let mut files: Vec<&Arc<File>> = Vec::new();
         for m in &self.maps {
             if let Some(held) = m.region.file_offset().map(|f| f.arc()) {
@@ -234,7 +226,12 @@ impl DmaSpace {
                 }
             }
         }
-        files.len()
+        files
+    }
+
+    /// Descriptors this space holds open.
+    pub fn files(&self) -> usize {
+        self.held_files().len()
     }
 
     /// Drop every mapping that intersects `[iova, iova + size)`. Returns the bytes unmapped,

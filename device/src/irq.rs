@@ -171,7 +171,7 @@ fn is_eventfd(f: &File) -> Result<(), IrqError> {
 
 /// Make a client's eventfd non-blocking before the device ever signals it. A client can
 /// fill its own counter (2^64-2) so that a blocking write would wait for a read that never
-/// comes, with the NI's and the fabric's locks held. Kernel VFIO's `eventfd_signal` never
+/// comes, holding up the session thread that signals. Kernel VFIO's `eventfd_signal` never
 /// blocks either; QEMU and libni create their eventfds non-blocking already, so for them
 /// this changes nothing.
 fn nonblocking(f: &File) -> Result<(), IrqError> {

@@ -174,15 +174,12 @@ impl Ni {
         self.irqs.clear();
         match self.spare_sram.take() {
             Some(s) => self.sram = s,
-            None => match Sram::new() {
-                Ok(s) => self.sram = Arc::new(s),
-                Err(e) => {
-                    // Not reached: sessions start with a spare. Wipe what the old client
-                    // left so the next one at least starts from zeros.
-                    tracing::error!(ni = self.index, "no fresh SRAM after detach: {e}");
-                    self.sram.zero();
-                }
-            },
+            None => {
+                // Not reached: sessions start with a spare. Wipe what the old client left
+                // so the next one at least starts from zeros.
+                tracing::error!(ni = self.index, "no SRAM reserved for the next client");
+                self.sram.zero();
+            }
         }
         self.function_reset();
     }

@@ -5,7 +5,7 @@
 //! client may attach. Every header is checked against its command's limit before a byte of
 //! its body is read, so a client claiming a 4 GiB message costs nothing; a body that does
 //! not decode gets an error reply and the session goes on; a header that cannot be trusted
-//! ends the session. Nothing a client sends can panic this thread (`tests/fuzz`).
+//! ends the session. Nothing a client sends can panic this thread (`device/tests/fuzz.rs`).
 
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
@@ -77,6 +77,7 @@ pub enum SessionEnd {
 /// NI model, and of their results into replies.
 pub struct Session<'a> {
     slot: &'a Slot,
+    index: u32,
     regions: Vec<RegionDesc>,
     irqs: Vec<IrqDesc>,
 }
@@ -89,6 +90,7 @@ impl<'a> Session<'a> {
     pub fn new(slot: &'a Slot, sram_fd: RawFd, window_fd: Option<RawFd>) -> Session<'a> {
         Session {
             slot,
+            index: lock(&slot.ni).index,
             regions: regions(sram_fd, window_fd),
             irqs: irqs(),
         }
@@ -103,11 +105,6 @@ impl<'a> Session<'a> {
             // next interrupt (irq.rs: this thread, holding no lock, is the only one that
             // writes the client's eventfds).
             loop {
-                let bits = outbox.take();
-                if bits != 0 {
-                    let targets = lock(&self.slot.ni).irqs.targets(bits);
-                    outbox.signal_all(&targets);
-                }
                 let mut pfd = [
                     libc::pollfd {
                         fd: stream.as_raw_fd(),
@@ -129,6 +126,14 @@ impl<'a> Session<'a> {
                     }
                     return Err(e.into());
                 }
+                // Interrupts fired while this thread handled a message wake it here too.
+                if pfd[1].revents != 0 {
+                    let bits = outbox.take();
+                    if bits != 0 {
+                        let targets = lock(&self.slot.ni).irqs.targets(bits);
+                        outbox.signal_all(&targets);
+                    }
+                }
                 if pfd[0].revents != 0 {
                     break;
                 }
@@ -148,7 +153,7 @@ impl<'a> Session<'a> {
             match vu::decode(h.command, &body) {
                 Ok(req) => self.handle(stream, &h, req, fds)?,
                 Err(e) => {
-                    tracing::debug!(ni = self.index(), "refused message: {e}");
+                    tracing::debug!(ni = self.index, "refused message: {e}");
                     let errno = match e {
                         ProtocolError::Unsupported(_) => libc::ENOTSUP,
                         _ => {
@@ -162,10 +167,6 @@ impl<'a> Session<'a> {
                 }
             }
         }
-    }
-
-    fn index(&self) -> u32 {
-        lock(&self.slot.ni).index
     }
 
     fn handle(
@@ -183,7 +184,7 @@ impl<'a> Session<'a> {
                 minor,
                 capabilities,
             } => {
-                tracing::debug!(ni = self.index(), major, minor, %capabilities, "client version");
+                tracing::debug!(ni = self.index, major, minor, %capabilities, "client version");
                 // What QEMU has been served since the first release: one descriptor per
                 // message (it splits SET_IRQS), 1 MiB transfers.
                 let caps = format!(
