@@ -34,6 +34,9 @@ counters! {
     decode_disabled,
     /// Accesses inside a register window that hit no register.
     unmapped_register,
+    /// Trapped writes to a part of the partition window this client does not own (the
+    /// device page, a peer's zone): refused, as its mappings refuse them.
+    window_write_refused,
     dma_maps,
     dma_unmaps,
     /// DMA_MAP / DMA_UNMAP requests refused.

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use ni_abi::window::Kind;
 use serde::Deserialize;
 
 use crate::fabric::partition::Partitions;
@@ -35,8 +36,37 @@ pub struct ConfigFile {
     /// (X fastest); nodes past the NIs are spares that `ni-ctl map-out node` moves logical
     /// PEs to. Default: the smallest torus that holds the NIs.
     pub torus: Option<String>,
-    /// Whether partitions get a window for the direct path (default true).
-    pub direct: Option<bool>,
+    /// The partitions' window for the direct path: `true`/`"isolated"` (default),
+    /// `"shared"`, `false`/`"off"` (as `ni-device --direct`).
+    pub direct: Option<DirectConfig>,
+}
+
+/// `direct` in the config file: a boolean or a `--direct` word.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum DirectConfig {
+    On(bool),
+    Word(String),
+}
+
+impl DirectConfig {
+    pub fn kind(&self) -> Result<Option<Kind>, String> {
+        match self {
+            DirectConfig::On(true) => Ok(Some(Kind::Isolated)),
+            DirectConfig::On(false) => Ok(None),
+            DirectConfig::Word(w) => parse_direct(w),
+        }
+    }
+}
+
+/// `--direct`: the window kind partitions get, or none.
+pub fn parse_direct(s: &str) -> Result<Option<Kind>, String> {
+    match s {
+        "isolated" | "on" => Ok(Some(Kind::Isolated)),
+        "shared" => Ok(Some(Kind::Shared)),
+        "off" => Ok(None),
+        _ => Err(format!("{s:?}: expected isolated, shared or off")),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,7 +195,7 @@ impl Daemon {
         partitions: &[PartitionConfig],
         collective_timeout: std::time::Duration,
         torus: Option<&str>,
-        direct: bool,
+        direct: Option<Kind>,
     ) -> Result<Arc<Daemon>> {
         if nodes == 0 || nodes > MAX_NODES {
             bail!("--nodes must be between 1 and {MAX_NODES}, not {nodes}");

@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 
+use ni_abi::window::Kind;
 use ni_device::daemon::{ConfigFile, Daemon};
 
 /// Hosts N emulated network interfaces (Lanai X / CM-5 NI class) and the fabric between
@@ -32,20 +33,22 @@ struct Args {
     /// NIs].
     #[arg(long, value_name = "XxYxZ")]
     torus: Option<String>,
-    /// The direct path: each partition of up to 16 NIs gets a window of shared memory
-    /// (BAR4) where its members exchange small messages and collectives without the
-    /// daemon's poller; `off` sends everything through the fabric [default: on, or the
-    /// config file's `direct`].
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
-    direct: Option<bool>,
+    /// The direct path: each partition of up to 16 NIs gets a window of shared memory where
+    /// its members exchange small messages and collectives without the daemon's poller.
+    /// `isolated` (or `on`): one file per writer, each member maps its own part writable and
+    /// the rest read-only — host processes only. `shared`: one file in BAR4 every member maps
+    /// read-write — what guests (QEMU) can map; members trust each other. `off`: everything
+    /// through the fabric [default: isolated, or the config file's `direct`].
+    #[arg(long, value_name = "isolated|shared|off", value_parser = parse_direct)]
+    direct: Option<Direct>,
 }
 
-fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("{s:?}: expected on or off")),
-    }
+/// `--direct`'s value (a newtype: clap reads `Option<Option<_>>` as an optional value).
+#[derive(Clone, Copy, Debug)]
+struct Direct(Option<Kind>);
+
+fn parse_direct(s: &str) -> Result<Direct, String> {
+    ni_device::daemon::parse_direct(s).map(Direct)
 }
 
 fn default_run_dir() -> PathBuf {
@@ -90,7 +93,17 @@ fn main() -> Result<()> {
         .map(std::time::Duration::from_secs_f64)
         .unwrap_or(ni_device::fabric::collective::DEFAULT_TIMEOUT);
     let torus = args.torus.or(file.torus);
-    let direct = args.direct.or(file.direct).unwrap_or(true);
+    let direct = match args.direct {
+        Some(Direct(d)) => d,
+        None => file
+            .direct
+            .as_ref()
+            .map(|d| d.kind())
+            .transpose()
+            .map_err(anyhow::Error::msg)
+            .context("the config file's `direct`")?
+            .unwrap_or(Some(Kind::Isolated)),
+    };
     let daemon = Daemon::start(
         &run_dir,
         nodes,

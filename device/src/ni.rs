@@ -32,6 +32,8 @@ pub enum AccessError {
         len: usize,
         size: u64,
     },
+    #[error("write at {offset:#x} of region {region}: that part of the partition window belongs to another writer (fastpath.md, \"One writer per page\")")]
+    NotOwner { region: u32, offset: u64 },
     #[error("{len}-byte access at {offset:#x} of region {region}: width not supported there")]
     Width {
         region: u32,
@@ -253,12 +255,77 @@ impl Ni {
         }
     }
 
+    /// Where an access to one of an isolated window's regions (`ni_abi::window::
+    /// DEVICE_REGION`, `zone_region`) lands in the window: regions this session offers only.
+    fn window_region(&mut self, region: u32, offset: u64, len: usize) -> Result<u64, AccessError> {
+        use crate::fabric::window::Window;
+        let size = match (&self.window, Window::region_offset(region)) {
+            (Some(w), Some(_)) => w
+                .regions(None)
+                .iter()
+                .find(|r| r.index == region)
+                .map_or(0, |r| r.size),
+            _ => 0,
+        };
+        if size == 0 {
+            self.counters.bad_accesses += 1;
+            return Err(AccessError::NoRegion(region));
+        }
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= size => Ok(Window::region_offset(region).unwrap_or(0) + offset),
+            _ => {
+                self.counters.bad_accesses += 1;
+                Err(AccessError::OutOfRange {
+                    region,
+                    offset,
+                    len,
+                    size,
+                })
+            }
+        }
+    }
+
+    fn window_region_read(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let at = self.window_region(region, offset, data.len())?;
+        if let Some(w) = &self.window {
+            w.read(at, data);
+        }
+        Ok(())
+    }
+
+    /// A trapped write at window offset `at`: this client's own zone only.
+    fn window_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        at: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let Some(w) = &self.window else {
+            self.counters.bad_accesses += 1;
+            return Ok(());
+        };
+        if w.write(w.rank_of(self.index), at, data) {
+            return Ok(());
+        }
+        self.counters.window_write_refused += 1;
+        Err(AccessError::NotOwner { region, offset })
+    }
+
     pub fn region_read(
         &mut self,
         region: u32,
         offset: u64,
         data: &mut [u8],
     ) -> Result<(), AccessError> {
+        if region >= pci::NUM_REGIONS {
+            return self.window_region_read(region, offset, data);
+        }
         self.check(region, offset, data.len())?;
         let len = data.len();
         if region == pci::CONFIG_REGION {
@@ -316,6 +383,10 @@ impl Ni {
         offset: u64,
         data: &[u8],
     ) -> Result<(), AccessError> {
+        if region >= pci::NUM_REGIONS {
+            let at = self.window_region(region, offset, data.len())?;
+            return self.window_write(region, offset, at, data);
+        }
         self.check(region, offset, data.len())?;
         let len = data.len();
         if region == pci::CONFIG_REGION {
@@ -354,14 +425,8 @@ impl Ni {
                 Ok(())
             }
             pci::BAR4_REGION if offset >= ni_abi::window::WINDOW_OFFSET => {
-                let ok = match &self.window {
-                    Some(w) => w.write(offset - ni_abi::window::WINDOW_OFFSET, data),
-                    None => false,
-                };
-                if !ok {
-                    self.counters.bad_accesses += 1;
-                }
-                Ok(())
+                let at = offset - ni_abi::window::WINDOW_OFFSET;
+                self.window_write(region, offset, at, data)
             }
             pci::BAR4_REGION => match self.msix.write(offset, data) {
                 Some(unmasked) => {

@@ -87,11 +87,12 @@ fn invalid(e: impl std::fmt::Display) -> io::Error {
 }
 
 impl<'a> Session<'a> {
-    pub fn new(slot: &'a Slot, sram_fd: RawFd, window_fd: Option<RawFd>) -> Session<'a> {
+    pub fn new(slot: &'a Slot, sram_fd: RawFd, window: Option<&Window>) -> Session<'a> {
+        let index = lock(&slot.ni).index;
         Session {
             slot,
-            index: lock(&slot.ni).index,
-            regions: regions(sram_fd, window_fd),
+            index,
+            regions: regions(sram_fd, window, index),
             irqs: irqs(),
         }
     }
@@ -467,8 +468,11 @@ fn region_info(out: &mut Vec<u8>, index: u32, argsz: u32, r: &RegionDesc) -> Opt
     }
 }
 
-fn regions(sram_fd: RawFd, window_fd: Option<RawFd>) -> Vec<RegionDesc> {
-    (0..pci::NUM_REGIONS)
+/// The PCI regions, then an isolated window's (`ni_abi::window::Kind`): the device page and
+/// each zone, mappable whole through their own descriptors — read-only ones except for this
+/// NI's own zone.
+fn regions(sram_fd: RawFd, window: Option<&Window>, index: u32) -> Vec<RegionDesc> {
+    let mut out: Vec<RegionDesc> = (0..pci::NUM_REGIONS)
         .map(|index| {
             let size = region_size(index);
             let mut flags = 0;
@@ -482,7 +486,7 @@ fn regions(sram_fd: RawFd, window_fd: Option<RawFd>) -> Vec<RegionDesc> {
                 sparse.push((0, ni_abi::lanai::SRAM_SIZE));
                 mmap_fd = Some(sram_fd);
             }
-            if let (pci::BAR4_REGION, Some(fd)) = (index, window_fd) {
+            if let (pci::BAR4_REGION, Some(fd)) = (index, window.and_then(|w| w.bar4_fd())) {
                 flags |= VFIO_REGION_INFO_FLAG_MMAP;
                 sparse.push((ni_abi::window::WINDOW_OFFSET, ni_abi::window::WINDOW_SIZE));
                 mmap_fd = Some(fd);
@@ -494,7 +498,30 @@ fn regions(sram_fd: RawFd, window_fd: Option<RawFd>) -> Vec<RegionDesc> {
                 mmap_fd,
             }
         })
-        .collect()
+        .collect();
+    if let Some(w) = window {
+        for r in w.regions(w.rank_of(index)) {
+            debug_assert_eq!(r.index as usize, out.len());
+            let mut flags = 0;
+            if r.size > 0 {
+                flags = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_MMAP;
+            }
+            if r.writable {
+                flags |= VFIO_REGION_INFO_FLAG_WRITE;
+            }
+            out.push(RegionDesc {
+                size: r.size,
+                flags,
+                sparse: if r.size > 0 {
+                    vec![(0, r.size)]
+                } else {
+                    vec![]
+                },
+                mmap_fd: r.fd,
+            });
+        }
+    }
+    out
 }
 
 /// By IRQ index (INTx, MSI, MSI-X, ERR, REQ).
@@ -556,7 +583,7 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
             .clone();
         // Each client is handed the current SRAM memfd and its partition's window.
         let sram_fd = lock(&slot.ni).sram.fd();
-        let mut session = Session::new(&slot, sram_fd, window.as_ref().map(|w| w.fd()));
+        let mut session = Session::new(&slot, sram_fd, window.as_deref());
         {
             let mut ni = lock(&slot.ni);
             ni.window = window;

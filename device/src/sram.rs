@@ -37,23 +37,7 @@ pub fn shared_memfd(
     map_at: u64,
     map_len: usize,
 ) -> Result<(File, MmapRegion), SharedMemError> {
-    let fd = nix::sys::memfd::memfd_create(
-        name,
-        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC
-            | nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING,
-    )
-    .map_err(|e| SharedMemError::Memfd(what, e))?;
-    let file = File::from(fd);
-    file.set_len(len)
-        .map_err(|e| SharedMemError::Size(what, e))?;
-    // SAFETY: F_ADD_SEALS on a memfd we own; no memory is touched.
-    unsafe {
-        libc::fcntl(
-            file.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-        );
-    }
+    let file = sealed_memfd(what, name, len)?;
     let dup = file
         .try_clone()
         .map_err(|e| SharedMemError::Size(what, e))?;
@@ -65,6 +49,36 @@ pub fn shared_memfd(
     )
     .map_err(|e| SharedMemError::Map(what, e.to_string()))?;
     Ok((file, map))
+}
+
+/// A memfd of `len` bytes sealed against resizing: no client that holds it can make a page
+/// the device or a peer maps disappear (SIGBUS).
+pub fn sealed_memfd(
+    what: &'static str,
+    name: &std::ffi::CStr,
+    len: u64,
+) -> Result<File, SharedMemError> {
+    let fd = nix::sys::memfd::memfd_create(
+        name,
+        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC
+            | nix::sys::memfd::MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )
+    .map_err(|e| SharedMemError::Memfd(what, e))?;
+    let file = File::from(fd);
+    file.set_len(len)
+        .map_err(|e| SharedMemError::Size(what, e))?;
+    // SAFETY: F_ADD_SEALS on a memfd we own; no memory is touched.
+    let r = unsafe {
+        libc::fcntl(
+            file.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        )
+    };
+    if r != 0 {
+        return Err(SharedMemError::Size(what, std::io::Error::last_os_error()));
+    }
+    Ok(file)
 }
 
 /// An SRAM access outside the 8 MB.

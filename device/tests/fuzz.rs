@@ -282,7 +282,7 @@ fn vfio_user_sessions() {
 #[test]
 fn fastpath_requests() {
     let dir = std::env::temp_dir().join(format!("ni-fuzz-{}", std::process::id()));
-    let d = Daemon::start(&dir, 2, &[], Duration::from_millis(200), None, false).unwrap();
+    let d = Daemon::start(&dir, 2, &[], Duration::from_millis(200), None, None).unwrap();
     let mut conns = Vec::new();
     for i in 0..2 {
         conns.push(UnixStream::connect(ni_device::daemon::socket_path(&d.run_dir, i)).unwrap());
@@ -423,7 +423,15 @@ fn window_ring_headers() {
 #[test]
 fn control_protocol() {
     let dir = std::env::temp_dir().join(format!("ni-fuzz-ctl-{}", std::process::id()));
-    let d = Daemon::start(&dir, 4, &[], Duration::from_millis(200), None, true).unwrap();
+    let d = Daemon::start(
+        &dir,
+        4,
+        &[],
+        Duration::from_millis(200),
+        None,
+        Some(ni_abi::window::Kind::Isolated),
+    )
+    .unwrap();
     let path = d.run_dir.join("control.sock");
     let corpus: Vec<Vec<u8>> = [
         r#"{"version":1,"request":"status"}"#,

@@ -540,8 +540,9 @@ impl Ni {
             _ => {
                 let mem = dev.map_window()?.ok_or_else(|| {
                     attach_err(
-                        "the partition uses the direct path but its window (BAR4) cannot be \
-                         mapped here; start the daemon with --direct off"
+                        "the partition uses the direct path but its window cannot be mapped \
+                         here (a guest can map only a shared window, in BAR4): start ni-device \
+                         with --direct shared for partitions with guests, or --direct off"
                             .into(),
                     )
                 })?;

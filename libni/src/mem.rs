@@ -9,7 +9,19 @@ use crate::{Error, Result};
 pub struct Mem {
     ptr: *mut u8,
     len: usize,
-    fd: File,
+    /// The file behind a plain mapping; `None` for one composed of several ([`Mem::compose`]).
+    fd: Option<File>,
+}
+
+/// One file of a composed mapping: `len` bytes of `fd` from `file_offset`, placed at `at`.
+pub struct Part {
+    pub fd: File,
+    pub file_offset: u64,
+    pub at: u64,
+    pub len: u64,
+    /// Read-only parts are mapped without `PROT_WRITE`: a stray store faults here instead of
+    /// reaching memory another writer owns (and a read-only descriptor could not do more).
+    pub writable: bool,
 }
 
 // SAFETY: the mapping is plain shared memory; every access goes through raw-pointer copies
@@ -75,8 +87,63 @@ impl Mem {
         Ok(Mem {
             ptr: ptr as *mut u8,
             len,
-            fd,
+            fd: Some(fd),
         })
+    }
+
+    /// `len` bytes of address space with `parts` mapped shared at their offsets; the rest is
+    /// inaccessible.
+    pub fn compose(len: usize, parts: Vec<Part>) -> Result<Mem> {
+        let mmap_err =
+            |what: &str| Error::Memory(format!("{what}: {}", std::io::Error::last_os_error()));
+        // SAFETY: a fresh inaccessible anonymous reservation; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(mmap_err(&format!("reserving {len} bytes")));
+        }
+        // From here the reservation is ours to drop.
+        let mem = Mem {
+            ptr: ptr as *mut u8,
+            len,
+            fd: None,
+        };
+        for p in &parts {
+            let end = p.at.checked_add(p.len).filter(|&e| e <= len as u64);
+            if end.is_none() || !(p.at as usize).is_multiple_of(PAGE) {
+                return Err(Error::Memory(format!(
+                    "part of {:#x} bytes at {:#x} does not fit {len:#x}",
+                    p.len, p.at
+                )));
+            }
+            let prot = libc::PROT_READ | if p.writable { libc::PROT_WRITE } else { 0 };
+            // SAFETY: MAP_FIXED over pages of our own reservation only (checked above).
+            let got = unsafe {
+                libc::mmap(
+                    mem.ptr.add(p.at as usize) as *mut libc::c_void,
+                    p.len as usize,
+                    prot,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    p.fd.as_raw_fd(),
+                    p.file_offset as libc::off_t,
+                )
+            };
+            if got == libc::MAP_FAILED {
+                return Err(mmap_err(&format!(
+                    "mapping {:#x} bytes at {:#x}",
+                    p.len, p.at
+                )));
+            }
+        }
+        Ok(mem)
     }
 
     pub fn ptr(&self) -> *mut u8 {
@@ -92,8 +159,9 @@ impl Mem {
         self.ptr as u64
     }
 
+    /// The file behind a plain mapping (-1 for a composed one, which is never DMA-mapped).
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
     }
 
     pub fn write_at(&self, offset: usize, data: &[u8]) {

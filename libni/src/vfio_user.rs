@@ -14,6 +14,9 @@ use std::path::Path;
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
 use crate::mem::Mem;
+
+/// `VFIO_REGION_INFO_FLAG_WRITE`.
+const REGION_FLAG_WRITE: u32 = 1 << 1;
 use crate::transport::Transport;
 use crate::Error;
 
@@ -27,6 +30,9 @@ use ni_abi::vfio_user::HEADER;
 pub struct Device {
     stream: UnixStream,
     id: u16,
+    /// Regions the device offers (`DEVICE_GET_INFO`): more than the PCI ones when its
+    /// partition has an isolated window.
+    num_regions: u32,
 }
 
 /// What `DEVICE_GET_REGION_INFO` says about a region.
@@ -35,6 +41,7 @@ pub struct RegionInfo {
     /// Offset to mmap the region's file descriptor at.
     pub offset: u64,
     pub fd: Option<File>,
+    pub flags: u32,
 }
 
 impl Device {
@@ -43,7 +50,11 @@ impl Device {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        let mut d = Device { stream, id: 0 };
+        let mut d = Device {
+            stream,
+            id: 0,
+            num_regions: 0,
+        };
         let caps = br#"{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576}}"#;
         let mut p = Vec::new();
         p.extend_from_slice(&0u16.to_le_bytes());
@@ -51,7 +62,7 @@ impl Device {
         p.extend_from_slice(caps);
         p.push(0);
         d.call(VERSION, &p, &[])?;
-        let (_, flags, _, _) = {
+        let (_, flags, num_regions, _) = {
             let mut q = Vec::new();
             q.extend_from_slice(&16u32.to_le_bytes());
             q.extend_from_slice(&[0; 12]);
@@ -66,6 +77,7 @@ impl Device {
                 reason: "the server is not a PCI device".into(),
             });
         }
+        d.num_regions = num_regions;
         Ok(d)
     }
 
@@ -146,6 +158,48 @@ impl Device {
         Ok((body, files))
     }
 
+    /// An isolated window (`ni_abi::window::Kind::Isolated`): the device page and every
+    /// member's zone, each from its own region, at their window offsets — writable where the
+    /// device says so (this NI's own zone), read-only elsewhere.
+    fn map_isolated_window(&mut self) -> Result<Mem, Error> {
+        use ni_abi::window as w;
+        let part = |d: &mut Device, index: u32, at: u64, len: u64| {
+            let info = d.region_info(index)?;
+            if info.size == 0 {
+                return Ok(None);
+            }
+            match info.fd {
+                Some(fd) if info.size == len => Ok(Some(crate::mem::Part {
+                    fd,
+                    file_offset: info.offset,
+                    at,
+                    len,
+                    writable: info.flags & REGION_FLAG_WRITE != 0,
+                })),
+                _ => Err(Error::Device(format!(
+                    "window region {index}: {:#x} bytes{}, expected {len:#x} mappable",
+                    info.size,
+                    if info.fd.is_none() {
+                        ", no descriptor"
+                    } else {
+                        ""
+                    }
+                ))),
+            }
+        };
+        let mut parts = Vec::new();
+        parts.extend(part(
+            self,
+            w::DEVICE_REGION,
+            w::DEVICE_PAGE,
+            w::DEVICE_PAGE_SIZE,
+        )?);
+        for r in 0..w::MAX_RANKS {
+            parts.extend(part(self, w::zone_region(r), w::zone(r), w::ZONE_SIZE)?);
+        }
+        Mem::compose(w::WINDOW_SIZE as usize, parts)
+    }
+
     fn region_info(&mut self, index: u32) -> Result<RegionInfo, Error> {
         let mut p = Vec::new();
         p.extend_from_slice(&(32u32 + 256).to_le_bytes()); // argsz: room for capabilities
@@ -161,6 +215,7 @@ impl Device {
             size: u64_at(16),
             offset: u64_at(24),
             fd: fds.pop(),
+            flags: u32::from_le_bytes(body[4..8].try_into().unwrap()),
         })
     }
 
@@ -255,7 +310,10 @@ impl Transport for Device {
     }
 
     fn map_window(&mut self) -> Result<Option<Mem>, Error> {
-        use ni_abi::window::{WINDOW_OFFSET, WINDOW_SIZE};
+        use ni_abi::window::{self as w, WINDOW_OFFSET, WINDOW_SIZE};
+        if self.num_regions >= w::ISOLATED_REGIONS {
+            return self.map_isolated_window().map(Some);
+        }
         let info = self.region_info(ni_abi::pci::BAR4_REGION)?;
         match info.fd {
             Some(fd) if info.size >= WINDOW_OFFSET + WINDOW_SIZE => Ok(Some(Mem::map_fd(

@@ -1,7 +1,9 @@
 //! The partition window as one member sees it (`ni_abi::window`): the rings it sends and
 //! receives on, its peers' states, the collective slots.
 //!
-//! Only this rank's own lines are written here; what peers wrote is read through bounds
+//! Only this rank's own zone is written here (in an isolated window it is the only part this
+//! process has writable; every other page is mapped read-only); what peers wrote is read
+//! through bounds
 //! that come from this side (ring indices modulo the ring, lengths checked by
 //! [`Header::decode`]), so a peer that scribbles on the window can garble what it sends,
 //! never make this process touch memory outside the window.
@@ -95,13 +97,18 @@ impl Window {
         unsafe { &*(self.mem.ptr().add(off as usize) as *const AtomicU64) }
     }
 
-    fn ring_word(&self, src: u32, dst: u32, which: u64) -> &AtomicU32 {
-        self.u32(w::ring_ctrl(src, dst) + which)
+    /// `TAIL` of ring (src → dst), in src's zone.
+    fn tail(&self, src: u32, dst: u32) -> &AtomicU32 {
+        self.u32(w::ring_tail(src, dst))
+    }
+
+    /// `HEAD` of ring (src → dst), in dst's zone.
+    fn head(&self, src: u32, dst: u32) -> &AtomicU32 {
+        self.u32(w::ring_head(src, dst))
     }
 
     fn state(&self, r: u32) -> u32 {
-        self.u32(w::STATE + r as u64 * w::LINE)
-            .load(Ordering::Acquire)
+        self.u32(w::state_word(r)).load(Ordering::Acquire)
     }
 
     pub fn up(&self, r: u32) -> bool {
@@ -110,10 +117,7 @@ impl Window {
 
     /// Whether this rank's NI reaches `dst`'s (ports up, a route through the torus).
     pub fn reaches(&self, dst: u32) -> bool {
-        self.u32(w::REACH + self.rank as u64 * w::LINE)
-            .load(Ordering::Acquire)
-            & (1 << dst)
-            != 0
+        self.u32(w::reach_word(self.rank)).load(Ordering::Acquire) & (1 << dst) != 0
     }
 
     pub fn all_up(&self) -> bool {
@@ -180,9 +184,7 @@ impl Window {
     fn try_put(&mut self, dst: u32, h: &Header, payload: &[u8]) -> bool {
         let need = h.slots();
         let tail = self.out_tail[dst as usize];
-        let head = self
-            .ring_word(self.rank, dst, w::RING_HEAD)
-            .load(Ordering::Acquire);
+        let head = self.head(self.rank, dst).load(Ordering::Acquire);
         let used = tail.wrapping_sub(head);
         // A receiver's HEAD past our TAIL is a lie: treat the ring as full.
         if used > w::RING_SLOTS || w::RING_SLOTS - used < need {
@@ -204,8 +206,7 @@ impl Window {
         }
         let tail = tail.wrapping_add(need);
         self.out_tail[dst as usize] = tail;
-        self.ring_word(self.rank, dst, w::RING_TAIL)
-            .store(tail, Ordering::Release);
+        self.tail(self.rank, dst).store(tail, Ordering::Release);
         true
     }
 
@@ -217,8 +218,7 @@ impl Window {
         self.mem.write_at(at as usize, raw);
         let tail = tail.wrapping_add(1);
         self.out_tail[dst as usize] = tail;
-        self.ring_word(self.rank, dst, w::RING_TAIL)
-            .store(tail, Ordering::Release);
+        self.tail(self.rank, dst).store(tail, Ordering::Release);
     }
 
     /// Send a message to `dst`: into its ring, or behind what waits for room, where `done`
@@ -285,7 +285,7 @@ impl Window {
     }
 
     pub fn add(&self, which: u64, n: u64) {
-        let s = self.u64(w::stats::BASE + self.rank as u64 * w::stats::STRIDE + which);
+        let s = self.u64(w::stats_line(self.rank) + which);
         s.store(s.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
@@ -296,21 +296,15 @@ impl Window {
             return false;
         }
         fence(Ordering::SeqCst);
-        self.u32(w::SLEEPING + dst as u64 * w::LINE)
-            .load(Ordering::Acquire)
-            != 0
+        self.u32(w::sleeping(dst)).load(Ordering::Acquire) != 0
     }
 
     pub fn sleeping(&self, r: u32) -> bool {
-        r != self.rank
-            && self
-                .u32(w::SLEEPING + r as u64 * w::LINE)
-                .load(Ordering::Acquire)
-                != 0
+        r != self.rank && self.u32(w::sleeping(r)).load(Ordering::Acquire) != 0
     }
 
     pub fn set_sleeping(&self, on: bool) {
-        self.u32(w::SLEEPING + self.rank as u64 * w::LINE)
+        self.u32(w::sleeping(self.rank))
             .store(on as u32, Ordering::Release);
         if on {
             fence(Ordering::SeqCst);
@@ -320,9 +314,7 @@ impl Window {
     /// Whether any ring toward this rank holds a message we have not taken.
     pub fn has_arrivals(&self) -> bool {
         (0..self.size).any(|src| {
-            self.ring_word(src, self.rank, w::RING_TAIL)
-                .load(Ordering::Acquire)
-                != self.in_head[src as usize]
+            self.tail(src, self.rank).load(Ordering::Acquire) != self.in_head[src as usize]
         })
     }
 
@@ -330,9 +322,7 @@ impl Window {
     /// payload (copied out of the ring, once). A malformed one (a peer writing what no
     /// sender writes) empties the ring and counts a ring error.
     pub fn drain(&mut self, src: u32, mut f: impl FnMut(Header, Vec<u8>)) {
-        let tail = self
-            .ring_word(src, self.rank, w::RING_TAIL)
-            .load(Ordering::Acquire);
+        let tail = self.tail(src, self.rank).load(Ordering::Acquire);
         let mut head = self.in_head[src as usize];
         if tail == head {
             return;
@@ -368,8 +358,7 @@ impl Window {
             f(h, payload);
         }
         self.in_head[src as usize] = head;
-        self.ring_word(src, self.rank, w::RING_HEAD)
-            .store(head, Ordering::Release);
+        self.head(src, self.rank).store(head, Ordering::Release);
     }
 
     /// Publish this rank's contribution to collective round `round`.

@@ -169,8 +169,21 @@ impl Scene {
 
     /// The same, with extra environment for the daemon.
     fn start_env(name: &'static str, env: &[(&str, &str)]) -> Scene {
+        Self::start_config(name, CONFIG, env, |_| ()).0
+    }
+
+    /// The same with other partitions; the honest ranks are NIs 0 and 1 (ranks 0 and 1).
+    /// `first` runs once the daemon is up, before the honest ranks start (which wait for
+    /// every member of their partition).
+    fn start_config<T>(
+        name: &'static str,
+        config: &str,
+        env: &[(&str, &str)],
+        first: impl FnOnce(&Daemon) -> T,
+    ) -> (Scene, T) {
         let t0 = Instant::now();
-        let d = Daemon::start_with_env(4, Some(CONFIG), env);
+        let d = Daemon::start_with_env(4, Some(config), env);
+        let early = first(&d);
         let ranks = [RankProc::start(&d, 0), RankProc::start(&d, 1)];
         let mut sc = Scene {
             d,
@@ -192,7 +205,7 @@ impl Scene {
         std::thread::sleep(Duration::from_millis(300));
         sc.before = usage(sc.pid()).expect("daemon running");
         sc.sampler = Some(Sampler::start(sc.pid()));
-        sc
+        (sc, early)
     }
 
     fn pid(&self) -> u32 {
@@ -1737,5 +1750,214 @@ fn big_transfers_do_not_stall_other_partitions() {
             Err(_) => sc.fail(&format!("the {who} panicked")),
         }
     }
+    sc.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// A member of the honest partition scribbles on everything it can map (issue 18, item 6).
+// ---------------------------------------------------------------------------------------------
+
+/// The honest pair's partition has a third member, the attacker on NI 2.
+const WINDOW_CONFIG: &str = "[[partition]]\nname = \"honest\"\nnodes = [0, 1, 2]\n\
+                             [[partition]]\nname = \"evil\"\nnodes = [3]\n";
+
+/// xorshift64: the attacker's garbage, different every word.
+fn junk(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+fn mmap_shared(f: &std::fs::File, offset: u64, len: u64, prot: i32, flags: i32) -> *mut u8 {
+    // SAFETY: a fresh mapping of a descriptor we hold; the caller checks MAP_FAILED.
+    unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            prot,
+            flags,
+            f.as_raw_fd(),
+            offset as libc::off_t,
+        ) as *mut u8
+    }
+}
+
+/// The attacker joins the honest pair's partition through a raw vfio-user client, sets up a
+/// completion ring (so it is up in the window and its peers read its rings), then:
+/// tries to map every region it is offered writable, to make read-only mappings writable,
+/// and to write through the socket what it cannot map; writes into private copies of its
+/// peers' pages; and for seconds fills its own zone — its rings, cursors, slots and counters —
+/// with garbage. The honest ranks must see nothing of it but refused ring words
+/// (`window_ring_errors`), and keep using the window (`window_sends`).
+#[test]
+fn a_member_scribbling_on_everything_it_can_map_cannot_touch_its_peers_traffic() {
+    use ni_abi::window as w;
+    if std::env::var("NI_TEST_DIRECT").is_ok_and(|v| v != "isolated" && v != "on") {
+        eprintln!("NI_TEST_DIRECT set: this test is about the isolated window; skipped");
+        return;
+    }
+    let name = "a_member_scribbling_on_everything_it_can_map_cannot_touch_its_peers_traffic";
+    // The attacker is up (completion ring set up) before the honest ranks, which wait for
+    // their whole partition.
+    let (mut sc, mut fp) = Scene::start_config(name, WINDOW_CONFIG, &[], |d| {
+        let mut fp = FastPath::attach(&d.sock(ATTACKER)).expect("attacker attaches");
+        fp.setup_cq(0x4000_0000, 64)
+            .expect("attacker's completion ring");
+        fp
+    });
+    let errors_before = counter(&sc.d, 0, "window_ring_errors").unwrap()
+        + counter(&sc.d, 1, "window_ring_errors").unwrap();
+    let sends_before = counter(&sc.d, 0, "window_sends").unwrap();
+
+    // Every region the device offers, mapped every way the kernel allows.
+    let mut writable = Vec::new();
+    let mut own_zone: Option<(*mut u8, u64)> = None;
+    let mut peer_views = Vec::new();
+    let mut regions = 0;
+    for index in 0..64u32 {
+        let Ok((size, offset, fd)) = fp.raw.region_info(index) else {
+            break;
+        };
+        regions += 1;
+        let Some(fd) = fd else { continue };
+        let (map_at, len) = match index {
+            pci::BAR0_REGION => continue, // this NI's own SRAM
+            pci::BAR4_REGION => (offset + w::WINDOW_OFFSET, w::WINDOW_SIZE),
+            _ => (offset, size),
+        };
+        let rw = mmap_shared(
+            &fd,
+            map_at,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+        );
+        if rw as *mut libc::c_void != libc::MAP_FAILED {
+            writable.push(index);
+            if index == w::zone_region(2) {
+                own_zone = Some((rw, len));
+            }
+            continue;
+        }
+        let ro = mmap_shared(&fd, map_at, len, libc::PROT_READ, libc::MAP_SHARED);
+        sc.check(ro as *mut libc::c_void != libc::MAP_FAILED, || {
+            format!("region {index}: not even a read-only mapping")
+        });
+        if ro as *mut libc::c_void != libc::MAP_FAILED {
+            // SAFETY: mprotect of the mapping just made; it must be refused.
+            let up = unsafe {
+                libc::mprotect(
+                    ro as *mut libc::c_void,
+                    len as usize,
+                    libc::PROT_WRITE | libc::PROT_READ,
+                )
+            };
+            sc.check(up != 0, || {
+                format!("region {index}: mprotect made a read-only mapping writable")
+            });
+            peer_views.push((index, ro, len));
+        }
+        // A private copy may be written; nothing of it may reach anyone else.
+        let private = mmap_shared(
+            &fd,
+            map_at,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+        );
+        if private as *mut libc::c_void != libc::MAP_FAILED {
+            // SAFETY: the private mapping just made, `len` bytes.
+            unsafe { std::ptr::write_bytes(private, 0xA5, len as usize) };
+            // SAFETY: unmapping it.
+            unsafe { libc::munmap(private as *mut libc::c_void, len as usize) };
+        }
+    }
+    sc.check(writable == [w::zone_region(2)], || {
+        format!(
+            "the attacker could map regions {writable:?} writable; only its own zone (region {}) may be",
+            w::zone_region(2)
+        )
+    });
+    sc.note(format!(
+        "{regions} regions offered; writable: {writable:?}; {} read-only views",
+        peer_views.len()
+    ));
+
+    // What it cannot map it tries through the socket: the device page, every peer's zone,
+    // and the same words through BAR4.
+    let mut refused = 0u64;
+    let mut tries = 0u64;
+    let targets: Vec<(u32, u64)> = vec![
+        (w::DEVICE_REGION, 0),
+        (w::DEVICE_REGION, w::state_word(0)),
+        (w::zone_region(0), w::ring_tail(0, 1) - w::zone(0)),
+        (w::zone_region(0), w::ring_data(0, 1) - w::zone(0)),
+        (w::zone_region(1), w::ring_head(0, 1) - w::zone(1)),
+        (w::zone_region(1), w::ring_data(1, 0) - w::zone(1)),
+        (w::zone_region(1), w::sleeping(1) - w::zone(1)),
+        (pci::BAR4_REGION, w::WINDOW_OFFSET + w::ring_data(1, 0)),
+        (pci::BAR4_REGION, w::WINDOW_OFFSET + w::ring_tail(1, 0)),
+        (pci::BAR4_REGION, w::WINDOW_OFFSET + w::state_word(1)),
+        (pci::BAR4_REGION, w::WINDOW_OFFSET + w::hdr::GEN),
+    ];
+    for &(region, off) in &targets {
+        tries += 1;
+        if fp.raw.region_write(region, off, &[0x5A; 64]).is_err() {
+            refused += 1;
+        }
+    }
+    sc.check(refused == tries, || {
+        format!(
+            "{} of {tries} trapped writes to words the attacker does not own were taken",
+            tries - refused
+        )
+    });
+
+    // Its own zone it may fill with anything, for seconds, while its peers run.
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut passes = 0u64;
+    let t = Instant::now();
+    if let Some((p, len)) = own_zone {
+        while t.elapsed() < Duration::from_secs(3) {
+            for i in 0..(len / 8) as usize {
+                // SAFETY: inside the attacker's own zone mapping, 8-aligned.
+                unsafe { (p as *mut u64).add(i).write_volatile(junk(&mut rng)) };
+            }
+            passes += 1;
+        }
+    } else {
+        sc.check(false, || "the attacker got no writable zone at all".into());
+    }
+    sc.note(format!("{passes} passes of garbage over the attacker's zone; {refused}/{tries} trapped writes refused"));
+
+    let errors = counter(&sc.d, 0, "window_ring_errors").unwrap()
+        + counter(&sc.d, 1, "window_ring_errors").unwrap();
+    let sends = counter(&sc.d, 0, "window_sends").unwrap();
+    let denied = counter(&sc.d, ATTACKER, "window_write_refused").unwrap();
+    sc.check(errors > errors_before, || {
+        "the honest ranks never refused the attacker's garbage (window_ring_errors did not move)"
+            .into()
+    });
+    sc.check(sends > sends_before, || {
+        "the honest pair stopped using the window".into()
+    });
+    sc.check(denied >= refused, || {
+        format!("window_write_refused is {denied} after {refused} refused writes")
+    });
+    sc.note(format!(
+        "window_ring_errors +{}, window_sends +{}, window_write_refused {denied}",
+        errors - errors_before,
+        sends - sends_before
+    ));
+    for (_, p, len) in peer_views {
+        // SAFETY: unmapping the views made above.
+        unsafe { libc::munmap(p as *mut libc::c_void, len as usize) };
+    }
+    if let Some((p, len)) = own_zone {
+        // SAFETY: unmapping the zone mapped above.
+        unsafe { libc::munmap(p as *mut libc::c_void, len as usize) };
+    }
+    drop(fp);
     sc.finish();
 }

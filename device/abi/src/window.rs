@@ -1,31 +1,63 @@
 //! The partition window: memory shared by the NIs of one partition, the medium of the
 //! direct path (`device/abi/fastpath.md`, "The partition window").
 //!
-//! Every member maps the same pages (BAR4 from [`WINDOW_OFFSET`], a vfio-user sparse mmap
-//! area), so a message to a peer on the same daemon is two stores and a load away, with no
-//! device thread between sender and receiver: the receiver's NI *is* the ring the sender
-//! writes. Small tagged messages travel whole in per-pair rings (64-byte slots, the T3E
-//! message size); larger ones send a header there and their payload through the fabric
-//! (one copy, rendezvous); vector collectives of up to [`COLL_MAX`] bytes combine in
-//! per-rank slots that every member reads in rank order.
+//! Every member maps the same pages, so a message to a peer on the same daemon is two stores
+//! and a load away, with no device thread between sender and receiver: the receiver's NI *is*
+//! the ring the sender writes. Small tagged messages travel whole in per-pair rings (64-byte
+//! slots, the T3E message size); larger ones send a header there and their payload through
+//! the fabric (one copy, rendezvous); vector collectives of up to [`COLL_MAX`] bytes combine
+//! in per-rank slots that every member reads in rank order.
 //!
-//! Writers: the device writes the header and `STATE`; each rank writes only its own lines
-//! (`SLEEPING`, `STATS`, its collective slots, the `TAIL` of rings it sends on and the
-//! `HEAD` of rings it receives on). Everything is little-endian. Readers never trust a
-//! peer's words for an index or a length beyond what they check here.
+//! **One writer per page.** The window is laid out by writer: the device page (header,
+//! `STATE`, `REACH`) is written by the device alone, and rank `r`'s [`zone`] holds every word
+//! rank `r` writes — its `SLEEPING` line, its counters, the `TAIL` of each ring it sends on and
+//! the `HEAD` of each ring it receives on, its collective slots, its outgoing rings. Each part
+//! is page-aligned, so the MMU can hand every member its own zone writable and everything
+//! else read-only ([`Kind`]). Everything is little-endian. Readers never trust a peer's words
+//! for an index or a length beyond what they check here.
 
-/// Where the window starts in BAR4 (after the MSI-X table and PBA).
+/// How the daemon backs a partition's window (`ni-device --direct`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One file per writer: the device page and each rank's zone are separate memfds, shown
+    /// to a host client as the vfio-user regions [`DEVICE_REGION`] and [`zone_region`] — its
+    /// own zone read-write, every other one through a read-only descriptor, so no mapping it
+    /// can make writes a word another member owns. A VMM cannot show several files in one BAR,
+    /// so guests cannot map it.
+    Isolated,
+    /// One file for the whole window, in BAR4 from [`WINDOW_OFFSET`] (a sparse mmap area
+    /// every member maps read-write): what guests can map. Members are trusted not to write
+    /// each other's zones.
+    Shared,
+}
+
+/// Where the window starts in BAR4 (after the MSI-X table and PBA), for [`Kind::Shared`];
+/// trapped accesses there reach the window of either kind.
 pub const WINDOW_OFFSET: u64 = 16 << 20;
 pub const WINDOW_SIZE: u64 = 16 << 20;
 /// Partitions of more NIs than this use the fabric path only.
 pub const MAX_RANKS: u32 = 16;
+
+/// vfio-user region of an isolated window's device page (read-only to every client).
+pub const DEVICE_REGION: u32 = crate::pci::NUM_REGIONS;
+/// vfio-user region of rank `r`'s zone of an isolated window: read-write for rank `r`'s
+/// client, read-only for the others, empty beyond the partition's size.
+pub const fn zone_region(rank: u32) -> u32 {
+    DEVICE_REGION + 1 + rank
+}
+/// Regions a session with an isolated window offers.
+pub const ISOLATED_REGIONS: u32 = zone_region(MAX_RANKS);
+
+/// The device page: [`hdr`], then [`STATE`] and [`REACH`] lines.
+pub const DEVICE_PAGE: u64 = 0;
+pub const DEVICE_PAGE_SIZE: u64 = 0x10000;
 
 /// Header words (device-written, u32).
 pub mod hdr {
     pub const MAGIC: u64 = 0x00;
     pub const MAGIC_VALUE: u32 = 0x4E57_494E; // "NIWN"
     pub const VERSION: u64 = 0x04;
-    pub const VERSION_VALUE: u32 = 1;
+    pub const VERSION_VALUE: u32 = 2;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -37,7 +69,7 @@ pub mod hdr {
     pub const COLL_TIMEOUT_MS: u64 = 0x14;
 }
 
-/// Per-rank lines, `+ rank * LINE`.
+/// Device-page lines, `+ rank * LINE`.
 pub const LINE: u64 = 64;
 /// Device-written: [`state`] of the rank's NI.
 pub const STATE: u64 = 0x1000;
@@ -45,16 +77,56 @@ pub const STATE: u64 = 0x1000;
 /// both ports up and a route through the torus (`ni-ctl port`, `ni-ctl map-out`). The
 /// direct path honours the links the administrator took down, as the fabric does.
 pub const REACH: u64 = STATE + 4;
-/// Rank-written: 1 while the rank blocks on its completion interrupt, so a writer that
-/// finds it set asks the device to `WAKE` it.
-pub const SLEEPING: u64 = 0x2000;
-/// Rank-written counters (u64), `STRIDE` bytes per rank: messages and bytes whose payload
-/// went through the window (sent, and received), collectives done in the window, ring words
-/// from this rank's peers it refused, and the direct-path operations that failed, by status.
-/// The daemon adds them to its own `sends`, `recvs`, `err_*`... counters.
+
+pub fn state_word(rank: u32) -> u64 {
+    STATE + rank as u64 * LINE
+}
+pub fn reach_word(rank: u32) -> u64 {
+    REACH + rank as u64 * LINE
+}
+
+/// Rank zones follow the device page, `ZONE_SIZE` apart.
+pub const ZONES: u64 = DEVICE_PAGE + DEVICE_PAGE_SIZE;
+pub const ZONE_SIZE: u64 = zone::RINGS + MAX_RANKS as u64 * RING_BYTES;
+
+/// Where rank `r`'s zone starts in the window.
+pub const fn zone(rank: u32) -> u64 {
+    ZONES + rank as u64 * ZONE_SIZE
+}
+
+/// The rank whose zone holds window offset `off`, if any: the only rank that may write it.
+pub fn owner(off: u64) -> Option<u32> {
+    let r = off.checked_sub(ZONES)? / ZONE_SIZE;
+    (r < MAX_RANKS as u64).then_some(r as u32)
+}
+
+/// Offsets inside a zone.
+pub mod zone {
+    /// u32: 1 while the rank blocks on its completion interrupt, so a writer that finds it
+    /// set asks the device to `WAKE` it.
+    pub const SLEEPING: u64 = 0x0;
+    /// The rank's counters, [`super::stats`].
+    pub const STATS: u64 = 0x100;
+    /// `TAIL` of ring (this rank → `d`) at `+ 64·d`: u32, free-running slot count.
+    pub const TAILS: u64 = 0x1000;
+    /// `HEAD` of ring (`s` → this rank) at `+ 64·s`.
+    pub const HEADS: u64 = 0x1400;
+    /// Collective slots, `COLL_SLOT` per parity.
+    pub const COLL: u64 = 0x2000;
+    /// Ring (this rank → `d`) at `+ RING_BYTES·d`.
+    pub const RINGS: u64 = 0x4000;
+}
+
+pub fn sleeping(rank: u32) -> u64 {
+    zone(rank) + zone::SLEEPING
+}
+
+/// Rank-written counters (u64) at [`stats_line`]: messages and bytes whose payload went
+/// through the window (sent, and received), collectives done in the window, ring words from
+/// this rank's peers it refused, and the direct-path operations that failed, by status. The
+/// daemon adds them to its own `sends`, `recvs`, `err_*`... counters.
 pub mod stats {
-    pub const BASE: u64 = 0x3000;
-    pub const STRIDE: u64 = 128;
+    pub const LEN: u64 = 128;
     pub const SENDS: u64 = 0;
     pub const BYTES: u64 = 8;
     pub const COLLECTIVES: u64 = 16;
@@ -66,6 +138,10 @@ pub mod stats {
     pub const RECVS: u64 = 64;
     pub const RECV_BYTES: u64 = 72;
     pub const TRUNCATED: u64 = 80;
+}
+
+pub fn stats_line(rank: u32) -> u64 {
+    zone(rank) + zone::STATS
 }
 
 /// `STATE`: bit 0 up (a client that set up its completion ring), bits 1.. its incarnation.
@@ -82,8 +158,7 @@ pub mod state {
     }
 }
 
-/// Collective slots: `[2 parities][MAX_RANKS]`, round `n` uses parity `n % 2`.
-pub const COLL: u64 = 0x10000;
+/// Collective slots: two per rank, round `n` uses parity `n % 2`.
 pub const COLL_SLOT: u64 = 1024;
 /// In a slot: `seq` (u64, `n + 1`, stored last with release), `meta` (u64, [`coll_meta`]),
 /// data from `COLL_DATA`.
@@ -94,7 +169,7 @@ pub const COLL_DATA: u64 = 64;
 pub const COLL_MAX: u64 = COLL_SLOT - COLL_DATA;
 
 pub fn coll_slot(parity: u64, rank: u32) -> u64 {
-    COLL + ((parity & 1) * MAX_RANKS as u64 + rank as u64) * COLL_SLOT
+    zone(rank) + zone::COLL + (parity & 1) * COLL_SLOT
 }
 
 /// What every member of a round must agree on: kind, dtype, op, root and count.
@@ -106,25 +181,20 @@ pub fn coll_meta(kind: u8, dtype: u32, op: u32, root: u32, count: u64) -> u64 {
         | ((count & 0xFFFF_FFFF) << 32)
 }
 
-/// Ring control: `TAIL` (sender-written u32, free-running slot count) and `HEAD`
-/// (receiver-written) on separate lines.
-pub const RING_CTRL: u64 = 0x18000;
-pub const RING_TAIL: u64 = 0;
-pub const RING_HEAD: u64 = 64;
-/// Ring data, `RING_BYTES` per (source, destination) pair.
-pub const RINGS: u64 = 0x20000;
+/// Ring cursors: `TAIL` in the sender's zone, `HEAD` in the receiver's.
+pub fn ring_tail(src: u32, dst: u32) -> u64 {
+    zone(src) + zone::TAILS + dst as u64 * LINE
+}
+pub fn ring_head(src: u32, dst: u32) -> u64 {
+    zone(dst) + zone::HEADS + src as u64 * LINE
+}
+/// Ring data, `RING_BYTES` per (source, destination) pair, in the source's zone.
 pub const RING_BYTES: u64 = 32 << 10;
 pub const SLOT: u64 = 64;
 pub const RING_SLOTS: u32 = (RING_BYTES / SLOT) as u32;
 
-pub fn ring_index(src: u32, dst: u32) -> u64 {
-    src as u64 * MAX_RANKS as u64 + dst as u64
-}
-pub fn ring_ctrl(src: u32, dst: u32) -> u64 {
-    RING_CTRL + ring_index(src, dst) * 128
-}
 pub fn ring_data(src: u32, dst: u32) -> u64 {
-    RINGS + ring_index(src, dst) * RING_BYTES
+    zone(src) + zone::RINGS + dst as u64 * RING_BYTES
 }
 
 /// Message kinds in a ring's header slot.
@@ -190,14 +260,19 @@ pub fn slots_for(len: u64) -> u32 {
     1 + len.saturating_sub(INLINE).div_ceil(SLOT) as u32
 }
 
-// The layout fits and does not overlap, checked when the crate compiles.
+// The layout fits, does not overlap, and puts every writer on pages of its own, checked when
+// the crate compiles.
 const _: () = {
-    assert!(STATE + MAX_RANKS as u64 * LINE <= SLEEPING);
-    assert!(SLEEPING + MAX_RANKS as u64 * LINE <= stats::BASE);
-    assert!(stats::BASE + MAX_RANKS as u64 * stats::STRIDE <= COLL);
-    assert!(COLL + 2 * MAX_RANKS as u64 * COLL_SLOT <= RING_CTRL);
-    assert!(RING_CTRL + (MAX_RANKS as u64 * MAX_RANKS as u64) * 128 <= RINGS);
-    assert!(RINGS + (MAX_RANKS as u64 * MAX_RANKS as u64) * RING_BYTES <= WINDOW_SIZE);
+    const PAGE: u64 = 4096;
+    assert!(hdr::COLL_TIMEOUT_MS + 4 <= STATE);
+    assert!(STATE + MAX_RANKS as u64 * LINE <= DEVICE_PAGE + DEVICE_PAGE_SIZE);
+    assert!(DEVICE_PAGE_SIZE % PAGE == 0 && ZONES % PAGE == 0 && ZONE_SIZE % PAGE == 0);
+    assert!(zone::SLEEPING + 4 <= zone::STATS);
+    assert!(zone::STATS + stats::LEN <= zone::TAILS);
+    assert!(zone::TAILS + MAX_RANKS as u64 * LINE <= zone::HEADS);
+    assert!(zone::HEADS + MAX_RANKS as u64 * LINE <= zone::COLL);
+    assert!(zone::COLL + 2 * COLL_SLOT <= zone::RINGS);
+    assert!(zone(MAX_RANKS) <= WINDOW_SIZE);
     assert!(WINDOW_OFFSET + WINDOW_SIZE <= crate::pci::BAR4_SIZE);
     assert!(MAX_RANKS <= 32, "REACH is a 32-bit mask");
 };
@@ -233,6 +308,31 @@ mod tests {
         assert_eq!(Header::decode(&junk), None);
         junk[0] = kind::RTS;
         assert_eq!(Header::decode(&junk), None);
+    }
+
+    #[test]
+    fn every_word_a_rank_writes_is_in_its_own_zone() {
+        for r in 0..MAX_RANKS {
+            let mine = |off: u64, len: u64| {
+                assert_eq!(owner(off), Some(r), "{off:#x}");
+                assert_eq!(owner(off + len - 1), Some(r), "{off:#x}+{len}");
+            };
+            mine(sleeping(r), 4);
+            mine(stats_line(r), stats::LEN);
+            mine(coll_slot(0, r), COLL_SLOT);
+            mine(coll_slot(1, r), COLL_SLOT);
+            for p in 0..MAX_RANKS {
+                mine(ring_tail(r, p), 4);
+                mine(ring_head(p, r), 4);
+                mine(ring_data(r, p), RING_BYTES);
+            }
+            assert_eq!(owner(state_word(r)), None);
+            assert_eq!(owner(reach_word(r)), None);
+        }
+        assert_eq!(owner(hdr::GEN), None);
+        assert_eq!(owner(zone(MAX_RANKS)), None);
+        assert_eq!(zone(1) - zone(0), ZONE_SIZE);
+        assert_eq!(zone_region(0), 10);
     }
 
     #[test]

@@ -98,8 +98,9 @@ pub struct State {
     /// Partition windows by partition name (`window.rs`); none when `direct` is off, for a
     /// partition larger than `window::MAX_RANKS`, or one created while a member was attached.
     windows: HashMap<String, Arc<window::Window>>,
-    /// Whether partitions get windows (`ni-device --direct off` turns the direct path off).
-    pub direct: bool,
+    /// The kind of window partitions get; `None`: the fabric path only
+    /// (`ni-device --direct`).
+    pub direct: Option<ni_abi::window::Kind>,
     /// Copies larger than `transfer::INLINE_MAX` in progress (transfer.rs).
     transfers: std::collections::VecDeque<transfer::Transfer>,
 }
@@ -136,7 +137,7 @@ impl Fabric {
                 torus,
                 routes: HashMap::new(),
                 windows: HashMap::new(),
-                direct: false,
+                direct: None,
                 transfers: Default::default(),
             }),
             doorbell,
@@ -220,10 +221,10 @@ impl Fabric {
         Some(c)
     }
 
-    /// Turn partition windows on or off (before any client attaches).
-    pub fn set_direct(&self, on: bool) {
+    /// Choose the partitions' window kind, or none (before any client attaches).
+    pub fn set_direct(&self, kind: Option<ni_abi::window::Kind>) {
         let mut s = self.lock();
-        s.direct = on;
+        s.direct = kind;
         s.sync_windows();
     }
 
@@ -361,9 +362,10 @@ impl State {
             .retain(|name, w| parts.iter().any(|(n, m)| n == name && *m == w.members));
         let timeout_ms = self.collective_timeout.as_millis().min(u32::MAX as u128) as u32;
         for (name, members) in &parts {
-            if !self.direct
-                || self.windows.contains_key(name)
-                || members.len() > ni_abi::window::MAX_RANKS as usize
+            let Some(kind) = self.direct else {
+                continue;
+            };
+            if self.windows.contains_key(name) || members.len() > ni_abi::window::MAX_RANKS as usize
             {
                 continue;
             }
@@ -381,7 +383,7 @@ impl State {
                 );
                 continue;
             }
-            match window::Window::new(members.clone(), timeout_ms) {
+            match window::Window::new(kind, members.clone(), timeout_ms) {
                 Ok(w) => {
                     self.windows.insert(name.clone(), Arc::new(w));
                 }

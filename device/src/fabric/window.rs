@@ -1,25 +1,145 @@
-//! The partition window (`ni_abi::window`): one memfd per partition, mapped by every member's
-//! client through BAR4, so members exchange small messages and combine small collectives
-//! without the poller between them. The daemon only writes the header and each member's
-//! `STATE`, resets a member's rings when its NI comes up, and reads the members' counters.
+//! The partition window (`ni_abi::window`): memory shared by the members of a partition, so
+//! they exchange small messages and combine small collectives without the poller between
+//! them. The daemon only writes the device page (header, `STATE`, `REACH`), resets a member's
+//! rings when its NI comes up, and reads the members' counters.
+//!
+//! Its files follow its writers (`Kind`): an isolated window is a device-page memfd and one
+//! memfd per rank's zone, so each client is handed its own zone read-write and every other
+//! file read-only; a shared one is a single memfd every member maps whole (guests). The
+//! daemon maps either kind at the window's offsets in one reserved range, so the rest of the
+//! code addresses words by their window offset alone.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use ni_abi::window::{self as w, hdr, state};
+use ni_abi::window::{self as w, hdr, state, Kind};
 use vm_memory::{Bytes, MmapRegion, VolatileMemory};
+
+use crate::sram::{sealed_memfd, SharedMemError};
 
 static NEXT_SERIAL: AtomicU32 = AtomicU32::new(1);
 
-pub type WindowError = crate::sram::SharedMemError;
+pub type WindowError = SharedMemError;
+
+/// One file of a window: the descriptor the device writes through, and a read-only one
+/// (a fresh open of the same memfd) for the clients that may only read it. A read-only open
+/// file description can never be mapped writable shared, nor `mprotect`ed to it.
+struct Part {
+    rw: File,
+    ro: File,
+}
+
+impl Part {
+    fn new(what: &'static str, name: &std::ffi::CStr, len: u64) -> Result<Part, WindowError> {
+        let rw = sealed_memfd(what, name, len)?;
+        let ro = File::open(format!("/proc/self/fd/{}", rw.as_raw_fd()))
+            .map_err(|e| SharedMemError::Size(what, e))?;
+        Ok(Part { rw, ro })
+    }
+}
+
+enum Files {
+    /// The memfd spans BAR4, so that a BAR offset is a file offset; only the window part is
+    /// ever mapped (the rest stays a hole).
+    Shared(File),
+    Isolated {
+        device: Part,
+        zones: Vec<Part>,
+    },
+}
+
+/// What a session offers of its window, region by region (`server.rs`).
+pub struct WindowRegion {
+    pub index: u32,
+    pub size: u64,
+    pub writable: bool,
+    pub fd: Option<RawFd>,
+}
 
 pub struct Window {
-    file: File,
+    files: Files,
+    /// The daemon's view of `res`: the files mapped at their window offsets. Declared
+    /// before `res`, so it goes first.
     map: MmapRegion,
+    _res: Reservation,
     pub serial: u32,
     /// The partition's NIs, in rank order.
     pub members: Vec<u32>,
+}
+
+/// The daemon's `WINDOW_SIZE` bytes of address space for one window, unmapped on drop.
+struct Reservation(*mut u8);
+
+// SAFETY: the pointer is the start of a mapping this value owns; every access through it
+// goes through the window's bounds-checked volatile and atomic accessors.
+unsafe impl Send for Reservation {}
+// SAFETY: as above.
+unsafe impl Sync for Reservation {}
+
+impl Reservation {
+    fn new() -> Result<Reservation, WindowError> {
+        // Gaps (zones of ranks the partition does not have) read as zeros and are never
+        // written: every write names a member's word.
+        // SAFETY: a fresh private anonymous reservation; the result is checked.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                w::WINDOW_SIZE as usize,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(SharedMemError::Map(
+                "partition window",
+                std::io::Error::last_os_error().to_string(),
+            ));
+        }
+        Ok(Reservation(base as *mut u8))
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the range `new` mapped.
+        unsafe {
+            libc::munmap(self.0 as *mut libc::c_void, w::WINDOW_SIZE as usize);
+        }
+    }
+}
+
+/// Map `len` bytes of `fd` from `file_off` at `at` inside the reservation, read-write shared.
+///
+/// # Safety
+/// `base` must be a live reservation of `WINDOW_SIZE` bytes and `at + len` inside it.
+unsafe fn map_at(
+    base: *mut u8,
+    at: u64,
+    len: u64,
+    fd: RawFd,
+    file_off: u64,
+) -> Result<(), WindowError> {
+    // SAFETY: MAP_FIXED replaces pages of our own reservation only (caller's contract).
+    let p = unsafe {
+        libc::mmap(
+            base.add(at as usize) as *mut libc::c_void,
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            file_off as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(SharedMemError::Map(
+            "partition window",
+            std::io::Error::last_os_error().to_string(),
+        ));
+    }
+    Ok(())
 }
 
 /// What a member wrote in its `STATS` line.
@@ -39,19 +159,61 @@ pub struct WindowStats {
 }
 
 impl Window {
-    pub fn new(members: Vec<u32>, coll_timeout_ms: u32) -> Result<Window, WindowError> {
-        // The file spans BAR4 so that a BAR offset is a file offset; only the window part
-        // is ever mapped (the rest stays a hole).
-        let (file, map) = crate::sram::shared_memfd(
-            "partition window",
-            c"ni-partition-window",
-            w::WINDOW_OFFSET + w::WINDOW_SIZE,
-            w::WINDOW_OFFSET,
-            w::WINDOW_SIZE as usize,
-        )?;
+    pub fn new(kind: Kind, members: Vec<u32>, coll_timeout_ms: u32) -> Result<Window, WindowError> {
+        let res = Reservation::new()?;
+        let base = res.0;
+        let files = match kind {
+            Kind::Shared => {
+                let f = sealed_memfd(
+                    "partition window",
+                    c"ni-partition-window",
+                    w::WINDOW_OFFSET + w::WINDOW_SIZE,
+                )?;
+                // SAFETY: the whole reservation, from the window's offset in the file.
+                unsafe { map_at(base, 0, w::WINDOW_SIZE, f.as_raw_fd(), w::WINDOW_OFFSET)? };
+                Files::Shared(f)
+            }
+            Kind::Isolated => {
+                let device = Part::new(
+                    "partition window's device page",
+                    c"ni-window-device",
+                    w::DEVICE_PAGE_SIZE,
+                )?;
+                // SAFETY: the device page, inside the reservation.
+                unsafe {
+                    map_at(
+                        base,
+                        w::DEVICE_PAGE,
+                        w::DEVICE_PAGE_SIZE,
+                        device.rw.as_raw_fd(),
+                        0,
+                    )?
+                };
+                let mut zones = Vec::new();
+                for r in 0..members.len().min(w::MAX_RANKS as usize) as u32 {
+                    let z = Part::new("partition window zone", c"ni-window-zone", w::ZONE_SIZE)?;
+                    // SAFETY: zone r < MAX_RANKS, inside the reservation.
+                    unsafe { map_at(base, w::zone(r), w::ZONE_SIZE, z.rw.as_raw_fd(), 0)? };
+                    zones.push(z);
+                }
+                Files::Isolated { device, zones }
+            }
+        };
+        // SAFETY: `base` is `res`'s reservation, WINDOW_SIZE bytes, which outlives `map`
+        // (field order) and is unmapped by `res`; build_raw does not take ownership of it.
+        let map = unsafe {
+            MmapRegion::build_raw(
+                base,
+                w::WINDOW_SIZE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+            )
+        }
+        .map_err(|e| SharedMemError::Map("partition window", e.to_string()))?;
         let win = Window {
-            file,
+            files,
             map,
+            _res: res,
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             members,
         };
@@ -67,8 +229,56 @@ impl Window {
         Ok(win)
     }
 
-    pub fn fd(&self) -> RawFd {
-        self.file.as_raw_fd()
+    pub fn kind(&self) -> Kind {
+        match self.files {
+            Files::Shared(_) => Kind::Shared,
+            Files::Isolated { .. } => Kind::Isolated,
+        }
+    }
+
+    /// The memfd shown in BAR4 from `WINDOW_OFFSET`: a shared window's only file.
+    pub fn bar4_fd(&self) -> Option<RawFd> {
+        match &self.files {
+            Files::Shared(f) => Some(f.as_raw_fd()),
+            Files::Isolated { .. } => None,
+        }
+    }
+
+    /// The regions an isolated window adds to the session of `rank`'s client: the device
+    /// page and every zone read-only, its own zone read-write. Empty for a shared window (or
+    /// a session whose NI is not a member).
+    pub fn regions(&self, rank: Option<u32>) -> Vec<WindowRegion> {
+        let Files::Isolated { device, zones } = &self.files else {
+            return vec![];
+        };
+        let mut out = vec![WindowRegion {
+            index: w::DEVICE_REGION,
+            size: w::DEVICE_PAGE_SIZE,
+            writable: false,
+            fd: Some(device.ro.as_raw_fd()),
+        }];
+        for r in 0..w::MAX_RANKS {
+            let mine = rank == Some(r);
+            out.push(match zones.get(r as usize) {
+                Some(z) => WindowRegion {
+                    index: w::zone_region(r),
+                    size: w::ZONE_SIZE,
+                    writable: mine,
+                    fd: Some(if mine {
+                        z.rw.as_raw_fd()
+                    } else {
+                        z.ro.as_raw_fd()
+                    }),
+                },
+                None => WindowRegion {
+                    index: w::zone_region(r),
+                    size: 0,
+                    writable: false,
+                    fd: None,
+                },
+            });
+        }
+        out
     }
 
     fn u32(&self, off: u64) -> &AtomicU32 {
@@ -104,19 +314,14 @@ impl Window {
         let p = self.members.len() as u32;
         for peer in 0..p {
             for (s, d) in [(rank, peer), (peer, rank)] {
-                let c = w::ring_ctrl(s, d);
-                self.u32(c + w::RING_TAIL).store(0, Ordering::Relaxed);
-                self.u32(c + w::RING_HEAD).store(0, Ordering::Relaxed);
+                self.u32(w::ring_tail(s, d)).store(0, Ordering::Relaxed);
+                self.u32(w::ring_head(s, d)).store(0, Ordering::Relaxed);
             }
+            self.zero(w::coll_slot(0, peer), 2 * w::COLL_SLOT);
         }
-        self.zero(w::COLL, 2 * w::MAX_RANKS as u64 * w::COLL_SLOT);
-        self.u32(w::SLEEPING + rank as u64 * w::LINE)
-            .store(0, Ordering::Relaxed);
-        self.zero(
-            w::stats::BASE + rank as u64 * w::stats::STRIDE,
-            w::stats::STRIDE,
-        );
-        let s = self.u32(w::STATE + rank as u64 * w::LINE);
+        self.u32(w::sleeping(rank)).store(0, Ordering::Relaxed);
+        self.zero(w::stats_line(rank), w::stats::LEN);
+        let s = self.u32(w::state_word(rank));
         let inc = state::incarnation(s.load(Ordering::Relaxed)) + 1;
         s.store(state::make(true, inc), Ordering::Release);
         self.u32(hdr::GEN).fetch_add(1, Ordering::AcqRel);
@@ -124,7 +329,7 @@ impl Window {
 
     /// `rank`'s client went away: waiters on it fail instead of waiting forever.
     pub fn member_down(&self, rank: u32) {
-        let s = self.u32(w::STATE + rank as u64 * w::LINE);
+        let s = self.u32(w::state_word(rank));
         let v = s.load(Ordering::Relaxed);
         if state::up(v) {
             s.store(state::make(false, state::incarnation(v)), Ordering::Release);
@@ -134,14 +339,14 @@ impl Window {
 
     /// Publish which members `rank` reaches; a change moves `GEN`.
     pub fn set_reach(&self, rank: u32, mask: u32) {
-        let r = self.u32(w::REACH + rank as u64 * w::LINE);
+        let r = self.u32(w::reach_word(rank));
         if r.swap(mask, Ordering::AcqRel) != mask {
             self.u32(hdr::GEN).fetch_add(1, Ordering::AcqRel);
         }
     }
 
     pub fn stats(&self, rank: u32) -> WindowStats {
-        let b = w::stats::BASE + rank as u64 * w::stats::STRIDE;
+        let b = w::stats_line(rank);
         let r = |o| self.u64(b + o).load(Ordering::Relaxed);
         WindowStats {
             sends: r(w::stats::SENDS),
@@ -158,7 +363,8 @@ impl Window {
         }
     }
 
-    /// A trapped BAR4 access inside the window (a client that did not mmap it).
+    /// A trapped access inside the window (a client that did not map it): anything a member
+    /// could map it may read.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> bool {
         self.map
             .as_volatile_slice()
@@ -166,11 +372,31 @@ impl Window {
             .is_ok()
     }
 
-    pub fn write(&self, off: u64, buf: &[u8]) -> bool {
+    /// A trapped write by `rank`'s client (`None`: its NI is not a member): only inside its
+    /// own zone, as through its mappings.
+    pub fn write(&self, rank: Option<u32>, off: u64, buf: &[u8]) -> bool {
+        let Some(rank) = rank.filter(|&r| (r as usize) < self.members.len()) else {
+            return false;
+        };
+        let end = off.checked_add(buf.len().max(1) as u64 - 1);
+        if w::owner(off) != Some(rank) || end.and_then(w::owner) != Some(rank) {
+            return false;
+        }
         self.map
             .as_volatile_slice()
             .write_slice(buf, off as usize)
             .is_ok()
+    }
+
+    /// A trapped access to one of the isolated window's regions: its offset in the window.
+    pub fn region_offset(region: u32) -> Option<u64> {
+        if region == w::DEVICE_REGION {
+            Some(w::DEVICE_PAGE)
+        } else if (w::zone_region(0)..w::ISOLATED_REGIONS).contains(&region) {
+            Some(w::zone(region - w::zone_region(0)))
+        } else {
+            None
+        }
     }
 }
 
@@ -180,27 +406,107 @@ mod tests {
 
     #[test]
     fn member_up_resets_rings_and_moves_generation() {
-        let win = Window::new(vec![3, 5], 1000).unwrap();
-        assert_eq!(win.rank_of(5), Some(1));
-        let tail = w::ring_ctrl(1, 0) + w::RING_TAIL;
-        win.u32(tail).store(77, Ordering::Relaxed);
-        win.u64(w::coll_slot(1, 0)).store(9, Ordering::Relaxed);
-        let g = win.u32(hdr::GEN).load(Ordering::Relaxed);
-        win.member_up(1);
-        assert_eq!(win.u32(tail).load(Ordering::Relaxed), 0);
-        assert_eq!(win.u64(w::coll_slot(1, 0)).load(Ordering::Relaxed), 0);
-        let s = win.u32(w::STATE + w::LINE).load(Ordering::Relaxed);
-        assert!(state::up(s));
-        assert_eq!(state::incarnation(s), 1);
-        win.member_down(1);
-        win.member_down(1);
-        assert_eq!(win.u32(hdr::GEN).load(Ordering::Relaxed), g + 2);
-        win.member_up(1);
-        let s = win.u32(w::STATE + w::LINE).load(Ordering::Relaxed);
-        assert_eq!(state::incarnation(s), 2);
-        let mut b = [0u8; 4];
-        assert!(win.read(hdr::MAGIC, &mut b));
-        assert_eq!(u32::from_le_bytes(b), hdr::MAGIC_VALUE);
-        assert!(!win.read(w::WINDOW_SIZE - 2, &mut b));
+        for kind in [Kind::Isolated, Kind::Shared] {
+            let win = Window::new(kind, vec![3, 5], 1000).unwrap();
+            assert_eq!(win.kind(), kind);
+            assert_eq!(win.rank_of(5), Some(1));
+            let tail = w::ring_tail(1, 0);
+            win.u32(tail).store(77, Ordering::Relaxed);
+            win.u32(w::ring_head(0, 1)).store(5, Ordering::Relaxed);
+            win.u64(w::coll_slot(1, 0)).store(9, Ordering::Relaxed);
+            let g = win.u32(hdr::GEN).load(Ordering::Relaxed);
+            win.member_up(1);
+            assert_eq!(win.u32(tail).load(Ordering::Relaxed), 0);
+            assert_eq!(win.u32(w::ring_head(0, 1)).load(Ordering::Relaxed), 0);
+            assert_eq!(win.u64(w::coll_slot(1, 0)).load(Ordering::Relaxed), 0);
+            let s = win.u32(w::state_word(1)).load(Ordering::Relaxed);
+            assert!(state::up(s));
+            assert_eq!(state::incarnation(s), 1);
+            win.member_down(1);
+            win.member_down(1);
+            assert_eq!(win.u32(hdr::GEN).load(Ordering::Relaxed), g + 2);
+            win.member_up(1);
+            let s = win.u32(w::state_word(1)).load(Ordering::Relaxed);
+            assert_eq!(state::incarnation(s), 2);
+            let mut b = [0u8; 4];
+            assert!(win.read(hdr::MAGIC, &mut b));
+            assert_eq!(u32::from_le_bytes(b), hdr::MAGIC_VALUE);
+            assert!(!win.read(w::WINDOW_SIZE - 2, &mut b));
+        }
+    }
+
+    /// Trapped writes obey the same rule as the mappings: a member's own zone only.
+    #[test]
+    fn trapped_writes_reach_only_the_writers_own_zone() {
+        let win = Window::new(Kind::Isolated, vec![0, 1, 2], 1000).unwrap();
+        let one = 7u32.to_le_bytes();
+        assert!(win.write(Some(1), w::ring_tail(1, 0), &one));
+        assert_eq!(win.u32(w::ring_tail(1, 0)).load(Ordering::Relaxed), 7);
+        assert!(win.write(Some(0), w::ring_head(1, 0), &one));
+        // Someone else's cursor, ring or slot; the device page; a zone nobody has; a write
+        // straddling the end of its own zone; a non-member.
+        assert!(!win.write(Some(0), w::ring_tail(1, 0), &[0; 4]));
+        assert!(!win.write(Some(2), w::ring_data(1, 0), &[0; 64]));
+        assert!(!win.write(Some(2), w::coll_slot(0, 0), &[0; 8]));
+        assert!(!win.write(Some(0), hdr::GEN, &[0; 4]));
+        assert!(!win.write(Some(0), w::state_word(0), &[0; 4]));
+        assert!(!win.write(Some(5), w::sleeping(5), &[0; 4]));
+        assert!(!win.write(Some(0), w::zone(1) - 2, &[0; 4]));
+        assert!(!win.write(None, w::sleeping(0), &[0; 4]));
+        assert_eq!(win.u32(w::ring_tail(1, 0)).load(Ordering::Relaxed), 7);
+        assert_eq!(
+            win.u32(hdr::MAGIC).load(Ordering::Relaxed),
+            hdr::MAGIC_VALUE
+        );
+    }
+
+    /// The descriptors a client gets for what it may only read cannot be mapped writable,
+    /// nor made writable afterwards; its own zone's can, and the daemon sees the stores.
+    #[test]
+    fn read_only_descriptors_refuse_writable_mappings() {
+        let win = Window::new(Kind::Isolated, vec![4, 6], 1000).unwrap();
+        let regions = win.regions(Some(1));
+        assert_eq!(regions.len() as u32, w::ISOLATED_REGIONS - w::DEVICE_REGION);
+        let map = |fd: RawFd, len: u64, prot: i32| {
+            // SAFETY: a fresh mapping of a descriptor the window holds, checked below.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len as usize,
+                    prot,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            }
+        };
+        for r in &regions {
+            let Some(fd) = r.fd else {
+                assert_eq!(r.size, 0);
+                continue;
+            };
+            let rw = map(fd, r.size, libc::PROT_READ | libc::PROT_WRITE);
+            assert_eq!(rw != libc::MAP_FAILED, r.writable, "region {}", r.index);
+            if rw != libc::MAP_FAILED {
+                // SAFETY: our zone's SLEEPING word, inside the mapping just made.
+                unsafe { (rw as *mut u32).write_volatile(1) };
+                assert_eq!(win.u32(w::sleeping(1)).load(Ordering::Relaxed), 1);
+                // SAFETY: unmapping the mapping just made.
+                unsafe { libc::munmap(rw, r.size as usize) };
+                continue;
+            }
+            let ro = map(fd, r.size, libc::PROT_READ);
+            assert_ne!(ro, libc::MAP_FAILED);
+            // SAFETY: mprotect of the mapping just made; it must fail.
+            let up = unsafe { libc::mprotect(ro, r.size as usize, libc::PROT_WRITE) };
+            assert_ne!(up, 0, "region {} became writable", r.index);
+            // SAFETY: unmapping the mapping just made.
+            unsafe { libc::munmap(ro, r.size as usize) };
+        }
+        assert_eq!(regions.iter().filter(|r| r.writable).count(), 1);
+        assert!(Window::new(Kind::Shared, vec![1], 1000)
+            .unwrap()
+            .regions(Some(0))
+            .is_empty());
     }
 }
