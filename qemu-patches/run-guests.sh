@@ -14,6 +14,8 @@
 #   --run-dir DIR      use the ni-device serving DIR (default: start one with --nodes NIs,
 #                      log in the log directory, stopped at the end)
 #   --nodes N          NIs of the daemon started here (default: highest NI used + 1)
+#   --direct MODE      the daemon's --direct (default shared: the window kind guests can map;
+#                      see device/abi/fastpath.md, "One writer per page")
 #   --device PATH      ni-device binary (default $NI_DEVICE, else target/release/ni-device,
 #                      built if missing)
 #   --add FILE         another file for the guests' /usr/local/bin (repeatable)
@@ -42,7 +44,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-guests=2 hosts=0 run_dir="" nodes="" device="${NI_DEVICE:-}" net=0 replace=0
+guests=2 hosts=0 run_dir="" nodes="" direct=shared device="${NI_DEVICE:-}" net=0 replace=0
 timeout_s=600 mem=512 log_dir="" after="" poweroff="" append=""
 guest_ni=() host_ni=() adds=() envs=() genvs=() on_re=() on_cmd=()
 while (($#)); do
@@ -53,6 +55,7 @@ while (($#)); do
         --host-ni) IFS=, read -r -a host_ni <<<"${2:?--host-ni needs a list}"; shift 2 ;;
         --run-dir) run_dir="${2:?--run-dir needs a directory}"; shift 2 ;;
         --nodes) nodes="${2:?--nodes needs a number}"; shift 2 ;;
+        --direct) direct="${2:?--direct needs isolated, shared or off}"; shift 2 ;;
         --device) device="${2:?--device needs a path}"; shift 2 ;;
         --add) adds+=("${2:?--add needs a file}"); shift 2 ;;
         --env) envs+=("${2:?--env needs NAME=VALUE}"); shift 2 ;;
@@ -152,7 +155,7 @@ if [[ -z $run_dir ]]; then
     nodes="${nodes:-$((max_ni + 1))}"
     ((nodes > max_ni)) || ni_die "--nodes $nodes is too few for NI $max_ni"
     run_dir="$work/run"
-    NO_COLOR=1 "$device" --nodes "$nodes" --run-dir "$run_dir" >"$daemon_log" 2>&1 &
+    NO_COLOR=1 "$device" --nodes "$nodes" --run-dir "$run_dir" --direct "$direct" >"$daemon_log" 2>&1 &
     daemon_pid=$!
     own_daemon=1
 fi

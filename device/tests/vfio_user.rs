@@ -22,14 +22,24 @@ fn enumerates_regions_and_irqs() {
         sizes,
         vec![16 << 20, 0, 1 << 20, 0, 32 << 20, 0, 0, 0x1000, 0]
     );
-    // BAR4's upper half is the partition window, an fd-backed mmap area (the daemon's one
-    // NI forms a partition of one, created before anyone attached).
+    // The daemon's one NI forms a partition of one, created before anyone attached, so it has
+    // a window: isolated by default (fastpath.md, "One writer per page") — not in BAR4, but in
+    // regions of its own after the PCI ones: the device page read-only, this rank's zone
+    // read-write, the zones of ranks the partition does not have empty.
+    use ni_abi::window as w;
     let bar4 = c.region(4).unwrap();
-    assert_ne!(bar4.flags & VFIO_REGION_INFO_FLAG_MMAP, 0);
-    assert_eq!(bar4.sparse_areas.len(), 1);
-    assert_eq!(bar4.sparse_areas[0].offset, 16 << 20);
-    assert_eq!(bar4.sparse_areas[0].size, 16 << 20);
-    assert!(bar4.file_offset.is_some(), "the window is offered as an fd");
+    assert_eq!(bar4.flags & VFIO_REGION_INFO_FLAG_MMAP, 0);
+    let dev = c.region(w::DEVICE_REGION).unwrap();
+    assert_eq!(dev.size, w::DEVICE_PAGE_SIZE);
+    assert_ne!(dev.flags & VFIO_REGION_INFO_FLAG_MMAP, 0);
+    assert_eq!(dev.flags & VFIO_REGION_INFO_FLAG_WRITE, 0);
+    assert!(dev.file_offset.is_some(), "the device page is offered as an fd");
+    let own = c.region(w::zone_region(0)).unwrap();
+    assert_eq!(own.size, w::ZONE_SIZE);
+    assert_ne!(own.flags & VFIO_REGION_INFO_FLAG_WRITE, 0);
+    assert!(own.file_offset.is_some(), "the own zone is offered as an fd");
+    assert_eq!(c.region(w::zone_region(1)).unwrap().size, 0);
+    assert!(c.region(w::ISOLATED_REGIONS).is_none());
     // Read through the socket (memory decode on), its header says what it is.
     cfg_write16(&mut c, 4, 0x2);
     let mut magic = [0u8; 4];

@@ -71,8 +71,9 @@ impl Daemon {
             std::fs::write(&p, body).unwrap();
             c.arg("--config").arg(p);
         }
-        // `NI_TEST_DIRECT=off`: the same tests over the fabric path only (tests/run.sh runs
-        // the point-to-point and collective suites both ways).
+        // `NI_TEST_DIRECT=off|shared`: the same tests over the fabric path only, or over the
+        // window kind guests use (tests/run.sh runs the point-to-point and collective suites
+        // every way).
         if let Ok(v) = std::env::var("NI_TEST_DIRECT") {
             if !config.is_some_and(|b| b.contains("direct")) {
                 c.args(["--direct", &v]);

@@ -11,7 +11,7 @@ set -euo pipefail
 vm_prepare
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/ni-dies.XXXXXX")"
 device="${NI_DEVICE:-$NI_REPO/target/release/ni-device}"
-"$device" --nodes 1 --run-dir "$run_dir" 2>"$run_dir/daemon.log" &
+"$device" --nodes 1 --run-dir "$run_dir" --direct shared 2>"$run_dir/daemon.log" &
 dpid=$!
 disown "$dpid"  # its SIGKILL is the test, not news for the shell
 trap 'kill -KILL $dpid 2>/dev/null || true; rm -rf "$run_dir"' EXIT
