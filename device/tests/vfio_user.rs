@@ -33,11 +33,17 @@ fn enumerates_regions_and_irqs() {
     assert_eq!(dev.size, w::DEVICE_PAGE_SIZE);
     assert_ne!(dev.flags & VFIO_REGION_INFO_FLAG_MMAP, 0);
     assert_eq!(dev.flags & VFIO_REGION_INFO_FLAG_WRITE, 0);
-    assert!(dev.file_offset.is_some(), "the device page is offered as an fd");
+    assert!(
+        dev.file_offset.is_some(),
+        "the device page is offered as an fd"
+    );
     let own = c.region(w::zone_region(0)).unwrap();
     assert_eq!(own.size, w::ZONE_SIZE);
     assert_ne!(own.flags & VFIO_REGION_INFO_FLAG_WRITE, 0);
-    assert!(own.file_offset.is_some(), "the own zone is offered as an fd");
+    assert!(
+        own.file_offset.is_some(),
+        "the own zone is offered as an fd"
+    );
     assert_eq!(c.region(w::zone_region(1)).unwrap().size, 0);
     assert!(c.region(w::ISOLATED_REGIONS).is_none());
     // Read through the socket (memory decode on), its header says what it is.

@@ -266,7 +266,11 @@ const _: () = {
     const PAGE: u64 = 4096;
     assert!(hdr::COLL_TIMEOUT_MS + 4 <= STATE);
     assert!(STATE + MAX_RANKS as u64 * LINE <= DEVICE_PAGE + DEVICE_PAGE_SIZE);
-    assert!(DEVICE_PAGE_SIZE % PAGE == 0 && ZONES % PAGE == 0 && ZONE_SIZE % PAGE == 0);
+    assert!(
+        DEVICE_PAGE_SIZE.is_multiple_of(PAGE)
+            && ZONES.is_multiple_of(PAGE)
+            && ZONE_SIZE.is_multiple_of(PAGE)
+    );
     assert!(zone::SLEEPING + 4 <= zone::STATS);
     assert!(zone::STATS + stats::LEN <= zone::TAILS);
     assert!(zone::TAILS + MAX_RANKS as u64 * LINE <= zone::HEADS);
