@@ -258,21 +258,12 @@ impl Ni {
     /// Where an access to one of an isolated window's regions (`ni_abi::window::
     /// DEVICE_REGION`, `zone_region`) lands in the window: regions this session offers only.
     fn window_region(&mut self, region: u32, offset: u64, len: usize) -> Result<u64, AccessError> {
-        use crate::fabric::window::Window;
-        let size = match (&self.window, Window::region_offset(region)) {
-            (Some(w), Some(_)) => w
-                .regions(None)
-                .iter()
-                .find(|r| r.index == region)
-                .map_or(0, |r| r.size),
-            _ => 0,
-        };
-        if size == 0 {
+        let Some((at, size)) = self.window.as_ref().and_then(|w| w.region_span(region)) else {
             self.counters.bad_accesses += 1;
             return Err(AccessError::NoRegion(region));
-        }
+        };
         match offset.checked_add(len as u64) {
-            Some(end) if end <= size => Ok(Window::region_offset(region).unwrap_or(0) + offset),
+            Some(end) if end <= size => Ok(at + offset),
             _ => {
                 self.counters.bad_accesses += 1;
                 Err(AccessError::OutOfRange {

@@ -388,15 +388,17 @@ impl Window {
             .is_ok()
     }
 
-    /// A trapped access to one of the isolated window's regions: its offset in the window.
-    pub fn region_offset(region: u32) -> Option<u64> {
+    /// Where one of an isolated window's regions lies in the window: (offset, size); `None`
+    /// for a region this window does not offer (a shared window, a rank beyond its members).
+    pub fn region_span(&self, region: u32) -> Option<(u64, u64)> {
+        let Files::Isolated { zones, .. } = &self.files else {
+            return None;
+        };
         if region == w::DEVICE_REGION {
-            Some(w::DEVICE_PAGE)
-        } else if (w::zone_region(0)..w::ISOLATED_REGIONS).contains(&region) {
-            Some(w::zone(region - w::zone_region(0)))
-        } else {
-            None
+            return Some((w::DEVICE_PAGE, w::DEVICE_PAGE_SIZE));
         }
+        let rank = region.checked_sub(w::zone_region(0))?;
+        ((rank as usize) < zones.len()).then(|| (w::zone(rank), w::ZONE_SIZE))
     }
 }
 
@@ -504,6 +506,16 @@ mod tests {
             unsafe { libc::munmap(ro, r.size as usize) };
         }
         assert_eq!(regions.iter().filter(|r| r.writable).count(), 1);
+        assert_eq!(
+            win.region_span(w::zone_region(1)),
+            Some((w::zone(1), w::ZONE_SIZE))
+        );
+        assert_eq!(
+            win.region_span(w::DEVICE_REGION),
+            Some((w::DEVICE_PAGE, w::DEVICE_PAGE_SIZE))
+        );
+        assert_eq!(win.region_span(w::zone_region(2)), None);
+        assert_eq!(win.region_span(ni_abi::pci::BAR4_REGION), None);
         assert!(Window::new(Kind::Shared, vec![1], 1000)
             .unwrap()
             .regions(Some(0))
