@@ -98,6 +98,7 @@ pub fn region_size(region: u32) -> u64 {
     match region {
         pci::BAR0_REGION => lanai::BAR0_SIZE,
         pci::BAR2_REGION => cm5::BAR2_SIZE,
+        pci::BAR3_REGION => pci::BAR3_SIZE,
         pci::BAR4_REGION => pci::BAR4_SIZE,
         pci::CONFIG_REGION => pci::CONFIG_SIZE,
         _ => 0,
@@ -276,6 +277,21 @@ impl Ni {
         }
     }
 
+    /// Where an access at `offset` of BAR3 lands in the window: in this client's own zone,
+    /// or nowhere (no window, not a member, or past the zone: the BAR's hole).
+    fn own_zone(&self, offset: u64, len: usize) -> Option<u64> {
+        let w = self.window.as_ref()?;
+        let rank = w.rank_of(self.index)?;
+        let end = offset.checked_add(len as u64)?;
+        (end <= ni_abi::window::ZONE_SIZE).then(|| ni_abi::window::zone(rank) + offset)
+    }
+
+    fn window_region_read_at(&self, at: u64, data: &mut [u8]) {
+        if let Some(w) = &self.window {
+            w.read(at, data);
+        }
+    }
+
     fn window_region_read(
         &mut self,
         region: u32,
@@ -283,9 +299,7 @@ impl Ni {
         data: &mut [u8],
     ) -> Result<(), AccessError> {
         let at = self.window_region(region, offset, data.len())?;
-        if let Some(w) = &self.window {
-            w.read(at, data);
-        }
+        self.window_region_read_at(at, data);
         Ok(())
     }
 
@@ -336,6 +350,13 @@ impl Ni {
                 let counters = &mut self.counters;
                 if self.cm5.read(offset, data, counters) {
                     self.update_interrupts();
+                }
+                Ok(())
+            }
+            pci::BAR3_REGION => {
+                match self.own_zone(offset, len) {
+                    Some(at) => self.window_region_read_at(at, data),
+                    None => data.fill(0),
                 }
                 Ok(())
             }
@@ -415,6 +436,13 @@ impl Ni {
                 }
                 Ok(())
             }
+            pci::BAR3_REGION => match self.own_zone(offset, len) {
+                Some(at) => self.window_write(region, offset, at, data),
+                None => {
+                    self.counters.bad_accesses += 1;
+                    Ok(())
+                }
+            },
             pci::BAR4_REGION if offset >= ni_abi::window::WINDOW_OFFSET => {
                 let at = offset - ni_abi::window::WINDOW_OFFSET;
                 self.window_write(region, offset, at, data)

@@ -55,6 +55,8 @@ pub struct RegionDesc {
     /// Sparse mmap areas (offset, size) within the region, backed by `mmap_fd`.
     pub sparse: Vec<(u64, u64)>,
     pub mmap_fd: Option<RawFd>,
+    /// Where the region starts in `mmap_fd` (the mmap offset of region offset 0).
+    pub fd_offset: u64,
 }
 
 pub struct IrqDesc {
@@ -459,7 +461,7 @@ fn region_info(out: &mut Vec<u8>, index: u32, argsz: u32, r: &RegionDesc) -> Opt
     out.extend_from_slice(&index.to_le_bytes());
     out.extend_from_slice(&(if cap.is_empty() { 0 } else { INFO }).to_le_bytes());
     out.extend_from_slice(&r.size.to_le_bytes());
-    out.extend_from_slice(&0u64.to_le_bytes()); // mmap offset of the region in its fd
+    out.extend_from_slice(&r.fd_offset.to_le_bytes());
     if send_caps {
         out.extend_from_slice(&cap);
         r.mmap_fd
@@ -472,6 +474,7 @@ fn region_info(out: &mut Vec<u8>, index: u32, argsz: u32, r: &RegionDesc) -> Opt
 /// each zone, mappable whole through their own descriptors — read-only ones except for this
 /// NI's own zone.
 fn regions(sram_fd: RawFd, window: Option<&Window>, index: u32) -> Vec<RegionDesc> {
+    let rank = window.and_then(|w| w.rank_of(index));
     let mut out: Vec<RegionDesc> = (0..pci::NUM_REGIONS)
         .map(|index| {
             let size = region_size(index);
@@ -481,26 +484,39 @@ fn regions(sram_fd: RawFd, window: Option<&Window>, index: u32) -> Vec<RegionDes
             }
             let mut sparse = vec![];
             let mut mmap_fd = None;
+            let mut fd_offset = 0;
             if index == pci::BAR0_REGION {
                 flags |= VFIO_REGION_INFO_FLAG_MMAP;
                 sparse.push((0, ni_abi::lanai::SRAM_SIZE));
                 mmap_fd = Some(sram_fd);
             }
+            // A shared window: BAR4 shows all of it read-only — no FLAG_WRITE, so a VMM maps
+            // it PROT_READ, and a descriptor that could not be mapped otherwise — and BAR3
+            // this member's zone read-write (`ni_abi::window::Kind::Shared`).
             if let (pci::BAR4_REGION, Some(fd)) = (index, window.and_then(|w| w.bar4_fd())) {
-                flags |= VFIO_REGION_INFO_FLAG_MMAP;
+                flags = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_MMAP;
                 sparse.push((ni_abi::window::WINDOW_OFFSET, ni_abi::window::WINDOW_SIZE));
                 mmap_fd = Some(fd);
+            }
+            if let (pci::BAR3_REGION, Some((fd, at))) =
+                (index, window.and_then(|w| w.bar3_zone(rank)))
+            {
+                flags |= VFIO_REGION_INFO_FLAG_MMAP;
+                sparse.push((0, ni_abi::window::ZONE_SIZE));
+                mmap_fd = Some(fd);
+                fd_offset = at;
             }
             RegionDesc {
                 size,
                 flags,
                 sparse,
                 mmap_fd,
+                fd_offset,
             }
         })
         .collect();
     if let Some(w) = window {
-        for r in w.regions(w.rank_of(index)) {
+        for r in w.regions(rank) {
             debug_assert_eq!(r.index as usize, out.len());
             let mut flags = 0;
             if r.size > 0 {
@@ -518,6 +534,7 @@ fn regions(sram_fd: RawFd, window: Option<&Window>, index: u32) -> Vec<RegionDes
                     vec![]
                 },
                 mmap_fd: r.fd,
+                fd_offset: 0,
             });
         }
     }

@@ -20,7 +20,7 @@ fn enumerates_regions_and_irqs() {
         .collect();
     assert_eq!(
         sizes,
-        vec![16 << 20, 0, 1 << 20, 0, 32 << 20, 0, 0, 0x1000, 0]
+        vec![16 << 20, 0, 1 << 20, 1 << 20, 32 << 20, 0, 0, 0x1000, 0]
     );
     // The daemon's one NI forms a partition of one, created before anyone attached, so it has
     // a window: isolated by default (fastpath.md, "One writer per page") — not in BAR4, but in
@@ -99,8 +99,131 @@ fn config_space_identity_and_capability_chain() {
     // Writes to read-only header fields are ignored; BAR sizing works.
     cfg_write32(&mut c, 0, 0xFFFF_FFFF);
     assert_eq!(cfg_read16(&mut c, 0), pci::VENDOR_ID);
+    // BAR2 and BAR3 are 32-bit (type 0), so BAR3 is a BAR of its own.
     cfg_write32(&mut c, 0x18, 0xFFFF_FFFF);
-    assert_eq!(cfg_read32(&mut c, 0x18), !(cm5::BAR2_SIZE as u32 - 1) | 0x4);
+    assert_eq!(cfg_read32(&mut c, 0x18), !(cm5::BAR2_SIZE as u32 - 1));
+    cfg_write32(&mut c, 0x1C, 0xFFFF_FFFF);
+    assert_eq!(cfg_read32(&mut c, 0x1C), !(pci::BAR3_SIZE as u32 - 1));
+    cfg_write32(&mut c, 0x20, 0xFFFF_FFFF);
+    assert_eq!(cfg_read32(&mut c, 0x20), !(pci::BAR4_SIZE as u32 - 1) | 0x4);
+}
+
+/// `--direct shared` (fastpath.md, "One writer per page"): BAR4 shows the whole window
+/// through a read-only descriptor and without FLAG_WRITE, BAR3 the member's own zone
+/// read-write; the kernel refuses a writable mapping of BAR4, and trapped writes follow the
+/// same rule.
+#[test]
+fn a_shared_window_is_read_only_in_bar4_and_writable_only_in_the_own_zone_of_bar3() {
+    use ni_abi::window as w;
+    use std::os::unix::fs::FileExt;
+    let d = Daemon::start_with(2, &["--direct", "shared"]);
+    let mut c0 = d.client(0);
+    let mut c1 = d.client(1);
+    for (rank, c) in [(0u32, &mut c0), (1, &mut c1)] {
+        let bar4 = c.region(pci::BAR4_REGION).unwrap();
+        assert_ne!(bar4.flags & VFIO_REGION_INFO_FLAG_MMAP, 0);
+        assert_eq!(bar4.sparse_areas.len(), 1);
+        assert_eq!(bar4.sparse_areas[0].offset, w::WINDOW_OFFSET);
+        let f4 = bar4.file_offset.as_ref().expect("BAR4 offers an fd");
+        let (f4, s4) = (f4.file().try_clone().unwrap(), f4.start());
+        let bar4_flags = bar4.flags;
+        let map = |f: &std::fs::File, off: u64, len: u64, prot: i32| {
+            // SAFETY: a fresh shared mapping, checked below and unmapped by the caller.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len as usize,
+                    prot,
+                    libc::MAP_SHARED,
+                    f.as_raw_fd(),
+                    off as libc::off_t,
+                )
+            }
+        };
+        assert_eq!(
+            bar4_flags & VFIO_REGION_INFO_FLAG_WRITE,
+            0,
+            "BAR4 is read-only"
+        );
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let p = map(&f4, s4 + w::WINDOW_OFFSET, w::WINDOW_SIZE, rw);
+        assert_eq!(p, libc::MAP_FAILED, "BAR4's descriptor maps writable");
+        let p = map(&f4, s4 + w::WINDOW_OFFSET, w::WINDOW_SIZE, libc::PROT_READ);
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: p maps WINDOW_SIZE bytes; mprotect of our own mapping.
+        let r = unsafe { libc::mprotect(p, w::WINDOW_SIZE as usize, rw) };
+        assert_ne!(
+            r, 0,
+            "a read-only descriptor's mapping cannot become writable"
+        );
+
+        let bar3 = c.region(pci::BAR3_REGION).unwrap();
+        assert_eq!(bar3.size, pci::BAR3_SIZE);
+        assert_ne!(bar3.flags & VFIO_REGION_INFO_FLAG_WRITE, 0);
+        assert_eq!(bar3.sparse_areas.len(), 1);
+        assert_eq!(
+            (bar3.sparse_areas[0].offset, bar3.sparse_areas[0].size),
+            (0, w::ZONE_SIZE)
+        );
+        let f3 = bar3.file_offset.as_ref().expect("BAR3 offers an fd");
+        assert_eq!(f3.start(), w::WINDOW_OFFSET + w::zone(rank));
+        // What the member writes in BAR3 is its zone in BAR4's view, and in the daemon's.
+        let z = map(f3.file(), f3.start(), w::ZONE_SIZE, rw);
+        assert_ne!(z, libc::MAP_FAILED);
+        // In a ring, which attaching does not clear.
+        let at = w::zone::RINGS as usize + 64;
+        let word = 0x5EED_0000 + rank;
+        // SAFETY: both mappings are live; `at` is inside the zone, 4-aligned.
+        let seen = unsafe {
+            (z as *mut u8).add(at).cast::<u32>().write_volatile(word);
+            (p as *const u8)
+                .add(w::zone(rank) as usize + at)
+                .cast::<u32>()
+                .read_volatile()
+        };
+        assert_eq!(seen, word);
+        cfg_write16(c, 4, 0x2);
+        let mut b = [0u8; 4];
+        c.region_read(pci::BAR3_REGION, at as u64, &mut b).unwrap();
+        assert_eq!(u32::from_le_bytes(b), word);
+        // Trapped writes to its own zone, through BAR3 and through BAR4.
+        c.region_write(pci::BAR3_REGION, at as u64 + 4, &7u32.to_le_bytes())
+            .unwrap();
+        let own = w::WINDOW_OFFSET + w::zone(rank) + at as u64 + 8;
+        c.region_write(pci::BAR4_REGION, own, &9u32.to_le_bytes())
+            .unwrap();
+        let mut got = [0u8; 8];
+        f4.read_exact_at(&mut got, s4 + own - 4).unwrap();
+        assert_eq!(got, [7, 0, 0, 0, 9, 0, 0, 0]);
+        // SAFETY: unmapping the two mappings made above.
+        unsafe {
+            libc::munmap(z, w::ZONE_SIZE as usize);
+            libc::munmap(p, w::WINDOW_SIZE as usize);
+        }
+    }
+    drop((c0, c1));
+    // Nobody else's zone, and BAR3's hole is inert (a raw client: the crate's would wait
+    // forever on an error reply).
+    for rank in 0..2u32 {
+        let mut raw = Raw::connect(&d.sock(rank));
+        assert!(!raw.region_write(pci::CONFIG_REGION, 4, &[2, 0]).is_error());
+        let peer = w::WINDOW_OFFSET + w::zone(1 - rank) + w::zone::RINGS;
+        assert!(raw
+            .region_write(pci::BAR4_REGION, peer, &1u32.to_le_bytes())
+            .is_error());
+        assert!(!raw
+            .region_write(pci::BAR3_REGION, w::ZONE_SIZE, &1u32.to_le_bytes())
+            .is_error());
+        let r = raw.region_read(pci::BAR3_REGION, w::ZONE_SIZE, 4);
+        assert!(!r.is_error());
+        assert_eq!(
+            r.body[r.body.len() - 4..],
+            [0; 4],
+            "BAR3 past the zone is a hole"
+        );
+    }
+    assert_eq!(d.counter(0, "window_write_refused"), 1);
+    assert_eq!(d.counter(1, "window_write_refused"), 1);
 }
 
 #[test]

@@ -538,11 +538,12 @@ impl Ni {
         let win = match serial {
             0 => None,
             _ => {
-                let mem = dev.map_window()?.ok_or_else(|| {
+                let mem = dev.map_window(rank)?.ok_or_else(|| {
                     attach_err(
                         "the partition uses the direct path but its window cannot be mapped \
-                         here (a guest can map only a shared window, in BAR4): start ni-device \
-                         with --direct shared for partitions with guests, or --direct off"
+                         here (a guest can map only a shared window, in BAR3 and BAR4): start \
+                         ni-device with --direct shared for partitions with guests, or \
+                         --direct off"
                             .into(),
                     )
                 })?;

@@ -12,9 +12,10 @@ use crate::Result;
 pub(crate) trait Transport: Send {
     /// Map the NI's SRAM (BAR0's first 8 MiB) into this process.
     fn map_sram(&mut self) -> Result<Mem>;
-    /// Map the partition window (BAR4's upper half) if the device offers it mappable;
-    /// `None`: this NI has no window (the fabric path carries everything).
-    fn map_window(&mut self) -> Result<Option<Mem>>;
+    /// Map the partition window if the device offers it mappable, writable only in `rank`'s
+    /// zone (`ni_abi::window::Kind`); `None`: this NI has no window (the fabric path carries
+    /// everything).
+    fn map_window(&mut self, rank: u32) -> Result<Option<Mem>>;
     /// A trapped read of a region (VFIO region index: BAR0 = 0, config = 7, ...).
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<()>;
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<()>;

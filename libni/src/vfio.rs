@@ -292,28 +292,50 @@ impl Transport for Device {
         Ok(sram)
     }
 
-    fn map_window(&mut self) -> Result<Option<Mem>> {
-        use ni_abi::window::{WINDOW_OFFSET, WINDOW_SIZE};
-        let bar4 = ni_abi::pci::BAR4_REGION;
+    fn map_window(&mut self, rank: u32) -> Result<Option<Mem>> {
+        use ni_abi::window::{self as w, WINDOW_OFFSET, WINDOW_SIZE};
+        let (bar3, bar4) = (ni_abi::pci::BAR3_REGION, ni_abi::pci::BAR4_REGION);
         if self.device.get_region_size(bar4) < WINDOW_OFFSET + WINDOW_SIZE
             || self.device.get_region_flags(bar4) & REGION_MMAP == 0
         {
             return Ok(None);
         }
-        // SAFETY: dup of the device descriptor we hold; the result is checked and owned.
-        let fd = unsafe { libc::dup(self.device.as_raw_fd()) };
-        if fd < 0 {
-            return Err(self.err(format!("dup: {}", std::io::Error::last_os_error())));
+        if self.device.get_region_size(bar3) < w::ZONE_SIZE
+            || self.device.get_region_flags(bar3) & REGION_MMAP == 0
+        {
+            return Err(self.err(format!(
+                "BAR4 shows a partition window but BAR3 offers no mappable zone for rank {rank}"
+            )));
         }
-        // SAFETY: fd is a fresh descriptor we own.
-        let file = unsafe { File::from_raw_fd(fd) };
-        // A kernel that will not map this part of the BAR leaves the fabric path.
-        Ok(Mem::map_fd(
-            file,
-            self.device.get_region_offset(bar4) + WINDOW_OFFSET,
-            WINDOW_SIZE as usize,
-        )
-        .ok())
+        let dup = |this: &Self| {
+            // SAFETY: dup of the device descriptor we hold; the result is checked and owned.
+            let fd = unsafe { libc::dup(this.device.as_raw_fd()) };
+            if fd < 0 {
+                return Err(this.err(format!("dup: {}", std::io::Error::last_os_error())));
+            }
+            // SAFETY: fd is a fresh descriptor we own.
+            Ok(unsafe { File::from_raw_fd(fd) })
+        };
+        // The window read-only from BAR4 (the VMM maps it so: a store there would fault in
+        // the VMM, not reach a peer), this member's zone read-write from BAR3 over its place.
+        let parts = vec![
+            crate::mem::Part {
+                fd: dup(self)?,
+                file_offset: self.device.get_region_offset(bar4) + WINDOW_OFFSET,
+                at: 0,
+                len: WINDOW_SIZE,
+                writable: false,
+            },
+            crate::mem::Part {
+                fd: dup(self)?,
+                file_offset: self.device.get_region_offset(bar3),
+                at: w::zone(rank),
+                len: w::ZONE_SIZE,
+                writable: true,
+            },
+        ];
+        // A kernel that will not map these parts of the BARs leaves the fabric path.
+        Ok(Mem::compose(WINDOW_SIZE as usize, parts).ok())
     }
 
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<()> {

@@ -309,20 +309,46 @@ impl Transport for Device {
         Mem::map_fd(fd, info.offset, ni_abi::lanai::SRAM_SIZE as usize)
     }
 
-    fn map_window(&mut self) -> Result<Option<Mem>, Error> {
+    fn map_window(&mut self, rank: u32) -> Result<Option<Mem>, Error> {
         use ni_abi::window::{self as w, WINDOW_OFFSET, WINDOW_SIZE};
         if self.num_regions >= w::ISOLATED_REGIONS {
             return self.map_isolated_window().map(Some);
         }
-        let info = self.region_info(ni_abi::pci::BAR4_REGION)?;
-        match info.fd {
-            Some(fd) if info.size >= WINDOW_OFFSET + WINDOW_SIZE => Ok(Some(Mem::map_fd(
-                fd,
-                info.offset + WINDOW_OFFSET,
-                WINDOW_SIZE as usize,
-            )?)),
-            _ => Ok(None),
-        }
+        // A shared window: all of it read-only from BAR4, this member's zone over its place
+        // from BAR3.
+        let bar4 = self.region_info(ni_abi::pci::BAR4_REGION)?;
+        let fd4 = match bar4.fd {
+            Some(fd) if bar4.size >= WINDOW_OFFSET + WINDOW_SIZE => fd,
+            _ => return Ok(None),
+        };
+        let bar3 = self.region_info(ni_abi::pci::BAR3_REGION)?;
+        let fd3 = match bar3.fd {
+            Some(fd) if bar3.size >= w::ZONE_SIZE && bar3.flags & REGION_FLAG_WRITE != 0 => fd,
+            _ => {
+                return Err(Error::Device(format!(
+                    "BAR4 shows a partition window but BAR3 ({:#x} bytes) offers no writable \
+                     zone for rank {rank}",
+                    bar3.size
+                )))
+            }
+        };
+        let parts = vec![
+            crate::mem::Part {
+                fd: fd4,
+                file_offset: bar4.offset + WINDOW_OFFSET,
+                at: 0,
+                len: WINDOW_SIZE,
+                writable: bar4.flags & REGION_FLAG_WRITE != 0,
+            },
+            crate::mem::Part {
+                fd: fd3,
+                file_offset: bar3.offset,
+                at: w::zone(rank),
+                len: w::ZONE_SIZE,
+                writable: true,
+            },
+        ];
+        Mem::compose(WINDOW_SIZE as usize, parts).map(Some)
     }
 
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Error> {

@@ -13,13 +13,17 @@ pub const CLASS_CODE: u32 = 0x02_80_00;
 /// VFIO PCI region indices (`VFIO_PCI_*_REGION_INDEX`).
 pub const BAR0_REGION: u32 = 0;
 pub const BAR2_REGION: u32 = 2;
+pub const BAR3_REGION: u32 = 3;
 pub const BAR4_REGION: u32 = 4;
 pub const ROM_REGION: u32 = 6;
 pub const CONFIG_REGION: u32 = 7;
 pub const NUM_REGIONS: u32 = 9;
 
-/// BAR4: the MSI-X table and pending-bit array.
-/// MSI-X below 16 MiB, the partition window (`crate::window`) above.
+/// BAR3 (32-bit, beside a 32-bit BAR2): the member's own zone of a shared partition window
+/// (`crate::window::Kind::Shared`), read-write, from offset 0; the rest of the BAR is a hole.
+pub const BAR3_SIZE: u64 = 1 << 20;
+/// BAR4: the MSI-X table and pending-bit array below 16 MiB, the partition window
+/// (`crate::window`) above — read-only to a member, whose own zone is writable in BAR3.
 pub const BAR4_SIZE: u64 = 32 << 20;
 pub const MSIX_TABLE_OFFSET: u64 = 0;
 pub const MSIX_PBA_OFFSET: u64 = 0x800;

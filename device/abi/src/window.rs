@@ -22,17 +22,19 @@ pub enum Kind {
     /// One file per writer: the device page and each rank's zone are separate memfds, shown
     /// to a host client as the vfio-user regions [`DEVICE_REGION`] and [`zone_region`] — its
     /// own zone read-write, every other one through a read-only descriptor, so no mapping it
-    /// can make writes a word another member owns. A VMM cannot show several files in one BAR,
+    /// can make writes a word another member owns. A VMM shows only PCI regions to a guest,
     /// so guests cannot map it.
     Isolated,
-    /// One file for the whole window, in BAR4 from [`WINDOW_OFFSET`] (a sparse mmap area
-    /// every member maps read-write): what guests can map. Members are trusted not to write
-    /// each other's zones.
+    /// One file for the whole window, shown in two BARs: BAR4 from [`WINDOW_OFFSET`], the
+    /// whole window through a read-only descriptor and without `FLAG_WRITE` (so a VMM maps
+    /// it read-only), and BAR3 from 0, the member's own zone read-write. A member maps
+    /// BAR4's window and then its zone over its place in it ([`zone`]). A VMM can show
+    /// this, so guests can map it; the MMU keeps one writer per page either way.
     Shared,
 }
 
 /// Where the window starts in BAR4 (after the MSI-X table and PBA), for [`Kind::Shared`];
-/// trapped accesses there reach the window of either kind.
+/// trapped accesses there (and to BAR3, the member's zone) reach the window of either kind.
 pub const WINDOW_OFFSET: u64 = 16 << 20;
 pub const WINDOW_SIZE: u64 = 16 << 20;
 /// Partitions of more NIs than this use the fabric path only.
@@ -278,6 +280,7 @@ const _: () = {
     assert!(zone::COLL + 2 * COLL_SLOT <= zone::RINGS);
     assert!(zone(MAX_RANKS) <= WINDOW_SIZE);
     assert!(WINDOW_OFFSET + WINDOW_SIZE <= crate::pci::BAR4_SIZE);
+    assert!(ZONE_SIZE <= crate::pci::BAR3_SIZE);
     assert!(MAX_RANKS <= 32, "REACH is a 32-bit mask");
 };
 

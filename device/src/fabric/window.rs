@@ -41,8 +41,8 @@ impl Part {
 
 enum Files {
     /// The memfd spans BAR4, so that a BAR offset is a file offset; only the window part is
-    /// ever mapped (the rest stays a hole).
-    Shared(File),
+    /// ever mapped (the rest stays a hole). BAR4 shows it read-only, BAR3 a zone of it.
+    Shared(Part),
     Isolated {
         device: Part,
         zones: Vec<Part>,
@@ -164,13 +164,13 @@ impl Window {
         let base = res.0;
         let files = match kind {
             Kind::Shared => {
-                let f = sealed_memfd(
+                let f = Part::new(
                     "partition window",
                     c"ni-partition-window",
                     w::WINDOW_OFFSET + w::WINDOW_SIZE,
                 )?;
                 // SAFETY: the whole reservation, from the window's offset in the file.
-                unsafe { map_at(base, 0, w::WINDOW_SIZE, f.as_raw_fd(), w::WINDOW_OFFSET)? };
+                unsafe { map_at(base, 0, w::WINDOW_SIZE, f.rw.as_raw_fd(), w::WINDOW_OFFSET)? };
                 Files::Shared(f)
             }
             Kind::Isolated => {
@@ -236,11 +236,22 @@ impl Window {
         }
     }
 
-    /// The memfd shown in BAR4 from `WINDOW_OFFSET`: a shared window's only file.
+    /// A shared window's file as BAR4 shows it from `WINDOW_OFFSET`: read-only.
     pub fn bar4_fd(&self) -> Option<RawFd> {
         match &self.files {
-            Files::Shared(f) => Some(f.as_raw_fd()),
+            Files::Shared(f) => Some(f.ro.as_raw_fd()),
             Files::Isolated { .. } => None,
+        }
+    }
+
+    /// What BAR3 shows `rank`'s client of a shared window: its zone, read-write — the
+    /// descriptor and the zone's offset in it. `None` for an isolated window or a non-member.
+    pub fn bar3_zone(&self, rank: Option<u32>) -> Option<(RawFd, u64)> {
+        match (&self.files, rank) {
+            (Files::Shared(f), Some(r)) if (r as usize) < self.members.len() => {
+                Some((f.rw.as_raw_fd(), w::WINDOW_OFFSET + w::zone(r)))
+            }
+            _ => None,
         }
     }
 

@@ -32,8 +32,14 @@ pub const EXP_DEVSTA: usize = CAP_EXP as usize + 0xA;
 pub const DEVCTL_BCR_FLR: u16 = 1 << 15;
 pub const DEVCAP_FLR: u32 = 1 << 28;
 
-/// Sizes of the three 64-bit memory BARs (0, 2, 4).
-pub const BARS: [(usize, u64); 3] = [(0, lanai::BAR0_SIZE), (2, cm5::BAR2_SIZE), (4, BAR4_SIZE)];
+/// The memory BARs: index, size, 64-bit. BAR2 is 32-bit so that BAR3 (the member's own zone
+/// of a shared partition window, `ni_abi::pci::BAR3_SIZE`) has a slot of its own.
+pub const BARS: [(usize, u64, bool); 4] = [
+    (0, lanai::BAR0_SIZE, true),
+    (2, cm5::BAR2_SIZE, false),
+    (3, BAR3_SIZE, false),
+    (4, BAR4_SIZE, true),
+];
 
 /// What a configuration write changed that the rest of the device must act on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,11 +105,18 @@ impl ConfigSpace {
         self.put32(0x08, (CLASS_CODE << 8) | REVISION as u32, 0, 0);
         self.bytes[0x0C] = 0; // cache line size
         self.wmask[0x0C] = 0xFF;
-        for (bar, size) in BARS {
+        for (bar, size, wide) in BARS {
             let off = BAR_BASE + bar * 4;
-            // 64-bit memory BAR, not prefetchable (the specials have read side effects).
-            self.put32(off, 0x4, !(size as u32 - 1) & 0xFFFF_FFF0, 0);
-            self.put32(off + 4, 0, 0xFFFF_FFFF, 0);
+            // Memory BARs, not prefetchable (the specials have read side effects).
+            self.put32(
+                off,
+                if wide { 0x4 } else { 0 },
+                !(size as u32 - 1) & 0xFFFF_FFF0,
+                0,
+            );
+            if wide {
+                self.put32(off + 4, 0, 0xFFFF_FFFF, 0);
+            }
         }
         self.put16(0x2C, SUBSYSTEM_VENDOR_ID, 0, 0);
         self.put16(0x2E, SUBSYSTEM_ID, 0, 0);
@@ -333,16 +346,25 @@ mod tests {
     #[test]
     fn bar_sizing_reports_size_and_type() {
         let mut c = ConfigSpace::new();
-        for (bar, size) in BARS {
+        for (bar, size, wide) in BARS {
             let off = BAR_BASE + bar * 4;
             c.write(off, &[0xFF; 4]);
-            c.write(off + 4, &[0xFF; 4]);
+            if wide {
+                c.write(off + 4, &[0xFF; 4]);
+            }
             let lo = r32(&c, off);
-            assert_eq!(lo & 0xF, 0x4, "64-bit non-prefetchable memory");
+            let kind = if wide { 0x4 } else { 0 };
+            assert_eq!(
+                lo & 0xF,
+                kind,
+                "BAR{bar}: non-prefetchable memory, 64-bit={wide}"
+            );
             assert_eq!(!(lo & !0xF) as u64 + 1, size);
-            assert_eq!(r32(&c, off + 4), 0xFFFF_FFFF);
+            if wide {
+                assert_eq!(r32(&c, off + 4), 0xFFFF_FFFF);
+            }
         }
-        // Odd BARs and the ROM BAR beyond the pairs: BAR1 is BAR0's high half.
+        // BAR1 and BAR5 are the high halves of BAR0 and BAR4; the ROM BAR is absent.
         c.write(0x30, &[0xFF; 4]);
         assert_eq!(r32(&c, 0x30), 0);
     }

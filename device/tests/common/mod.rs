@@ -50,9 +50,14 @@ pub fn wait_for(path: &Path) {
 
 impl Daemon {
     pub fn start(nodes: u32) -> Daemon {
+        Daemon::start_with(nodes, &[])
+    }
+
+    /// With more `ni-device` arguments.
+    pub fn start_with(nodes: u32, args: &[&str]) -> Daemon {
         let tmp = TempDir::new("dev");
         let dir = tmp.0.join("run");
-        let child = spawn(&dir, nodes);
+        let child = spawn_with(&dir, nodes, args);
         Daemon {
             child,
             dir,
@@ -97,9 +102,14 @@ impl Daemon {
 }
 
 pub fn spawn(dir: &Path, nodes: u32) -> Child {
+    spawn_with(dir, nodes, &[])
+}
+
+pub fn spawn_with(dir: &Path, nodes: u32, args: &[&str]) -> Child {
     let child = Command::new(env!("CARGO_BIN_EXE_ni-device"))
         .args(["--nodes", &nodes.to_string(), "--run-dir"])
         .arg(dir)
+        .args(args)
         .env("NI_LOG", "debug")
         .stderr(Stdio::from(
             File::create(dir.with_extension("log")).unwrap(),

@@ -23,6 +23,9 @@
 //! - `collectives` — `Ni::barrier` and `Ni::allreduce` (f64 sum of 100003 elements, i64
 //!   min, u64 xor, checked) across every rank
 //! - `attach` — attach alone and print rank, size and node
+//! - `scribble` — rank 0 (a guest) maps its BAR3 and BAR4 writable through sysfs and writes
+//!   its own zone full of garbage, then another rank's zone (which its VMM mapped read-only);
+//!   ranks 1 and 2 exchange checked messages until `NI_VM_STOP_FILE` appears ([`scribble`])
 //!
 //! After a scenario each rank prints `stats ...`, stays attached for `NI_VM_LINGER_MS` (if
 //! set) so the host can inspect the NI in use, then prints `ok SCENARIO`.
@@ -437,27 +440,7 @@ fn main() {
     let ni = if scenario == "attach" {
         match std::env::var_os("NI_SOCKET") {
             Some(p) => Ni::attach_path(std::path::Path::new(&p)),
-            None => Ni::attach_pci(
-                &std::env::var("NI_PCI")
-                    .ok()
-                    .or_else(|| {
-                        std::fs::read_dir("/sys/bus/pci/devices")
-                            .ok()
-                            .and_then(|d| {
-                                d.filter_map(|e| e.ok())
-                                    .find(|e| {
-                                        let r = |f: &str| {
-                                            std::fs::read_to_string(e.path().join(f))
-                                                .unwrap_or_default()
-                                        };
-                                        r("vendor").trim() == "0x1234"
-                                            && r("device").trim() == "0x4e49"
-                                    })
-                                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                            })
-                    })
-                    .expect("no NI PCI function in this machine"),
-            ),
+            None => Ni::attach_pci(&std::env::var("NI_PCI").unwrap_or_else(|_| ni_bdf())),
         }
     } else {
         Ni::attach()
@@ -515,6 +498,7 @@ fn main() {
         }
         "poweroff" => poweroff(&ni, &scratch, &mut tally),
         "collectives" => collectives(&ni),
+        "scribble" => scribble(&ni, &mut tally),
         other => panic!("unknown scenario {other}"),
     }
     println!(
@@ -532,6 +516,180 @@ fn main() {
         std::thread::sleep(Duration::from_millis(ms));
     }
     println!("ok {scenario}");
+}
+
+/// This machine's NI PCI function (vendor 0x1234, device 0x4e49), e.g. `0000:00:03.0`.
+fn ni_bdf() -> String {
+    std::fs::read_dir("/sys/bus/pci/devices")
+        .ok()
+        .and_then(|d| {
+            d.filter_map(|e| e.ok())
+                .find(|e| {
+                    let r = |f: &str| std::fs::read_to_string(e.path().join(f)).unwrap_or_default();
+                    r("vendor").trim() == "0x1234" && r("device").trim() == "0x4e49"
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+        })
+        .expect("no NI PCI function in this machine")
+}
+
+/// Issue 18 item 6 in a guest (fastpath.md, "One writer per page"). Rank 0 runs in a guest
+/// and attacks: past libni, it maps its NI's BAR3 (its own zone of the partition window)
+/// and BAR4 (the whole window) writable through sysfs, fills its own zone with garbage for
+/// a few seconds, writes BAR3's hole, then stores into rank 1's zone through BAR4 — which
+/// the VMM mapped read-only, so the store must not land (under TCG, QEMU dies of it; the
+/// test expects either that or a store that did not stick). Ranks 1 and 2 (host processes)
+/// run checked traffic through the window the whole time, until the file `NI_VM_STOP_FILE`
+/// appears (the harness creates it once the attacker is done), and must see no error.
+fn scribble(ni: &Ni, tally: &mut Tally) {
+    match ni.rank() {
+        0 => scribble_attack(ni),
+        1 | 2 => scribble_honest(ni, tally),
+        r => panic!("scribble: rank {r} has no part"),
+    }
+}
+
+fn scribble_attack(ni: &Ni) {
+    use ni_abi::window as w;
+    let dir = format!("/sys/bus/pci/devices/{}", ni_bdf());
+    let map = |bar: u32, offset: u64, len: u64| -> *mut u8 {
+        let path = format!("{dir}/resource{bar}");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        // SAFETY: a fresh shared mapping of the BAR; checked below, never unmapped (the
+        // process ends with the scenario).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                offset as libc::off_t,
+            )
+        };
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap {path}: {} (boot the guest with iomem=relaxed)",
+            std::io::Error::last_os_error()
+        );
+        p as *mut u8
+    };
+    let zone = map(3, 0, ni_abi::pci::BAR3_SIZE);
+    let window = map(4, w::WINDOW_OFFSET, w::WINDOW_SIZE);
+    let word = |p: *mut u8, off: u64| {
+        // SAFETY: `off` is a 4-aligned offset inside the mapping `p` (all callers below).
+        unsafe { (p.add(off as usize) as *mut u32).read_volatile() }
+    };
+    assert_eq!(
+        word(window, w::hdr::MAGIC),
+        w::hdr::MAGIC_VALUE,
+        "BAR4 shows the window"
+    );
+    // Its own zone: both views are the same memory.
+    let probe = w::zone::RINGS + 8;
+    // SAFETY: inside the BAR3 mapping, 4-aligned.
+    unsafe { (zone.add(probe as usize) as *mut u32).write_volatile(0x5EED) };
+    assert_eq!(
+        word(window, w::zone(ni.rank()) + probe),
+        0x5EED,
+        "BAR3 is this rank's zone"
+    );
+    println!("scribbling: own zone through BAR3, then rank 1's zone through BAR4");
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let t = Instant::now();
+    let mut passes = 0;
+    while t.elapsed() < Duration::from_secs(5) {
+        for i in 0..(w::ZONE_SIZE / 8) as usize {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // SAFETY: inside the BAR3 mapping (the zone), 8-aligned.
+            unsafe { (zone as *mut u64).add(i).write_volatile(rng) };
+        }
+        passes += 1;
+    }
+    // BAR3 past the zone is a hole: trapped, dropped, reads zero.
+    // SAFETY: inside the 1 MiB BAR3 mapping, 4-aligned.
+    unsafe { (zone.add(w::ZONE_SIZE as usize) as *mut u32).write_volatile(0xBAD) };
+    assert_eq!(word(zone, w::ZONE_SIZE), 0, "BAR3's hole kept a write");
+    println!("scribbled: {passes} passes over the own zone");
+    let target = w::ring_tail(1, 2);
+    let before = word(window, target);
+    use std::io::Write as _;
+    std::io::stdout().flush().unwrap();
+    // Time for the console to carry the line out before the store may end this machine.
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: inside the BAR4 window mapping, 4-aligned. The VMM mapped it read-only: this
+    // store is the attack.
+    unsafe { (window.add(target as usize) as *mut u32).write_volatile(before ^ 0xFFFF) };
+    let after = word(window, target);
+    assert_ne!(after, before ^ 0xFFFF, "a store into rank 1's zone took");
+    println!("a store into rank 1's zone did not stick");
+}
+
+fn scribble_honest(ni: &Ni, tally: &mut Tally) {
+    const TAG: u64 = 0x5C21 << 32;
+    const STOP: u64 = 0x5709;
+    let stop_file = std::env::var("NI_VM_STOP_FILE").expect("NI_VM_STOP_FILE");
+    let me = ni.rank();
+    let peer = 3 - me;
+    let buf = ni.alloc(64 << 10).unwrap();
+    let sizes = [0usize, 8, 60, 64, 200, 1000, 4096, 5000, 40000];
+    let t = Instant::now();
+    let mut rounds = 0u64;
+    loop {
+        let len = sizes[rounds as usize % sizes.len()];
+        let data = pattern(len, rounds);
+        if me == 1 {
+            let done = std::path::Path::new(&stop_file).exists() && rounds >= 100;
+            assert!(
+                t.elapsed() < Duration::from_secs(300),
+                "the attacker never finished"
+            );
+            if done {
+                ni.send(peer, &buf, 0..0, STOP).unwrap();
+                break;
+            }
+            buf.write_at(0, &data);
+            ni.send(peer, &buf, 0..len, TAG + rounds).unwrap();
+            tally.send_bytes += len as u64;
+            let st = ni
+                .recv(Some(peer), &buf, 0..64 << 10, TAG + rounds, u64::MAX)
+                .unwrap();
+            assert_eq!(st.len, len as u64, "round {rounds}: echo length");
+        } else {
+            let st = ni.recv(Some(peer), &buf, 0..64 << 10, 0, 0).unwrap();
+            if st.tag == STOP {
+                break;
+            }
+            assert_eq!(st.tag, TAG + rounds, "round {rounds}: tag");
+            assert_eq!(st.len, len as u64, "round {rounds}: length");
+            let mut got = vec![0u8; len];
+            buf.read_at(0, &mut got);
+            assert!(got == data, "round {rounds}: payload differs");
+            tally.recvs += 1;
+            tally.recv_bytes += len as u64;
+            ni.send(peer, &buf, 0..len, st.tag).unwrap();
+            tally.send_bytes += len as u64;
+            rounds += 1;
+            continue;
+        }
+        let mut got = vec![0u8; len];
+        buf.read_at(0, &mut got);
+        assert!(got == data, "round {rounds}: echoed payload differs");
+        tally.recvs += 1;
+        tally.recv_bytes += len as u64;
+        rounds += 1;
+    }
+    println!(
+        "scribble: {rounds} checked round trips in {:?}",
+        t.elapsed()
+    );
 }
 
 /// Issue 18 in a guest: block in a receive nobody will match; the test kills the daemon when
