@@ -51,8 +51,16 @@ counters! {
     irq_errors,
     /// CM-5 Bus Errors (reported as bad_memory_access).
     bus_errors,
-    /// CM-5 messages discarded by a locked interface.
+    /// CM-5 messages discarded at send_first: a locked interface, a full send FIFO, a bad
+    /// relative address, a Bus Error (§2.3, §2.5.1); the Control Network's interfaces, not
+    /// driven through registers yet, discard everything.
     cm5_discarded_sends,
+    /// CM-5 Data Network messages this NI's registers sent whole, and received whole.
+    cm5_dr_sends,
+    cm5_dr_recvs,
+    /// CM-5 Data Network messages the fabric dropped: a physical address outside the
+    /// sender's partition, or no link to it (ports down, no route).
+    cm5_dr_dropped,
     /// Fast-path doorbell writes (the poller was asleep).
     doorbells,
     msix_sent,

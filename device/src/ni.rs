@@ -351,6 +351,7 @@ impl Ni {
                 if self.cm5.read(offset, data, counters) {
                     self.update_interrupts();
                 }
+                self.kick_cm5();
                 Ok(())
             }
             pci::BAR3_REGION => {
@@ -434,6 +435,7 @@ impl Ni {
                 if self.cm5.write(offset, data, counters) {
                     self.update_interrupts();
                 }
+                self.kick_cm5();
                 Ok(())
             }
             pci::BAR3_REGION => match self.own_zone(offset, len) {
@@ -603,6 +605,14 @@ impl Ni {
             && !self.config.msix_function_masked()
             && !(self.msix_table_used && self.msix.masked(v))
             && self.irqs.msix_registered(v)
+    }
+
+    /// The CM-5 Data Network queued a message or freed receive room: only the fabric's
+    /// poller moves messages between NIs, so wake it.
+    fn kick_cm5(&mut self) {
+        if std::mem::take(&mut self.cm5.kick) {
+            self.doorbell.ring();
+        }
     }
 
     /// Send MSI-X vector `v`, or hold it pending until it can be.

@@ -314,6 +314,17 @@ fn cm5_register_file_user_and_supervisor_windows() {
     let d = Daemon::start(1);
     let mut c = d.client(0);
     enable(&mut c);
+    // The daemon, as the OS, sets up the partition registers once it sees the client
+    // (§6.3; device/src/fabric/cm5.rs): a partition of one, an identity chunk table.
+    let t = std::time::Instant::now();
+    while cm5_read(&mut c, true, cm5::NI_PARTITION_SIZE) != 1 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "partition registers never set"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(cm5_read(&mut c, true, cm5::NI_CHUNK_SIZE), 1);
     // NI Reset values (§6.10).
     assert_eq!(cm5_read(&mut c, false, cm5::NI_LONGEST_DR_MESSAGE), 5);
     assert_eq!(cm5_read(&mut c, false, cm5::NI_SYNC_GLOBAL) & 2, 2);
@@ -367,7 +378,11 @@ fn cm5_register_file_user_and_supervisor_windows() {
     cm5_write(&mut c, true, cm5::NI_CHUNK_TABLE_ADDRESS, 7);
     cm5_write(&mut c, true, cm5::NI_CHUNK_TABLE_DATA, 0xAB);
     cm5_write(&mut c, true, cm5::NI_CHUNK_TABLE_ADDRESS, 8);
-    assert_eq!(cm5_read(&mut c, true, cm5::NI_CHUNK_TABLE_DATA), 0);
+    assert_eq!(
+        cm5_read(&mut c, true, cm5::NI_CHUNK_TABLE_DATA),
+        8,
+        "identity"
+    );
     cm5_write(&mut c, true, cm5::NI_CHUNK_TABLE_ADDRESS, 7);
     assert_eq!(cm5_read(&mut c, true, cm5::NI_CHUNK_TABLE_DATA), 0xAB);
 }

@@ -1,7 +1,10 @@
 //! The CM-5 NI register file (App. A) behind BAR2: user window and supervisor window.
 
 pub mod combine;
+pub mod data;
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Instant;
 
 use ni_abi::cm5::{self, bad_address, cause, green, level};
@@ -15,9 +18,14 @@ const CPU_HZ: u128 = 40_000_000;
 
 pub struct Cm5 {
     pub regs: RegFile,
-    chunk_table: [u8; 64],
+    pub chunk_table: [u8; 64],
     epoch: Instant,
     time: (u32, u64),
+    /// The Data Network interfaces (`data.rs`).
+    pub data: data::DataNet,
+    /// Set when an access queued a message or freed receive room: the NI rings the fabric's
+    /// doorbell, since only the poller moves messages between NIs.
+    pub kick: bool,
 }
 
 impl Default for Cm5 {
@@ -42,14 +50,202 @@ impl Cm5 {
             chunk_table: [0; 64],
             epoch: Instant::now(),
             time: (0, 0),
+            data: data::DataNet::new(Arc::new(AtomicBool::new(false))),
+            kick: false,
         }
     }
 
     /// NI Reset (§6.10): the table's reset values are the handbook's (locks and abstains 1,
     /// levels 0, flush_complete and sync_global_complete 1, longest_dr_message 5,
-    /// disable_bus_error 0), FIFOs empty.
+    /// disable_bus_error 0), FIFOs empty. The fabric keeps its handle on `data.pending`.
     pub fn reset(&mut self) {
+        let pending = self.data.pending.clone();
         *self = Cm5::new();
+        self.data = data::DataNet::new(pending);
+    }
+
+    /// The registers the Data Network reads, as an access through the `supervisor` window
+    /// sees them.
+    pub fn setup(&self, supervisor: bool) -> data::Setup {
+        let r = |o| self.regs.get(o) as u32;
+        data::Setup {
+            supervisor,
+            user_tag_mask: r(cm5::NI_USER_TAG_MASK),
+            longest: r(cm5::NI_LONGEST_DR_MESSAGE),
+            partition_size: r(cm5::NI_PARTITION_SIZE),
+            partition_base: r(cm5::NI_PARTITION_BASE),
+            chunk_size: r(cm5::NI_CHUNK_SIZE),
+            hodgepodge: r(cm5::NI_HODGEPODGE),
+            msg_count_mask: r(cm5::NI_COUNT_MASK),
+            rec_interrupt_mask: r(cm5::NI_REC_INTERRUPT_MASK),
+            user_rec_interrupt_mask: r(cm5::NI_USER_REC_INTERRUPT_MASK),
+        }
+    }
+
+    fn locked(&self, i: data::Iface) -> bool {
+        self.regs.get(i.private()) & ni_abi::cm5::private::LOCK as u64 != 0
+    }
+
+    fn rec_ok_ie(&self, k: usize) -> bool {
+        let i = [data::Iface::Ldr, data::Iface::Rdr][k];
+        self.regs.get(i.private()) & ni_abi::cm5::private::REC_OK_IE as u64 != 0
+    }
+
+    /// Raise Green cause bits (their enables were checked by whoever found the event).
+    pub fn raise_green(&mut self, bits: u32) {
+        let v = self.regs.get(cm5::NI_INTERRUPT_CAUSE_GREEN) | bits as u64;
+        self.regs.set(cm5::NI_INTERRUPT_CAUSE_GREEN, v);
+    }
+
+    fn apply(
+        &mut self,
+        fx: data::Effects,
+        addr: u64,
+        size: usize,
+        write: bool,
+        counters: &mut Counters,
+    ) {
+        if fx.cause != 0 {
+            self.raise(fx.cause);
+        }
+        if fx.green != 0 {
+            self.raise_green(fx.green);
+        }
+        if fx.sent {
+            counters.cm5_dr_sends += 1;
+        }
+        self.kick |= fx.sent | fx.freed;
+        if fx.bus_error {
+            self.bus_error(addr, size, write, counters);
+        }
+    }
+
+    /// A message the fabric delivers from `from` (an interface of the sender): whether it
+    /// fit whole in a receive FIFO (if not, it waits in the sender's send FIFO).
+    pub fn deliver(
+        &mut self,
+        from: data::Iface,
+        tag: u8,
+        words: &[u32],
+        counters: &mut Counters,
+    ) -> bool {
+        let Some(k) = self.data.arrival_fifo(from, words.len()) else {
+            return false;
+        };
+        let set = self.setup(true);
+        let g = self
+            .data
+            .arrive(k, tag, words.to_vec(), &set, self.rec_ok_ie(k));
+        counters.cm5_dr_recvs += 1;
+        self.raise_green(g);
+        true
+    }
+
+    /// The oldest message left this NI's send FIFOs (delivered or dropped by the fabric).
+    pub fn sent_out(&mut self) {
+        let sfifo_ie = self.regs.get(cm5::DR_BASE + cm5::iface::PRIVATE) & (1 << 8) != 0;
+        let g = self.data.pop_out(sfifo_ie);
+        self.raise_green(g);
+    }
+
+    /// A Data Network register read (DR, LDR, RDR blocks); `None`: not one of those.
+    fn data_read(
+        &mut self,
+        addr: u64,
+        sup: bool,
+        off: u32,
+        size: usize,
+        counters: &mut Counters,
+    ) -> Option<u32> {
+        use cm5::iface as f;
+        let (i, r) = data::Iface::of_register(off)?;
+        let set = self.setup(sup);
+        let locked = self.locked(i);
+        let k = match i {
+            data::Iface::Ldr => Some(0),
+            data::Iface::Rdr => Some(1),
+            data::Iface::Dr => None,
+        };
+        Some(match (r, k) {
+            (f::STATUS, _) => self.data.status(i, false, &set, locked),
+            (f::STATUS_LONG, _) => self.data.status(i, true, &set, locked),
+            (f::STATUS_ALL, _) => self.data.status_all(i, &set, locked),
+            (f::STATUS_POP, Some(_)) => self.data.status_all(i, &set, locked),
+            (r, Some(k)) if r == f::STATUS_POP + 4 => {
+                // The doubleword's second word: one word popped, if there is one (§3.5.3).
+                if self.data.can_pop(k, &set) {
+                    let (w, fx) = self.data.recv(k, &set, self.rec_ok_ie(k));
+                    self.apply(fx, addr, size, false, counters);
+                    w.unwrap_or(0)
+                } else {
+                    0
+                }
+            }
+            (r, Some(k)) if (f::RECV..f::RECV + 16).contains(&r) => {
+                let (w, fx) = self.data.recv(k, &set, self.rec_ok_ie(k));
+                self.apply(fx, addr, size, false, counters);
+                w.unwrap_or(u32::MAX)
+            }
+            (f::PRIVATE, _) => {
+                let v = self.regs.get(i.private()) as u32 & !cm5::private::REC_FULL;
+                v | if self.data.rec_full(i) {
+                    cm5::private::REC_FULL
+                } else {
+                    0
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// A Data Network register write; whether it was one.
+    fn data_write(
+        &mut self,
+        addr: u64,
+        sup: bool,
+        off: u32,
+        value: u32,
+        size: usize,
+        counters: &mut Counters,
+    ) -> bool {
+        use cm5::iface as f;
+        if let Some(sf) = data::SendFirst::decode(off) {
+            let set = self.setup(sup);
+            let locked = self.locked(sf.iface);
+            let table = self.chunk_table;
+            let fx = self.data.send_first(sf, value, &set, locked, &table);
+            if !self.data_ok_after_send_first(sf.iface) {
+                counters.cm5_discarded_sends += 1;
+            }
+            self.apply(fx, addr, size, true, counters);
+            return true;
+        }
+        let Some((i, r)) = data::Iface::of_register(off) else {
+            return false;
+        };
+        match r {
+            r if (f::SEND..f::SEND + 16).contains(&r) => {
+                let set = self.setup(sup);
+                let locked = self.locked(i);
+                let fx = self.data.send(i, value, &set, locked);
+                self.apply(fx, addr, size, true, counters);
+                true
+            }
+            f::PRIVATE => {
+                let reg = cm5::decode(off).expect("private register");
+                let v = self.regs.store_write(reg, value as u64);
+                if v & cm5::private::LOCK as u64 != 0 {
+                    self.data.lock(i);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn data_ok_after_send_first(&self, i: data::Iface) -> bool {
+        let set = self.setup(true);
+        self.data.status(i, false, &set, self.locked(i)) & cm5::status::SEND_OK != 0
     }
 
     fn cycles(&self) -> u64 {
@@ -109,9 +305,12 @@ impl Cm5 {
     /// Returns whether any cause changed.
     pub fn read(&mut self, offset: u64, data: &mut [u8], counters: &mut Counters) -> bool {
         let before = self.pending();
+        // A doubleword access is two word accesses (§2.2.1) of one doubleword transaction:
+        // each word sees the transaction's size.
+        let size = data.len();
         for (i, chunk) in data.chunks_mut(4).enumerate() {
             let addr = offset + 4 * i as u64;
-            let v = self.read_word(addr, data_len(chunk.len()), counters);
+            let v = self.read_word(addr, size, counters);
             chunk.copy_from_slice(&v.to_le_bytes()[..chunk.len()]);
         }
         before != self.pending()
@@ -140,6 +339,9 @@ impl Cm5 {
             self.bus_error(addr, size, false, counters);
             return u32::MAX;
         }
+        if let Some(v) = self.data_read(addr, sup, off, size, counters) {
+            return v;
+        }
         match (reg.offset, reg.kind) {
             (cm5::NI_TIME, _) => self
                 .time
@@ -161,9 +363,13 @@ impl Cm5 {
 
     fn write_word(&mut self, addr: u64, value: u32, size: usize, counters: &mut Counters) {
         let (sup, off) = Self::decode(addr);
+        if data::SendFirst::decode(off).is_some() {
+            self.data_write(addr, sup, off, value, size, counters);
+            return;
+        }
         if let Some(iface) = cm5::send_first_interface(off) {
-            // After NI Reset every interface is locked (§6.10): a locked interface discards
-            // the message and leaves send_ok 0, which is what the status registers show.
+            // The Control Network interfaces (BC, SBC, COM) are not driven through registers
+            // yet: their sends are discarded and leave send_ok 0, as a locked interface's.
             let _ = iface;
             counters.cm5_discarded_sends += 1;
             return;
@@ -175,6 +381,9 @@ impl Cm5 {
         let perm = if sup { reg.sup } else { reg.user };
         if !perm.write {
             self.bus_error(addr, size, true, counters);
+            return;
+        }
+        if self.data_write(addr, sup, off, value, size, counters) {
             return;
         }
         let v = value as u64;
@@ -207,14 +416,6 @@ impl Cm5 {
                 self.regs.store_write(reg, v);
             }
         }
-    }
-}
-
-fn data_len(n: usize) -> usize {
-    if n == 4 {
-        4
-    } else {
-        n
     }
 }
 

@@ -7,6 +7,7 @@
 //! 2-core machine shared with the clients keeps running them.
 
 pub mod admin;
+pub mod cm5;
 pub mod collective;
 pub mod mq;
 pub mod node;
@@ -103,6 +104,8 @@ pub struct State {
     pub direct: Option<ni_abi::window::Kind>,
     /// Copies larger than `transfer::INLINE_MAX` in progress (transfer.rs).
     transfers: std::collections::VecDeque<transfer::Transfer>,
+    /// Each NI's "CM-5 Data Network messages wait to leave" flag (`cm5.rs`).
+    cm5_pending: Vec<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Fabric {
@@ -125,6 +128,10 @@ impl Fabric {
             .iter()
             .map(|s| (s.clone(), lock(&s.ni).engines.clone()))
             .collect();
+        let cm5_pending = slots
+            .iter()
+            .map(|s| lock(&s.ni).cm5.data.pending.clone())
+            .collect();
         Fabric {
             engines,
             state: Mutex::new(State {
@@ -137,6 +144,7 @@ impl Fabric {
                 torus,
                 routes: HashMap::new(),
                 windows: HashMap::new(),
+                cm5_pending,
                 direct: None,
                 transfers: Default::default(),
             }),
@@ -270,6 +278,7 @@ impl State {
                 continue;
             }
             work |= self.take_requests(i);
+            work |= self.pump_cm5(i);
             work |= self.flush_completions(i);
             work |= self.flush_active_messages(i);
         }
@@ -345,6 +354,8 @@ impl State {
         let mut ni = lock(&self.slots[i].ni);
         ni.rank = rank;
         ni.size = size;
+        drop(ni);
+        self.write_cm5_partition(i);
     }
 
     /// Give each partition its window and each NI's slot the window of its partition.

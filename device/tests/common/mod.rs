@@ -53,6 +53,21 @@ impl Daemon {
         Daemon::start_with(nodes, &[])
     }
 
+    /// With a TOML config file of `text` (`--config`).
+    #[allow(dead_code)]
+    pub fn start_config(nodes: u32, text: &str) -> Daemon {
+        let tmp = TempDir::new("dev");
+        let conf = tmp.0.join("ni.toml");
+        std::fs::write(&conf, text).unwrap();
+        let dir = tmp.0.join("run");
+        let child = spawn_with(&dir, nodes, &["--config", conf.to_str().unwrap()]);
+        Daemon {
+            child,
+            dir,
+            _tmp: tmp,
+        }
+    }
+
     /// With more `ni-device` arguments.
     pub fn start_with(nodes: u32, args: &[&str]) -> Daemon {
         let tmp = TempDir::new("dev");

@@ -1,0 +1,107 @@
+//! The CM-5 Data Network between NIs (NI Programmer's Handbook ch. 3): what an NI's
+//! registers sent (`cm5/data.rs`) goes to the receive FIFO its physical address names.
+//!
+//! The daemon plays the CM-5 operating system that sets up partitions (§6.3): it lays every
+//! partition out in the CM-5 physical address space one after the other (partition `P`'s
+//! member `r` is physical address `base(P) + r`, `base(P)` the sizes of the partitions
+//! before it, in name order) and programs each member's `ni_physical_self`,
+//! `ni_partition_base`, `ni_partition_size`, `ni_chunk_size` and an identity chunk table,
+//! so relative address `r` is rank `r`. A message reaches only a member of its sender's own
+//! partition, whatever a supervisor wrote into those registers, and only over a link that
+//! is up; anything else is dropped and counted (`cm5_dr_dropped`).
+
+use std::sync::atomic::Ordering;
+
+use ni_abi::cm5;
+
+use super::State;
+use crate::server::lock;
+
+/// Messages moved from one NI per pass, so one busy sender cannot starve the others.
+const BATCH: usize = 64;
+
+impl State {
+    /// The first CM-5 physical address of `node`'s partition, and its size.
+    pub(super) fn cm5_layout(&self, node: u32) -> Option<(u32, u32)> {
+        let (mine, _) = self.partitions.of(node)?;
+        let mut base = 0u32;
+        for p in self.partitions.list() {
+            if p.name == mine.name {
+                return Some((base, p.nodes.len() as u32));
+            }
+            base += p.nodes.len() as u32;
+        }
+        None
+    }
+
+    /// The NI at CM-5 physical address `phys`, if it is in `from`'s partition.
+    fn cm5_node(&self, from: u32, phys: u32) -> Option<usize> {
+        let (base, size) = self.cm5_layout(from)?;
+        let rank = phys.checked_sub(base).filter(|&r| r < size)?;
+        self.partitions.resolve(from, rank).map(|n| n as usize)
+    }
+
+    /// Program NI `i`'s partition registers as the OS would (§6.3).
+    pub(super) fn write_cm5_partition(&mut self, i: usize) {
+        let (rank, _) = self.partitions.rank_size(i as u32);
+        let Some((base, size)) = self.cm5_layout(i as u32) else {
+            return;
+        };
+        // The smallest chunk size whose 64 chunks cover the partition (§6.3.2).
+        let cs = (1..=6u32)
+            .find(|s| 64u64 << (2 * s) >= size as u64)
+            .unwrap_or(6);
+        let mut ni = lock(&self.slots[i].ni);
+        let regs = &mut ni.cm5.regs;
+        regs.set(cm5::NI_PHYSICAL_SELF, (base + rank) as u64);
+        regs.set(cm5::NI_PARTITION_BASE, base as u64);
+        regs.set(cm5::NI_PARTITION_SIZE, size as u64);
+        regs.set(cm5::NI_CHUNK_SIZE, cs as u64);
+        ni.cm5.chunk_table = std::array::from_fn(|n| n as u8);
+    }
+
+    /// Move NI `i`'s whole messages into their destinations' receive FIFOs, oldest first,
+    /// while they fit. Returns whether anything moved.
+    pub(super) fn pump_cm5(&mut self, i: usize) -> bool {
+        if !self.cm5_pending[i].load(Ordering::Acquire) {
+            return false;
+        }
+        let mut work = false;
+        for _ in 0..BATCH {
+            // Only this thread takes from `out`: what it sees first stays first.
+            let Some(p) = lock(&self.slots[i].ni).cm5.data.front_out().cloned() else {
+                break;
+            };
+            let dest = self
+                .cm5_node(i as u32, p.phys)
+                .filter(|&j| self.link(i, j).is_ok());
+            if let Some(j) = dest {
+                let hops = self.link(i, j).unwrap_or(0);
+                let slot = self.slots[j].clone();
+                let delivered = {
+                    let mut g = lock(&slot.ni);
+                    let nj = &mut *g;
+                    let ok = nj.cm5.deliver(p.iface, p.tag, &p.words, &mut nj.counters);
+                    if ok {
+                        nj.update_interrupts();
+                    }
+                    ok
+                };
+                if !delivered {
+                    // The receiver's FIFO is full: the message waits in the sender's FIFO
+                    // until the receiver reads (which rings the doorbell).
+                    break;
+                }
+                self.wire(i, j, 4 * (1 + p.words.len() as u64), hops);
+            }
+            let mut ni = lock(&self.slots[i].ni);
+            if dest.is_none() {
+                ni.counters.cm5_dr_dropped += 1;
+            }
+            ni.cm5.sent_out();
+            ni.update_interrupts();
+            work = true;
+        }
+        work
+    }
+}

@@ -1,0 +1,356 @@
+//! The CM-5 Data Network driven through BAR2 alone, as a driver written from the NI
+//! Programmer's Handbook would (issue 11): raw vfio-user clients, register accesses only.
+//! Each test names the handbook section it follows.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use ni_abi::cm5::{self, bad_address, cause, green, iface, private, status};
+use ni_abi::pci;
+use vfio_user::Client;
+
+const LDR_SEND: u32 = cm5::LDR_BASE + iface::SEND;
+const LDR_RECV: u32 = cm5::LDR_BASE + iface::RECV;
+const LDR_STATUS: u32 = cm5::LDR_BASE + iface::STATUS;
+const LDR_PRIVATE: u32 = cm5::LDR_BASE + iface::PRIVATE;
+
+/// `send_first` address of the LDR short form (App. A.3): aux = md[8] tag[7:4] length[3:0].
+fn ldr_send_first(physical: bool, tag: u32, len: u32) -> u32 {
+    (cm5::fifo::LEFT_DR << cm5::SF_FIFO_OFFSET)
+        + ((((physical as u32) << 8) | (tag << 4) | len) << cm5::AUXILIARY_START_P)
+}
+
+/// Memory decode on; wait until the daemon (as the OS, §6.3) programmed the partition
+/// registers; then unlock LDR and RDR (NI Reset leaves every interface locked, §6.10).
+fn ready(c: &mut Client, size: u32) {
+    enable(c);
+    let t = Instant::now();
+    while cm5_read(c, true, cm5::NI_PARTITION_SIZE) != size {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "partition registers never set"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for p in [
+        LDR_PRIVATE,
+        cm5::RDR_BASE + iface::PRIVATE,
+        cm5::DR_BASE + iface::PRIVATE,
+    ] {
+        cm5_write(c, true, p, 0);
+    }
+}
+
+/// §8.1.3: write the whole message, check send_ok once.
+fn send(c: &mut Client, dest: u32, tag: u32, words: &[u32]) -> bool {
+    cm5_write(
+        c,
+        false,
+        ldr_send_first(false, tag, words.len() as u32),
+        dest,
+    );
+    for &w in words {
+        cm5_write(c, false, LDR_SEND, w);
+    }
+    cm5_read(c, false, LDR_STATUS) & status::SEND_OK != 0
+}
+
+/// Wait for rec_ok, then read the message: (tag, words).
+fn receive(c: &mut Client) -> (u32, Vec<u32>) {
+    let t = Instant::now();
+    let st = loop {
+        let st = cm5_read(c, false, LDR_STATUS);
+        if st & status::REC_OK != 0 {
+            break st;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "nothing arrived");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let len = (st >> 11) & 0xF;
+    let tag = (st >> 15) & 0xF;
+    let words = (0..len).map(|_| cm5_read(c, false, LDR_RECV)).collect();
+    (tag, words)
+}
+
+fn bus_errors(c: &mut Client) -> u32 {
+    cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BAD_MEMORY_ACCESS
+}
+
+fn clear_causes(c: &mut Client) {
+    cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR, cause::ALL);
+}
+
+/// §2.3, §2.4, §3.2, App. A.3: a relative send from NI 0 to relative address 1 arrives whole,
+/// words in order, with its tag; rec_length stays while rec_length_left counts down (§2.5.3);
+/// a read of an empty FIFO is a Bus Error with ni_bad_address latched (§2.4, §6.6).
+#[test]
+fn a_message_goes_from_one_ni_to_another_through_the_registers() {
+    let d = Daemon::start(2);
+    let mut a = d.client(0);
+    let mut b = d.client(1);
+    ready(&mut a, 2);
+    ready(&mut b, 2);
+    assert_eq!(cm5_read(&mut b, true, cm5::NI_PHYSICAL_SELF), 1);
+    assert!(
+        send(&mut a, 1, 3, &[0xA, 0xB, 0xC]),
+        "send_ok after the whole message"
+    );
+    let st = {
+        let t = Instant::now();
+        loop {
+            let st = cm5_read(&mut b, false, LDR_STATUS);
+            if st & status::REC_OK != 0 {
+                break st;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "nothing arrived");
+        }
+    };
+    assert_eq!((st >> 11) & 0xF, 3, "rec_length");
+    assert_eq!((st >> 15) & 0xF, 3, "dr_rec_tag");
+    for (i, want) in [0xA, 0xB, 0xC].into_iter().enumerate() {
+        let st = cm5_read(&mut b, false, LDR_STATUS);
+        assert_eq!((st >> 7) & 0xF, 3 - i as u32, "rec_length_left");
+        assert_eq!((st >> 11) & 0xF, 3, "rec_length stays");
+        assert_eq!(cm5_read(&mut b, false, LDR_RECV), want);
+    }
+    assert_eq!(cm5_read(&mut b, false, LDR_STATUS) & status::REC_OK, 0);
+    assert_eq!(bus_errors(&mut b), 0);
+    assert_eq!(cm5_read(&mut b, false, LDR_RECV), u32::MAX);
+    assert_ne!(bus_errors(&mut b), 0, "recv with rec_ok 0 is a Bus Error");
+    let bad = cm5_read(&mut b, true, cm5::NI_BAD_ADDRESS);
+    assert_eq!(bad & bad_address::LOW_MASK, LDR_RECV);
+    assert_eq!(
+        (bad >> bad_address::TYPE_SHIFT) & 0xF,
+        bad_address::TYPE_READ
+    );
+    assert_eq!(d.counter(0, "cm5_dr_sends"), 1);
+    assert_eq!(d.counter(1, "cm5_dr_recvs"), 1);
+    // To itself too (relative address 0 from NI 0).
+    assert!(send(&mut a, 0, 1, &[42]));
+    assert_eq!(receive(&mut a), (1, vec![42]));
+}
+
+/// §2.3, §3.3, §3.4, §3.5.4: the sends a user program may not make are Bus Errors and lose
+/// the message; a relative address past the partition raises bad_relative_address and
+/// reads send_ok 0; the NI stays usable.
+#[test]
+fn forbidden_sends_are_bus_errors_and_the_ni_stays_usable() {
+    let d = Daemon::start(2);
+    let mut a = d.client(0);
+    let mut b = d.client(1);
+    ready(&mut a, 2);
+    ready(&mut b, 2);
+    let check = |a: &mut Client, what: &str, f: &dyn Fn(&mut Client)| {
+        clear_causes(a);
+        f(a);
+        assert_ne!(bus_errors(a), 0, "{what}: no Bus Error");
+    };
+    check(&mut a, "send without send_first", &|a| {
+        cm5_write(a, false, LDR_SEND, 1)
+    });
+    check(&mut a, "physical mode from the user window", &|a| {
+        cm5_write(a, false, ldr_send_first(true, 0, 1), 1)
+    });
+    cm5_write(&mut a, true, cm5::NI_USER_TAG_MASK, 1 << 9);
+    check(&mut a, "a supervisor-reserved tag", &|a| {
+        cm5_write(a, false, ldr_send_first(false, 9, 1), 1)
+    });
+    check(&mut a, "6 words in the short form (limit 5)", &|a| {
+        cm5_write(a, false, ldr_send_first(false, 0, 6), 1)
+    });
+    check(&mut a, "a long message past longest_dr_message (5)", &|a| {
+        let aux = 6 << 4;
+        cm5_write(a, false, cm5::LDR_SEND_FIRST_LONG + (aux << 3), 1)
+    });
+    // The supervisor may use the reserved tag.
+    clear_causes(&mut a);
+    cm5_write(&mut a, true, ldr_send_first(false, 9, 1), 1);
+    cm5_write(&mut a, true, LDR_SEND, 99);
+    assert_eq!(bus_errors(&mut a), 0);
+    // Past the partition: bad relative address, no Bus Error, send_ok 0.
+    clear_causes(&mut a);
+    assert!(!send(&mut a, 2, 0, &[1]));
+    let c = cm5_read(&mut a, true, cm5::NI_INTERRUPT_CAUSE);
+    assert_ne!(c & cause::BAD_RELATIVE_ADDRESS, 0);
+    assert_eq!(c & cause::BAD_MEMORY_ACCESS, 0);
+    // Still usable: the next good message goes through, and only the good ones arrived.
+    assert!(send(&mut a, 1, 2, &[7, 8]));
+    // The supervisor's tag-9 message came first (the user window sees it: no interrupt mask).
+    assert_eq!(receive(&mut b), (9, vec![99]));
+    assert_eq!(receive(&mut b), (2, vec![7, 8]));
+    assert_eq!(cm5_read(&mut b, false, LDR_STATUS) & status::REC_OK, 0);
+    assert!(d.counter(0, "bus_errors") >= 5);
+}
+
+/// §2.3.1, §2.5.1, §3.9, §8.1.3: a receiver that does not read fills its FIFO, then the
+/// sender's; the next message is discarded (send_ok 0) and nothing is lost: retried until
+/// accepted, every message arrives once, in order.
+#[test]
+fn a_full_network_discards_and_the_retry_loop_loses_nothing() {
+    let d = Daemon::start(2);
+    let mut a = d.client(0);
+    let mut b = d.client(1);
+    ready(&mut a, 2);
+    ready(&mut b, 2);
+    let mut refused = 0;
+    let total = 40u32;
+    let mut next_rx = 0u32;
+    for seq in 0..total {
+        let t = Instant::now();
+        while !send(&mut a, 1, 5, &[seq, seq ^ 0xFFFF, 3, 4, 5]) {
+            refused += 1;
+            // Only after the sender has been refused does the receiver drain a little.
+            if refused % 4 == 0 {
+                let (tag, words) = receive(&mut b);
+                assert_eq!((tag, words[0], words[1]), (5, next_rx, next_rx ^ 0xFFFF));
+                next_rx += 1;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "message {seq} never accepted"
+            );
+        }
+    }
+    while next_rx < total {
+        let (_, words) = receive(&mut b);
+        assert_eq!(words[0], next_rx, "in order, none lost, none twice");
+        next_rx += 1;
+    }
+    assert!(refused > 0, "the FIFOs never filled");
+    assert_eq!(d.counter(1, "cm5_dr_recvs"), total as u64);
+    assert_eq!(cm5_read(&mut b, false, LDR_STATUS) & status::REC_OK, 0);
+}
+
+/// §2.7.2, §6.10: after NI Reset every interface is locked: what is written is discarded,
+/// send_ok and send_space read 0, and no Bus Error.
+#[test]
+fn a_locked_interface_discards() {
+    let d = Daemon::start(2);
+    let mut a = d.client(0);
+    enable(&mut a);
+    let t = Instant::now();
+    while cm5_read(&mut a, true, cm5::NI_PARTITION_SIZE) != 2 {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_ne!(
+        cm5_read(&mut a, true, LDR_PRIVATE) & private::LOCK,
+        0,
+        "locked after reset"
+    );
+    assert!(!send(&mut a, 1, 0, &[1, 2]));
+    let st = cm5_read(&mut a, false, LDR_STATUS);
+    assert_eq!(st & (status::SEND_OK | status::SEND_SPACE_MASK), 0);
+    assert_eq!(bus_errors(&mut a), 0);
+    assert_eq!(d.counter(0, "cm5_discarded_sends"), 1);
+    assert_eq!(d.counter(0, "cm5_dr_sends"), 0);
+}
+
+/// §2.7.1, §3.5.4: rec_ok_ie raises the Green ldr_rec_ok cause when a message becomes the
+/// head; a tag in ni_rec_interrupt_mask raises dr_rec_tag and hides the message from the
+/// user window (the supervisor reads it).
+#[test]
+fn receive_interrupt_causes_and_supervisor_tags() {
+    let d = Daemon::start(2);
+    let mut a = d.client(0);
+    let mut b = d.client(1);
+    ready(&mut a, 2);
+    ready(&mut b, 2);
+    cm5_write(&mut b, true, LDR_PRIVATE, private::REC_OK_IE);
+    cm5_write(&mut b, true, cm5::NI_REC_INTERRUPT_MASK, 1 << 12);
+    cm5_write(&mut a, true, ldr_send_first(false, 12, 1), 1);
+    cm5_write(&mut a, true, LDR_SEND, 0x5EC);
+    let t = Instant::now();
+    while cm5_read(&mut b, true, LDR_STATUS) & status::REC_OK == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "nothing arrived");
+    }
+    let g = cm5_read(&mut b, true, cm5::NI_INTERRUPT_CAUSE_GREEN);
+    assert_ne!(g & green::LDR_REC_OK, 0);
+    assert_ne!(g & green::DR_REC_TAG, 0);
+    assert_eq!(
+        cm5_read(&mut b, false, LDR_STATUS) & status::REC_OK,
+        0,
+        "hidden from the user"
+    );
+    assert_eq!(cm5_read(&mut b, false, LDR_RECV), u32::MAX);
+    assert_ne!(bus_errors(&mut b), 0);
+    assert_eq!(
+        cm5_read(&mut b, true, LDR_RECV),
+        0x5EC,
+        "the supervisor reads it"
+    );
+}
+
+/// §3.5.3: the doubleword read of status_pop is status_all and one popped word.
+#[test]
+fn status_pop_reads_status_all_and_one_word() {
+    let d = Daemon::start(2);
+    let mut a = d.client(0);
+    let mut b = d.client(1);
+    ready(&mut a, 2);
+    ready(&mut b, 2);
+    assert!(send(&mut a, 1, 6, &[11, 22]));
+    let pop = |b: &mut Client| {
+        let mut w = [0u8; 8];
+        b.region_read(
+            pci::BAR2_REGION,
+            (cm5::LDR_BASE + iface::STATUS_POP) as u64,
+            &mut w,
+        )
+        .unwrap();
+        (
+            u32::from_le_bytes(w[..4].try_into().unwrap()),
+            u32::from_le_bytes(w[4..].try_into().unwrap()),
+        )
+    };
+    let t = Instant::now();
+    while cm5_read(&mut b, false, LDR_STATUS) & status::REC_OK == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "nothing arrived");
+    }
+    let (all, w) = pop(&mut b);
+    assert_eq!(all & 1, 1, "first_rec_ok");
+    assert_eq!((all >> 3) & 0xF, 6, "first_rec_tag");
+    assert_eq!((all >> 11) & 0x1F, 2, "first_rec_length_long");
+    assert_eq!(w, 11);
+    assert_eq!(pop(&mut b).1, 22);
+    assert_eq!(
+        pop(&mut b),
+        (
+            cm5_read(&mut b, false, cm5::LDR_BASE + iface::STATUS_ALL),
+            0
+        )
+    );
+    assert_eq!(
+        bus_errors(&mut b),
+        0,
+        "an empty status_pop pops nothing, no Bus Error"
+    );
+}
+
+/// §6.3.1: partitions hold for register traffic too. NI 2, alone in its partition, sends in
+/// physical mode (the supervisor may) to NI 0's physical address in another partition: the
+/// fabric drops it and counts it; NI 0 sees nothing.
+#[test]
+fn physical_sends_stay_inside_the_partition() {
+    let d = Daemon::start_config(
+        3,
+        "[[partition]]\nname = \"a\"\nnodes = [0, 1]\n[[partition]]\nname = \"b\"\nnodes = [2]\n",
+    );
+    let mut a = d.client(0);
+    let mut z = d.client(2);
+    ready(&mut a, 2);
+    ready(&mut z, 1);
+    // "a" is laid out first: NI 0 is physical 0, NI 2 physical 2.
+    assert_eq!(cm5_read(&mut z, true, cm5::NI_PHYSICAL_SELF), 2);
+    cm5_write(&mut z, true, ldr_send_first(true, 0, 1), 0);
+    cm5_write(&mut z, true, LDR_SEND, 0xBAD);
+    let t = Instant::now();
+    while d.counter(2, "cm5_dr_dropped") == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "never dropped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(cm5_read(&mut a, true, LDR_STATUS) & status::REC_OK, 0);
+    assert_eq!(d.counter(0, "cm5_dr_recvs"), 0);
+}
