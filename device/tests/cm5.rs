@@ -6,9 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use std::os::fd::AsRawFd;
+
 use common::*;
-use ni_abi::cm5::{self, bad_address, cause, green, iface, private, status};
+use ni_abi::cm5::{self, bad_address, cause, green, hodgepodge, iface, level, private, status};
 use ni_abi::pci;
+use vfio_bindings::bindings::vfio::*;
 use vfio_user::Client;
 
 const LDR_SEND: u32 = cm5::LDR_BASE + iface::SEND;
@@ -353,4 +356,82 @@ fn physical_sends_stay_inside_the_partition() {
     }
     assert_eq!(cm5_read(&mut a, true, LDR_STATUS) & status::REC_OK, 0);
     assert_eq!(d.counter(0, "cm5_dr_recvs"), 0);
+}
+
+/// §6.5: with timer_ie set, ni_time reaching ni_interrupt_now raises the Orange timer
+/// interrupt — not before (ni_time counts at the model's 40 MHz) — and, with level_orange
+/// set, the Orange MSI-X vector fires (§5.4).
+#[test]
+fn the_timer_interrupt_fires_when_ni_time_reaches_interrupt_now() {
+    let d = Daemon::start(1);
+    let mut c = d.client(0);
+    enable(&mut c);
+    enable_msix(&mut c);
+    let orange = eventfd();
+    let flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    c.set_irqs(
+        pci::MSIX_IRQ_INDEX,
+        flags,
+        pci::vector::ORANGE as u32,
+        1,
+        &[orange.as_raw_fd()],
+    )
+    .unwrap();
+    cm5_write(&mut c, true, cm5::NI_INTERRUPT_LEVEL, level::ORANGE);
+    // Without timer_ie nothing happens.
+    cm5_write(&mut c, true, cm5::NI_TIME, 0);
+    cm5_write(&mut c, true, cm5::NI_INTERRUPT_NOW, 4_000);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        cm5_read(&mut c, true, cm5::NI_INTERRUPT_CAUSE) & cause::TIMER_INTERRUPT,
+        0
+    );
+    // 20 ms ahead at 40 MHz.
+    let hp = cm5_read(&mut c, true, cm5::NI_HODGEPODGE);
+    let t = Instant::now();
+    cm5_write(&mut c, true, cm5::NI_TIME, 0);
+    cm5_write(&mut c, true, cm5::NI_INTERRUPT_NOW, 800_000);
+    cm5_write(&mut c, true, cm5::NI_HODGEPODGE, hp | hodgepodge::TIMER_IE);
+    assert_eq!(wait_event(&orange, 3000), 1, "the Orange vector fired");
+    let dt = t.elapsed();
+    assert!(
+        dt >= Duration::from_millis(20),
+        "fired after {dt:?}, before ni_time got there"
+    );
+    assert_ne!(
+        cm5_read(&mut c, true, cm5::NI_INTERRUPT_CAUSE) & cause::TIMER_INTERRUPT,
+        0
+    );
+    assert!(cm5_read(&mut c, false, cm5::NI_TIME) >= 800_000);
+}
+
+/// §2.7.1, §5.4: a message becoming the head with rec_ok_ie set raises Green ldr_rec_ok,
+/// and with level_green set the Green MSI-X vector fires on the receiver.
+#[test]
+fn an_arrival_fires_the_green_vector() {
+    let d = Daemon::start(2);
+    let mut a = d.client(0);
+    let mut b = d.client(1);
+    ready(&mut a, 2);
+    ready(&mut b, 2);
+    enable_msix(&mut b);
+    let ev = eventfd();
+    let flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    b.set_irqs(
+        pci::MSIX_IRQ_INDEX,
+        flags,
+        pci::vector::GREEN as u32,
+        1,
+        &[ev.as_raw_fd()],
+    )
+    .unwrap();
+    cm5_write(&mut b, true, cm5::NI_INTERRUPT_LEVEL, level::GREEN);
+    cm5_write(&mut b, true, LDR_PRIVATE, private::REC_OK_IE);
+    assert_eq!(wait_event(&ev, 100), 0, "nothing yet");
+    assert!(send(&mut a, 1, 0, &[1]));
+    assert_eq!(wait_event(&ev, 3000), 1, "the Green vector fired");
+    assert_ne!(
+        cm5_read(&mut b, true, cm5::NI_INTERRUPT_CAUSE_GREEN) & green::LDR_REC_OK,
+        0
+    );
 }

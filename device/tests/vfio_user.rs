@@ -494,16 +494,6 @@ fn lanai_dma_writes_into_client_memory_and_faults_outside_it() {
     assert_eq!(d.counter(0, "dma_faults"), 2);
 }
 
-fn enable_msix(c: &mut vfio_user::Client) {
-    let ctl = cfg_read16(c, 0x52);
-    cfg_write16(c, 0x52, ctl | 0x8000);
-    // Unmask every vector in the table (a direct client programs it).
-    for v in 0..16u64 {
-        c.region_write(pci::BAR4_REGION, v * 16 + 12, &0u32.to_le_bytes())
-            .unwrap();
-    }
-}
-
 #[test]
 fn msix_vectors_reach_eventfds_only_with_bus_mastering() {
     let d = Daemon::start(1);

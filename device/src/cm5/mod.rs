@@ -3,7 +3,7 @@
 pub mod combine;
 pub mod data;
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,6 +15,14 @@ use crate::regfile::RegFile;
 
 /// The model's CM-5 node clock for `ni_time` ("+1 per CPU clock", §6.5): a 40 MHz SPARC.
 const CPU_HZ: u128 = 40_000_000;
+/// Nanoseconds per `ni_time` tick.
+const TICK_NS: u64 = (1_000_000_000 / CPU_HZ) as u64;
+
+/// The time base of timer deadlines ([`Cm5::timer`]): nanoseconds since the first use.
+pub fn monotonic_ns() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
 
 pub struct Cm5 {
     pub regs: RegFile,
@@ -26,6 +34,9 @@ pub struct Cm5 {
     /// Set when an access queued a message or freed receive room: the NI rings the fabric's
     /// doorbell, since only the poller moves messages between NIs.
     pub kick: bool,
+    /// When `ni_time` next equals `ni_interrupt_now` with `timer_ie` set ([`monotonic_ns`];
+    /// 0: never). The fabric's poller watches it and calls [`Cm5::timer_due`] (§6.5).
+    pub timer: Arc<AtomicU64>,
 }
 
 impl Default for Cm5 {
@@ -52,7 +63,40 @@ impl Cm5 {
             time: (0, 0),
             data: data::DataNet::new(Arc::new(AtomicBool::new(false))),
             kick: false,
+            timer: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// The current `ni_time`.
+    fn now_time(&self) -> u32 {
+        self.time
+            .0
+            .wrapping_add((self.cycles() - self.time.1) as u32)
+    }
+
+    /// Set the timer's deadline from `ni_time`, `ni_interrupt_now` and `timer_ie`.
+    fn rearm_timer(&mut self) {
+        let ie = self.regs.get(cm5::NI_HODGEPODGE) as u32 & ni_abi::cm5::hodgepodge::TIMER_IE;
+        if ie == 0 {
+            self.timer.store(0, Ordering::Release);
+            return;
+        }
+        let target = self.regs.get(cm5::NI_INTERRUPT_NOW) as u32;
+        let ticks = target.wrapping_sub(self.now_time()) as u64;
+        let at = monotonic_ns() + ticks * TICK_NS;
+        self.timer.store(at.max(1), Ordering::Release);
+    }
+
+    /// The poller saw the deadline pass: `ni_time` reached `ni_interrupt_now` (§6.5). Raises
+    /// the Orange `timer interrupt` and waits for the next equality, 2^32 ticks on.
+    pub fn timer_due(&mut self) {
+        let at = self.timer.load(Ordering::Acquire);
+        if at == 0 || at > monotonic_ns() {
+            return;
+        }
+        self.raise(cause::TIMER_INTERRUPT);
+        self.timer
+            .store(at + (1u64 << 32) * TICK_NS, Ordering::Release);
     }
 
     /// NI Reset (§6.10): the table's reset values are the handbook's (locks and abstains 1,
@@ -60,8 +104,11 @@ impl Cm5 {
     /// disable_bus_error 0), FIFOs empty. The fabric keeps its handle on `data.pending`.
     pub fn reset(&mut self) {
         let pending = self.data.pending.clone();
+        let timer = self.timer.clone();
         *self = Cm5::new();
         self.data = data::DataNet::new(pending);
+        timer.store(0, Ordering::Release);
+        self.timer = timer;
     }
 
     /// The registers the Data Network reads, as an access through the `supervisor` window
@@ -343,10 +390,7 @@ impl Cm5 {
             return v;
         }
         match (reg.offset, reg.kind) {
-            (cm5::NI_TIME, _) => self
-                .time
-                .0
-                .wrapping_add((self.cycles() - self.time.1) as u32),
+            (cm5::NI_TIME, _) => self.now_time(),
             (cm5::NI_CHUNK_TABLE_DATA, _) => {
                 let a = self.regs.get(cm5::NI_CHUNK_TABLE_ADDRESS) as usize & 63;
                 self.chunk_table[a] as u32
@@ -415,6 +459,12 @@ impl Cm5 {
             _ => {
                 self.regs.store_write(reg, v);
             }
+        }
+        if matches!(
+            reg.offset,
+            cm5::NI_TIME | cm5::NI_INTERRUPT_NOW | cm5::NI_HODGEPODGE
+        ) {
+            self.rearm_timer();
         }
     }
 }

@@ -77,6 +77,8 @@ pub struct Fabric {
     /// poller between passes, outside `state`, so engine work never delays the fast path
     /// or the control socket by more than one step.
     engines: Vec<(Arc<Slot>, Arc<std::sync::atomic::AtomicBool>)>,
+    /// Each NI with its CM-5 timer deadline (`Cm5::timer`, §6.5).
+    timers: Vec<(Arc<Slot>, Arc<std::sync::atomic::AtomicU64>)>,
 }
 
 /// Everything the poller owns. Lock order: `Fabric::state`, then an NI's `Slot::ni`, then its
@@ -128,12 +130,17 @@ impl Fabric {
             .iter()
             .map(|s| (s.clone(), lock(&s.ni).engines.clone()))
             .collect();
+        let timers = slots
+            .iter()
+            .map(|s| (s.clone(), lock(&s.ni).cm5.timer.clone()))
+            .collect();
         let cm5_pending = slots
             .iter()
             .map(|s| lock(&s.ni).cm5.data.pending.clone())
             .collect();
         Fabric {
             engines,
+            timers,
             state: Mutex::new(State {
                 nodes,
                 partitions,
@@ -168,12 +175,36 @@ impl Fabric {
         work
     }
 
+    /// Raise the CM-5 timer interrupt of every NI whose deadline passed; returns whether
+    /// one did and how long until the next deadline.
+    fn fire_timers(&self) -> (bool, Option<Duration>) {
+        let now = crate::cm5::monotonic_ns();
+        let mut fired = false;
+        let mut next: Option<u64> = None;
+        for (slot, at) in &self.timers {
+            let t = at.load(Ordering::Acquire);
+            if t == 0 {
+                continue;
+            }
+            if t <= now {
+                let mut ni = lock(&slot.ni);
+                ni.cm5.timer_due();
+                ni.update_interrupts();
+                fired = true;
+            } else {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        (fired, next.map(|t| Duration::from_nanos(t - now)))
+    }
+
     /// The poller: runs forever.
     pub fn run(self: Arc<Self>) {
         let mut last_work = Instant::now();
         let mut contention = ni_abi::fastpath::Contention::default();
         loop {
-            let engines = self.step_engines();
+            let (fired, next_timer) = self.fire_timers();
+            let engines = self.step_engines() | fired;
             if self.lock().poll_once() | engines {
                 last_work = Instant::now();
                 continue;
@@ -199,7 +230,8 @@ impl Fabric {
                 last_work = Instant::now();
                 continue;
             }
-            self.doorbell.wait(SLEEP);
+            self.doorbell
+                .wait(next_timer.map_or(SLEEP, |t| t.min(SLEEP)));
             self.lock().set_sleeping(false);
             last_work = Instant::now();
         }

@@ -205,6 +205,16 @@ pub fn cm5_write(c: &mut Client, sup: bool, off: u32, v: u32) {
         .unwrap();
 }
 
+/// MSI-X on, every vector unmasked in the table (a direct client programs it).
+pub fn enable_msix(c: &mut Client) {
+    let ctl = cfg_read16(c, 0x52);
+    cfg_write16(c, 0x52, ctl | 0x8000);
+    for v in 0..16u64 {
+        c.region_write(pci::BAR4_REGION, v * 16 + 12, &0u32.to_le_bytes())
+            .unwrap();
+    }
+}
+
 pub fn eventfd() -> File {
     // SAFETY: eventfd returns a new descriptor or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
