@@ -61,6 +61,10 @@ counters! {
     /// CM-5 Data Network messages the fabric dropped: a physical address outside the
     /// sender's partition, or no link to it (ports down, no route).
     cm5_dr_dropped,
+    /// CM-5 combines (and network-dones) this NI's registers sent whole; combine results
+    /// dropped because the COM receive FIFO was full.
+    cm5_combines,
+    cm5_com_overruns,
     /// Fast-path doorbell writes (the poller was asleep).
     doorbells,
     msix_sent,
@@ -100,6 +104,9 @@ counters! {
     collectives,
     collective_bytes,
     sync_globals,
+    /// Control-network rounds that failed for a member driving the CM-5 registers
+    /// (timeout, collision, a member gone): its registers show completion, with no result.
+    coll_failed_registers,
     /// The direct path (partition window), as the client reports it in its window line:
     /// messages and bytes whose payload it sent there (also counted in `sends` and
     /// `send_bytes`, as its receptions are in `recvs` and `recv_bytes`), collectives it did

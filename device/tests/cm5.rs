@@ -435,3 +435,257 @@ fn an_arrival_fires_the_green_vector() {
         0
     );
 }
+
+// ---- the Control Network through the registers (§4) ----
+
+const COM_SEND: u32 = cm5::COM_BASE + iface::SEND;
+const COM_RECV: u32 = cm5::COM_BASE + iface::RECV;
+const COM_STATUS: u32 = cm5::COM_BASE + iface::STATUS;
+const COM_CONTROL: u32 = cm5::COM_BASE + iface::CONTROL;
+
+/// COM `send_first` (App. A.3): aux = pattern[8:7] combiner[6:4] length[3:0].
+fn com_send_first(pattern: u32, combiner: u32, len: u32) -> u32 {
+    (cm5::fifo::COMBINE << cm5::SF_FIFO_OFFSET)
+        + (((pattern << 7) | (combiner << 4) | len) << cm5::AUXILIARY_START_P)
+}
+
+/// Unlock COM and take part in combines and sync global (§2.7.2, §4.2.10, §4.3.1).
+fn join_control(c: &mut Client) {
+    cm5_write(c, true, cm5::COM_BASE + iface::PRIVATE, 0);
+    cm5_write(c, false, COM_CONTROL, 0);
+    cm5_write(c, false, cm5::NI_SYNC_GLOBAL_ABSTAIN, 0);
+}
+
+fn combine_send(c: &mut Client, pattern: u32, combiner: u32, words: &[u32]) -> bool {
+    cm5_write(
+        c,
+        false,
+        com_send_first(pattern, combiner, words.len() as u32),
+        words[0],
+    );
+    for &w in &words[1..] {
+        cm5_write(c, false, COM_SEND, w);
+    }
+    cm5_read(c, false, COM_STATUS) & status::SEND_OK != 0
+}
+
+fn combine_result(c: &mut Client) -> Vec<u32> {
+    let t = Instant::now();
+    let st = loop {
+        let st = cm5_read(c, false, COM_STATUS);
+        if st & status::REC_OK != 0 {
+            break st;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "no combine result");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let len = (st >> 11) & 0xF;
+    (0..len).map(|_| cm5_read(c, false, COM_RECV)).collect()
+}
+
+fn nis(n: u32) -> (Daemon, Vec<Client>) {
+    let d = Daemon::start(n);
+    let mut cs: Vec<Client> = (0..n).map(|i| d.client(i)).collect();
+    for c in &mut cs {
+        ready(c, n);
+        join_control(c);
+    }
+    (d, cs)
+}
+
+/// §4.2.7, §4.2.8: reductions give every member the total; scans are exclusive, forward in
+/// ascending and backward in descending relative address; multi-word adds carry.
+#[test]
+fn combines_through_the_registers_reduce_and_scan() {
+    let (_d, mut cs) = nis(3);
+    // ADD reduce of 1, 2, 3.
+    for (r, c) in cs.iter_mut().enumerate() {
+        assert!(combine_send(c, 3, 1, &[r as u32 + 1]));
+    }
+    for c in &mut cs {
+        assert_eq!(combine_result(c), vec![6]);
+    }
+    // Forward and backward ADD scans.
+    for (r, c) in cs.iter_mut().enumerate() {
+        combine_send(c, 2, 1, &[10 << r]);
+    }
+    let fwd: Vec<Vec<u32>> = cs.iter_mut().map(combine_result).collect();
+    assert_eq!(fwd, vec![vec![0], vec![10], vec![30]]);
+    for (r, c) in cs.iter_mut().enumerate() {
+        combine_send(c, 1, 1, &[10 << r]);
+    }
+    let bwd: Vec<Vec<u32>> = cs.iter_mut().map(combine_result).collect();
+    assert_eq!(bwd, vec![vec![60], vec![40], vec![0]]);
+    // Two-word UADD, least significant first: 0xFFFF_FFFF + 1 carries.
+    for (r, c) in cs.iter_mut().enumerate() {
+        let w = if r == 0 { [0xFFFF_FFFF, 0] } else { [1, 0] };
+        combine_send(c, 3, 3, &w);
+    }
+    for c in &mut cs {
+        assert_eq!(combine_result(c), vec![1, 1]);
+    }
+    // MAX, most significant word first, signed.
+    for (r, c) in cs.iter_mut().enumerate() {
+        combine_send(c, 3, 4, &[(r as i32 - 2) as u32]);
+    }
+    for c in &mut cs {
+        assert_eq!(combine_result(c), vec![0]);
+    }
+}
+
+/// §4.2.4, §4.2.10: illegal combiner/pattern pairs and an abstainer's send are Bus Errors; an
+/// abstainer with reduce_rec_abstain clear receives reductions without contributing.
+#[test]
+fn abstainers_and_illegal_combines() {
+    let (_d, mut cs) = nis(3);
+    clear_causes(&mut cs[0]);
+    cm5_write(&mut cs[0], false, com_send_first(0, 1, 1), 5);
+    assert_ne!(bus_errors(&mut cs[0]), 0, "ADD with pattern 0");
+    clear_causes(&mut cs[0]);
+    cm5_write(&mut cs[0], false, com_send_first(3, 6, 1), 5);
+    assert_ne!(bus_errors(&mut cs[0]), 0, "combiner 6");
+    // NI 2 abstains but takes reductions.
+    cm5_write(&mut cs[2], false, COM_CONTROL, 1); // rec_abstain, not reduce_rec_abstain
+    clear_causes(&mut cs[2]);
+    cm5_write(&mut cs[2], false, com_send_first(3, 1, 1), 5);
+    assert_ne!(bus_errors(&mut cs[2]), 0, "an abstainer's send");
+    for (r, c) in cs.iter_mut().enumerate().take(2) {
+        combine_send(c, 3, 1, &[r as u32 + 7]);
+    }
+    for c in &mut cs {
+        assert_eq!(
+            combine_result(c),
+            vec![15],
+            "7 + 8, NI 2 contributing nothing"
+        );
+    }
+    // A scan skips it (it gets no result) and gives it no part.
+    for (r, c) in cs.iter_mut().enumerate().take(2) {
+        combine_send(c, 2, 1, &[r as u32 + 7]);
+    }
+    assert_eq!(combine_result(&mut cs[0]), vec![0]);
+    assert_eq!(combine_result(&mut cs[1]), vec![7]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(cm5_read(&mut cs[2], false, COM_STATUS) & status::REC_OK, 0);
+}
+
+/// §4.3.1: a sync global clears sync_global_complete until every non-abstainer wrote; then
+/// every member reads the OR. §4.3.3: the async global OR reaches every member, with the
+/// Green global_rec cause where global_rec_ie is set.
+#[test]
+fn sync_and_async_global_through_the_registers() {
+    let (_d, mut cs) = nis(3);
+    cm5_write(&mut cs[0], false, cm5::NI_SYNC_GLOBAL_SEND, 0);
+    assert_eq!(
+        cm5_read(&mut cs[0], false, cm5::NI_SYNC_GLOBAL) & 2,
+        0,
+        "pending"
+    );
+    clear_causes(&mut cs[0]);
+    cm5_write(&mut cs[0], false, cm5::NI_SYNC_GLOBAL_SEND, 1);
+    assert_ne!(bus_errors(&mut cs[0]), 0, "a second send while pending");
+    cm5_write(&mut cs[1], false, cm5::NI_SYNC_GLOBAL_SEND, 1);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        cm5_read(&mut cs[0], false, cm5::NI_SYNC_GLOBAL) & 2,
+        0,
+        "NI 2 not yet"
+    );
+    cm5_write(&mut cs[2], false, cm5::NI_SYNC_GLOBAL_SEND, 0);
+    for c in &mut cs {
+        let t = Instant::now();
+        while cm5_read(c, false, cm5::NI_SYNC_GLOBAL) != 0b11 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "sync global never completed"
+            );
+        }
+    }
+    // Async global.
+    let hp = cm5_read(&mut cs[2], true, cm5::NI_HODGEPODGE);
+    cm5_write(
+        &mut cs[2],
+        true,
+        cm5::NI_HODGEPODGE,
+        hp | hodgepodge::GLOBAL_REC_IE,
+    );
+    cm5_write(&mut cs[1], false, cm5::NI_ASYNC_GLOBAL, 1);
+    for c in &mut cs {
+        let t = Instant::now();
+        while cm5_read(c, false, cm5::NI_ASYNC_GLOBAL) & 2 == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "global_rec never rose"
+            );
+        }
+    }
+    assert_ne!(
+        cm5_read(&mut cs[2], true, cm5::NI_INTERRUPT_CAUSE_GREEN) & green::GLOBAL_REC,
+        0
+    );
+    cm5_write(&mut cs[1], false, cm5::NI_ASYNC_GLOBAL, 0);
+    let t = Instant::now();
+    while cm5_read(&mut cs[0], false, cm5::NI_ASYNC_GLOBAL) & 2 != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "global_rec never fell"
+        );
+    }
+}
+
+/// §4.2.9, §3.5.6: network-done clears router_done_complete until every member sent it and
+/// every message sent has arrived.
+#[test]
+fn network_done_waits_for_every_member_and_every_message() {
+    let (_d, mut cs) = nis(2);
+    let dr_status = cm5::DR_BASE + iface::STATUS;
+    assert_ne!(cm5_read(&mut cs[0], false, dr_status) & (1 << 6), 0);
+    // Five 5-word messages: four fill NI 1's receive FIFO, the fifth waits in NI 0's.
+    for seq in 0..5 {
+        assert!(send(&mut cs[0], 1, 0, &[seq, 0, 0, 0, 0]));
+    }
+    cm5_write(&mut cs[0], false, com_send_first(0, 5, 1), 0);
+    assert_eq!(
+        cm5_read(&mut cs[0], false, dr_status) & (1 << 6),
+        0,
+        "pending"
+    );
+    clear_causes(&mut cs[0]);
+    cm5_write(&mut cs[0], false, com_send_first(0, 5, 1), 0);
+    assert_ne!(
+        bus_errors(&mut cs[0]),
+        0,
+        "network-done while one is pending"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        cm5_read(&mut cs[0], false, dr_status) & (1 << 6),
+        0,
+        "NI 1 not yet"
+    );
+    cm5_write(&mut cs[1], false, com_send_first(0, 5, 1), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    for c in &mut cs {
+        assert_eq!(
+            cm5_read(c, false, dr_status) & (1 << 6),
+            0,
+            "a message is still on its way"
+        );
+    }
+    // NI 1 reads one: the last one arrives, and network-done completes everywhere.
+    assert_eq!(receive(&mut cs[1]).1[0], 0);
+    for c in &mut cs {
+        let t = Instant::now();
+        while cm5_read(c, false, dr_status) & (1 << 6) == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "network-done never completed"
+            );
+        }
+    }
+    // Nothing entered the COM receive FIFO; the messages are there to read, in order.
+    assert_eq!(cm5_read(&mut cs[0], false, COM_STATUS) & status::REC_OK, 0);
+    for seq in 1..5 {
+        assert_eq!(receive(&mut cs[1]).1[0], seq);
+    }
+}

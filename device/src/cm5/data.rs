@@ -324,14 +324,9 @@ impl DataNet {
         self.out.retain(|p| p.iface != iface);
     }
 
-    /// The oldest whole message waiting to leave (the poller's view); clears `pending`
-    /// when there is none.
+    /// The oldest whole message waiting to leave (the poller's view).
     pub fn front_out(&self) -> Option<&Packet> {
-        let p = self.out.front();
-        if p.is_none() {
-            self.pending.store(false, Ordering::Release);
-        }
-        p
+        self.out.front()
     }
 
     /// The oldest message left the NI (delivered, or dropped by the fabric). Returns the

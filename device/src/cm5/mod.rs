@@ -1,5 +1,6 @@
 //! The CM-5 NI register file (App. A) behind BAR2: user window and supervisor window.
 
+pub mod com;
 pub mod combine;
 pub mod data;
 
@@ -31,6 +32,11 @@ pub struct Cm5 {
     time: (u32, u64),
     /// The Data Network interfaces (`data.rs`).
     pub data: data::DataNet,
+    /// The Control Network's register side (`com.rs`).
+    pub com: com::Com,
+    /// `router_done_complete` (DR status, §3.5.6): 0 from a network-done send until the
+    /// fabric completes it.
+    pub router_done: bool,
     /// Set when an access queued a message or freed receive room: the NI rings the fabric's
     /// doorbell, since only the poller moves messages between NIs.
     pub kick: bool,
@@ -62,6 +68,8 @@ impl Cm5 {
             epoch: Instant::now(),
             time: (0, 0),
             data: data::DataNet::new(Arc::new(AtomicBool::new(false))),
+            com: com::Com::default(),
+            router_done: true,
             kick: false,
             timer: Arc::new(AtomicU64::new(0)),
         }
@@ -105,6 +113,7 @@ impl Cm5 {
     pub fn reset(&mut self) {
         let pending = self.data.pending.clone();
         let timer = self.timer.clone();
+        // What the registers had asked of the control network goes with the reset.
         *self = Cm5::new();
         self.data = data::DataNet::new(pending);
         timer.store(0, Ordering::Release);
@@ -213,11 +222,20 @@ impl Cm5 {
             data::Iface::Rdr => Some(1),
             data::Iface::Dr => None,
         };
+        // router_done_complete (§3.5.6): DR status bit 6, status_long bit 7, status_all bit 31.
+        let done = |bit: u32| {
+            if self.router_done && i == data::Iface::Dr {
+                1 << bit
+            } else {
+                0
+            }
+        };
+        let all_done = if self.router_done { 1 << 31 } else { 0 };
         Some(match (r, k) {
-            (f::STATUS, _) => self.data.status(i, false, &set, locked),
-            (f::STATUS_LONG, _) => self.data.status(i, true, &set, locked),
-            (f::STATUS_ALL, _) => self.data.status_all(i, &set, locked),
-            (f::STATUS_POP, Some(_)) => self.data.status_all(i, &set, locked),
+            (f::STATUS, _) => self.data.status(i, false, &set, locked) | done(6),
+            (f::STATUS_LONG, _) => self.data.status(i, true, &set, locked) | done(7),
+            (f::STATUS_ALL, _) => self.data.status_all(i, &set, locked) | all_done,
+            (f::STATUS_POP, Some(_)) => self.data.status_all(i, &set, locked) | all_done,
             (r, Some(k)) if r == f::STATUS_POP + 4 => {
                 // The doubleword's second word: one word popped, if there is one (§3.5.3).
                 if self.data.can_pop(k, &set) {
@@ -287,6 +305,204 @@ impl Cm5 {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// The abstain flags as the registers hold them, in `fastpath::participation` bits.
+    pub fn participation(&self) -> u32 {
+        use ni_abi::fastpath::participation as p;
+        let com = self.regs.get(cm5::COM_BASE + cm5::iface::CONTROL) as u32;
+        let bc = self.regs.get(cm5::BC_BASE + cm5::iface::CONTROL) as u32;
+        let sg = self.regs.get(cm5::NI_SYNC_GLOBAL_ABSTAIN) as u32;
+        (com & (p::COM_REC_ABSTAIN | p::REDUCE_REC_ABSTAIN))
+            | if bc & 1 != 0 { p::BC_REC_ABSTAIN } else { 0 }
+            | if sg & 1 != 0 {
+                p::SYNC_GLOBAL_ABSTAIN
+            } else {
+                0
+            }
+    }
+
+    fn event(&mut self, e: com::Event) {
+        if !matches!(e, com::Event::Combine { .. }) {
+            self.com.events.push_back(e);
+        }
+        self.data.pending.store(true, Ordering::Release);
+        self.kick = true;
+    }
+
+    fn com_private(&self) -> u32 {
+        self.regs.get(cm5::COM_BASE + cm5::iface::PRIVATE) as u32
+    }
+
+    /// A Control Network register read; `None`: not one of those.
+    fn control_read(
+        &mut self,
+        addr: u64,
+        off: u32,
+        size: usize,
+        counters: &mut Counters,
+    ) -> Option<u32> {
+        use cm5::iface as f;
+        let locked = self.com_private() & cm5::private::LOCK != 0;
+        match off {
+            o if o == cm5::COM_BASE + f::STATUS => Some(self.com.status(locked)),
+            o if o == cm5::COM_BASE + f::PRIVATE => {
+                let v = self.com_private() & !cm5::private::REC_FULL;
+                Some(
+                    v | if self.com.rec_full() {
+                        cm5::private::REC_FULL
+                    } else {
+                        0
+                    },
+                )
+            }
+            o if (cm5::COM_BASE + f::RECV..cm5::COM_BASE + f::RECV + 16).contains(&o) => {
+                let Some((w, overflow_first, emptied)) = self.com.recv() else {
+                    self.bus_error(addr, size, false, counters);
+                    return Some(u32::MAX);
+                };
+                let pr = self.com_private();
+                let mut g = 0;
+                if overflow_first && pr & (1 << 4) != 0 {
+                    g |= green::SCAN_OVERFLOW;
+                }
+                if emptied && pr & (1 << 5) != 0 {
+                    g |= green::COM_REC_EMPTY;
+                }
+                if self.com.head_is_fresh() && pr & cm5::private::REC_OK_IE != 0 {
+                    g |= green::COM_REC_OK;
+                }
+                self.raise_green(g);
+                Some(w)
+            }
+            _ => None,
+        }
+    }
+
+    /// A Control Network register write; whether it was one.
+    fn control_write(
+        &mut self,
+        addr: u64,
+        sup: bool,
+        off: u32,
+        value: u32,
+        size: usize,
+        counters: &mut Counters,
+    ) -> bool {
+        use cm5::hodgepodge as hp;
+        use cm5::iface as f;
+        let _ = sup;
+        let com_control = cm5::COM_BASE + f::CONTROL;
+        let sync = self.regs.get(cm5::NI_SYNC_GLOBAL) as u32;
+        let complete = sync & 2 != 0;
+        match off {
+            o if cm5::send_first_interface(o) == Some(cm5::fifo::COMBINE) => {
+                let locked = self.com_private() & cm5::private::LOCK != 0;
+                let abstain = self.regs.get(com_control) & 1 != 0;
+                let (p, c, _) = com::decode_send_first(o);
+                let done = p == 0 && c == 5;
+                // §4.2.10: an abstainer may not send; §4.2.9: nor network-done twice.
+                if abstain || (done && !self.router_done) {
+                    self.bus_error(addr, size, true, counters);
+                    return true;
+                }
+                let scan_start = self.regs.get(cm5::NI_SCAN_START) & 1 != 0;
+                let before = self.com.events.len();
+                if self.com.send_first(o, value, scan_start, locked).is_err() {
+                    self.bus_error(addr, size, true, counters);
+                } else if locked {
+                    counters.cm5_discarded_sends += 1;
+                }
+                self.after_com_send(before, counters);
+                true
+            }
+            o if (cm5::COM_BASE + f::SEND..cm5::COM_BASE + f::SEND + 16).contains(&o) => {
+                let before = self.com.events.len();
+                if self.com.send(value).is_err() {
+                    self.bus_error(addr, size, true, counters);
+                }
+                self.after_com_send(before, counters);
+                true
+            }
+            o if o == cm5::COM_BASE + f::PRIVATE => {
+                let reg = cm5::decode(o).expect("COM private");
+                if self.regs.store_write(reg, value as u64) & cm5::private::LOCK as u64 != 0 {
+                    self.com.lock();
+                }
+                true
+            }
+            o if o == com_control => {
+                // B.3.3: not while a combine is in the send FIFO.
+                let old = self.regs.get(o) as u32;
+                if self.com.busy() && (old ^ value) & 3 != 0 {
+                    self.raise(cause::COM_ABSTAIN_CHANGED);
+                    return true;
+                }
+                self.regs.set(o, (value & 3) as u64);
+                self.event(com::Event::Participation(self.participation()));
+                true
+            }
+            o if o == cm5::BC_BASE + f::CONTROL => {
+                self.regs.set(o, (value & 1) as u64);
+                self.event(com::Event::Participation(self.participation()));
+                true
+            }
+            cm5::NI_SYNC_GLOBAL_ABSTAIN => {
+                if !complete {
+                    self.bus_error(addr, size, true, counters);
+                    return true;
+                }
+                self.regs
+                    .set(cm5::NI_SYNC_GLOBAL_ABSTAIN, (value & 1) as u64);
+                self.event(com::Event::Participation(self.participation()));
+                true
+            }
+            cm5::NI_SYNC_GLOBAL_SEND => {
+                // §4.3.1: not while one is pending, nor while abstaining.
+                let abstain = self.regs.get(cm5::NI_SYNC_GLOBAL_ABSTAIN) & 1 != 0;
+                if !complete || abstain {
+                    self.bus_error(addr, size, true, counters);
+                    return true;
+                }
+                self.regs.set(cm5::NI_SYNC_GLOBAL, (sync & 1) as u64);
+                self.event(com::Event::SyncGlobal(value & 1 != 0));
+                true
+            }
+            cm5::NI_ASYNC_GLOBAL => {
+                let v = self.regs.get(cm5::NI_ASYNC_GLOBAL) & !1 | (value & 1) as u64;
+                self.regs.set(cm5::NI_ASYNC_GLOBAL, v);
+                self.event(com::Event::AsyncGlobal(value & 1 != 0));
+                true
+            }
+            cm5::NI_COM_FLUSH_SEND => {
+                let h = self.regs.get(cm5::NI_HODGEPODGE) as u32;
+                let abstain = self.regs.get(com_control) & 1 != 0;
+                if h & hp::FLUSH_COMPLETE == 0 || abstain {
+                    self.bus_error(addr, size, true, counters);
+                    return true;
+                }
+                self.regs
+                    .set(cm5::NI_HODGEPODGE, (h & !hp::FLUSH_COMPLETE) as u64);
+                self.event(com::Event::Flush);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn after_com_send(&mut self, before: usize, counters: &mut Counters) {
+        if self.com.events.len() > before {
+            if let Some(com::Event::Combine {
+                pattern: ni_abi::cm5::Pattern::RouterDone,
+                ..
+            }) = self.com.events.back()
+            {
+                self.router_done = false;
+            }
+            counters.cm5_combines += 1;
+            self.data.pending.store(true, Ordering::Release);
+            self.kick = true;
         }
     }
 
@@ -389,6 +605,9 @@ impl Cm5 {
         if let Some(v) = self.data_read(addr, sup, off, size, counters) {
             return v;
         }
+        if let Some(v) = self.control_read(addr, off, size, counters) {
+            return v;
+        }
         match (reg.offset, reg.kind) {
             (cm5::NI_TIME, _) => self.now_time(),
             (cm5::NI_CHUNK_TABLE_DATA, _) => {
@@ -411,9 +630,13 @@ impl Cm5 {
             self.data_write(addr, sup, off, value, size, counters);
             return;
         }
+        if cm5::send_first_interface(off) == Some(cm5::fifo::COMBINE) {
+            self.control_write(addr, sup, off, value, size, counters);
+            return;
+        }
         if let Some(iface) = cm5::send_first_interface(off) {
-            // The Control Network interfaces (BC, SBC, COM) are not driven through registers
-            // yet: their sends are discarded and leave send_ok 0, as a locked interface's.
+            // Broadcasts (BC, SBC) are not driven through registers yet: their sends are
+            // discarded and leave send_ok 0, as a locked interface's.
             let _ = iface;
             counters.cm5_discarded_sends += 1;
             return;
@@ -427,7 +650,9 @@ impl Cm5 {
             self.bus_error(addr, size, true, counters);
             return;
         }
-        if self.data_write(addr, sup, off, value, size, counters) {
+        if self.data_write(addr, sup, off, value, size, counters)
+            || self.control_write(addr, sup, off, value, size, counters)
+        {
             return;
         }
         let v = value as u64;

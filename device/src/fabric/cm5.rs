@@ -13,8 +13,11 @@
 use std::sync::atomic::Ordering;
 
 use ni_abi::cm5;
+use ni_abi::fastpath::{combine as cflag, op, Completion, Request, Status};
 
+use super::collective::{Door, Entry, Kind};
 use super::State;
+use crate::cm5::com::Event;
 use crate::server::lock;
 
 /// Messages moved from one NI per pass, so one busy sender cannot starve the others.
@@ -100,6 +103,96 @@ impl State {
             }
             ni.cm5.sent_out();
             ni.update_interrupts();
+            work = true;
+        }
+        work |= self.pump_control(i);
+        let ni = lock(&self.slots[i].ni);
+        if ni.cm5.data.out_len() == 0 && ni.cm5.com.events.is_empty() {
+            // Senders set it under this lock after queueing: nothing is missed.
+            self.cm5_pending[i].store(false, Ordering::Release);
+        }
+        work
+    }
+
+    /// Take NI `i`'s control-network events (`cm5/com.rs`) into the partition's rounds,
+    /// in order. An event that finds a member not yet started stays first, for the next
+    /// pass: the control network waits for the whole partition.
+    fn pump_control(&mut self, i: usize) -> bool {
+        let mut work = false;
+        for _ in 0..BATCH {
+            let Some(ev) = lock(&self.slots[i].ni).cm5.com.events.front().copied() else {
+                break;
+            };
+            // A driver that uses the control network's registers has started (as one that
+            // set up the fast path has, `ops.rs`).
+            self.nodes[i].cm5_registers = true;
+            self.nodes[i].ready = true;
+            let req = |opcode: u8, flags: u8, access: u32, len: u64, tag: u64| Request {
+                opcode,
+                flags,
+                access,
+                len,
+                tag,
+                ..Default::default()
+            };
+            let (r, joined) = match ev {
+                Event::Participation(f) => {
+                    let f = (self.nodes[i].participation & !0xF) | (f & 0xF);
+                    (self.set_participation(i, f).map(|_| None), None)
+                }
+                Event::AsyncGlobal(bit) => (self.set_global(i, bit).map(|_| None), None),
+                Event::Combine {
+                    pattern,
+                    combiner,
+                    len,
+                    words,
+                    scan_start,
+                } => {
+                    let flags = pattern as u8 | if scan_start { cflag::SCAN_START } else { 0 };
+                    let r = req(op::COMBINE, flags, combiner as u32, len as u64, 0);
+                    (
+                        self.join_door(i, Kind::Combine, &r, Door::Registers, words),
+                        Some(r),
+                    )
+                }
+                Event::SyncGlobal(bit) => {
+                    let r = req(op::SYNC_GLOBAL, 0, 0, 0, bit as u64);
+                    (
+                        self.join_door(i, Kind::Sync, &r, Door::Registers, [0; 5]),
+                        Some(r),
+                    )
+                }
+                Event::Flush => {
+                    let r = req(op::COM_FLUSH, 0, 0, 0, 0);
+                    (
+                        self.join_door(i, Kind::Flush, &r, Door::Registers, [0; 5]),
+                        Some(r),
+                    )
+                }
+            };
+            match r {
+                // A member has not started yet: wait for it.
+                Err(Status::PeerDown) if joined.is_some() => break,
+                Err(status) => {
+                    tracing::debug!(ni = i, ?ev, ?status, "control-network event refused");
+                    if let Some(r) = joined {
+                        let e = Entry {
+                            node: i,
+                            req: r,
+                            words: [0; 5],
+                            door: Door::Registers,
+                        };
+                        let c = Completion {
+                            opcode: r.opcode,
+                            status: status as u16,
+                            ..Default::default()
+                        };
+                        self.finish_registers(&e, &c, None);
+                    }
+                }
+                Ok(_) => {}
+            }
+            lock(&self.slots[i].ni).cm5.com.taken();
             work = true;
         }
         work

@@ -39,6 +39,14 @@ pub enum Kind {
     Flush,
 }
 
+/// Which door of its NI a member came through: the fast path's rings (libni), or the CM-5
+/// registers in BAR2 (`cm5/com.rs`). Rounds are the same; only where results go differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Door {
+    FastPath,
+    Registers,
+}
+
 /// One member's request in a round.
 #[derive(Clone, Copy, Debug)]
 pub struct Entry {
@@ -46,6 +54,7 @@ pub struct Entry {
     pub req: Request,
     /// CM-5 combine: the words read at request time (scan_start latched then too).
     pub words: [u32; MAX_WORDS],
+    pub door: Door,
 }
 
 #[derive(Debug)]
@@ -132,6 +141,13 @@ impl State {
         if r.access & !participation::ALL != 0 {
             return Err(Status::BadDescriptor);
         }
+        self.set_participation(a, r.access)?;
+        Ok(super::ops::done(r))
+    }
+
+    /// Set NI `a`'s participation flags, from either door; mirrored into its CM-5 registers
+    /// so both doors see the same. Refused while a combine of this member is pending.
+    pub(super) fn set_participation(&mut self, a: usize, flags: u32) -> Result<(), Status> {
         let (name, _, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
         let pending = self.colls.get(&name).is_some_and(|pc| {
             pc.rounds.get(&Kind::Combine).is_some_and(|rs| {
@@ -141,26 +157,29 @@ impl State {
             }) || pc.receive_only.get(rank).is_some_and(|q| !q.is_empty())
         });
         let abstain_bits = participation::COM_REC_ABSTAIN | participation::REDUCE_REC_ABSTAIN;
-        if pending && (r.access ^ self.flags(a)) & abstain_bits != 0 {
+        let refused = pending && (flags ^ self.flags(a)) & abstain_bits != 0;
+        if !refused {
+            self.nodes[a].participation = flags;
+        }
+        // Mirror into the CM-5 register file so a driver reading it sees the same flags.
+        let p = self.nodes[a].participation;
+        let mut ni = lock(&self.slots[a].ni);
+        if refused {
             // The CM-5 raises the Yellow com_abstain_changed and leaves the flag alone.
-            let mut ni = lock(&self.slots[a].ni);
             ni.cm5.raise(ni_abi::cm5::cause::COM_ABSTAIN_CHANGED);
-            ni.update_interrupts();
+        }
+        let com = (p & 3) as u64;
+        let bc = ((p >> 2) & 1) as u64;
+        let sg = ((p >> 3) & 1) as u64;
+        let cm5 = &mut ni.cm5.regs;
+        cm5.set(ni_abi::cm5::COM_BASE + ni_abi::cm5::iface::CONTROL, com);
+        cm5.set(ni_abi::cm5::BC_BASE + ni_abi::cm5::iface::CONTROL, bc);
+        cm5.set(ni_abi::cm5::NI_SYNC_GLOBAL_ABSTAIN, sg);
+        ni.update_interrupts();
+        if refused {
             return Err(Status::AbstainChanged);
         }
-        self.nodes[a].participation = r.access;
-        // Mirror into the CM-5 register file so a driver reading it sees the same flags.
-        {
-            let mut ni = lock(&self.slots[a].ni);
-            let com = (r.access & 3) as u64;
-            let bc = ((r.access >> 2) & 1) as u64;
-            let sg = ((r.access >> 3) & 1) as u64;
-            let cm5 = &mut ni.cm5.regs;
-            cm5.set(ni_abi::cm5::COM_BASE + ni_abi::cm5::iface::CONTROL, com);
-            cm5.set(ni_abi::cm5::BC_BASE + ni_abi::cm5::iface::CONTROL, bc);
-            cm5.set(ni_abi::cm5::NI_SYNC_GLOBAL_ABSTAIN, sg);
-        }
-        Ok(super::ops::done(r))
+        Ok(())
     }
 
     /// Join the round of kind `k` that `a`'s request belongs to.
@@ -169,6 +188,18 @@ impl State {
         a: usize,
         k: Kind,
         r: &Request,
+    ) -> Result<Option<Completion>, Status> {
+        self.join_door(a, k, r, Door::FastPath, [0; MAX_WORDS])
+    }
+
+    /// Join through `door`; a combine through the registers brings its `words`.
+    pub(super) fn join_door(
+        &mut self,
+        a: usize,
+        k: Kind,
+        r: &Request,
+        door: Door,
+        words: [u32; MAX_WORDS],
     ) -> Result<Option<Completion>, Status> {
         let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
         let size = members.len();
@@ -184,7 +215,8 @@ impl State {
         let mut entry = Entry {
             node: a,
             req: *r,
-            words: [0; MAX_WORDS],
+            words,
+            door,
         };
         match k {
             Kind::Combine => {
@@ -205,11 +237,13 @@ impl State {
                     }
                     return Err(Status::Abstaining);
                 }
-                entry.words = read_words(self, a, r)?;
-                // The result goes back over the words: they must be writable too.
-                read_dma(&self.nodes[a].dma)
-                    .check(r.addr, r.len * 4, true)
-                    .map_err(|_| Status::NotRegistered)?;
+                if door == Door::FastPath {
+                    entry.words = read_words(self, a, r)?;
+                    // The result goes back over the words: they must be writable too.
+                    read_dma(&self.nodes[a].dma)
+                        .check(r.addr, r.len * 4, true)
+                        .map_err(|_| Status::NotRegistered)?;
+                }
             }
             Kind::Sync => {
                 if flags & participation::SYNC_GLOBAL_ABSTAIN != 0 {
@@ -323,7 +357,12 @@ impl State {
     fn message_count(&self, members: &[u32]) -> usize {
         members
             .iter()
-            .map(|&m| self.nodes[m as usize].unexpected.len())
+            .map(|&m| {
+                let m = m as usize;
+                // Register-level Data Network messages still in their sender's FIFO count
+                // too (§3.5.6): one network, whichever door.
+                self.nodes[m].unexpected.len() + lock(&self.slots[m].ni).cm5.data.out_len()
+            })
             .sum()
     }
 
@@ -388,6 +427,10 @@ impl State {
 
     fn finish_entry(&mut self, e: &Entry, c: Completion) {
         self.nodes[e.node].outstanding = self.nodes[e.node].outstanding.saturating_sub(1);
+        if e.door == Door::Registers {
+            self.finish_registers(e, &c, None);
+            return;
+        }
         if c.status != Status::Ok as u16 {
             let status = Status::from_u16(c.status).unwrap_or(Status::BadDescriptor);
             self.fail(e.node, &e.req, status);
@@ -508,6 +551,15 @@ impl State {
         let outcomes = cm5c::combine(pattern, combiner, len, &ms);
         for (r, o) in outcomes.iter().enumerate() {
             match round.entries[r] {
+                Some(e) if e.door == Door::Registers => {
+                    self.nodes[e.node].outstanding =
+                        self.nodes[e.node].outstanding.saturating_sub(1);
+                    if pattern == Pattern::RouterDone {
+                        self.nodes[e.node].counters.network_done += 1;
+                    }
+                    let c = Self::result(&e, Status::Ok);
+                    self.finish_registers(&e, &c, Some((o, len)));
+                }
                 Some(e) => {
                     let mut c = Self::result(&e, Status::Ok);
                     if let Some(words) = o.result {
@@ -523,6 +575,15 @@ impl State {
                         self.nodes[e.node].counters.network_done += 1;
                     }
                     self.finish_entry(&e, c);
+                }
+                // An abstainer driving the registers that takes reductions gets the result
+                // in its COM receive FIFO (§4.2.10).
+                None if o.result.is_some()
+                    && pattern == Pattern::Reduce
+                    && self.nodes[members[r] as usize].cm5_registers =>
+                {
+                    let words = o.result.expect("checked");
+                    self.com_result(members[r] as usize, &words[..len], o.overflow);
                 }
                 // An abstainer that still takes reductions: queue the result for it.
                 None if o.result.is_some() && pattern == Pattern::Reduce => {
@@ -689,10 +750,17 @@ impl State {
         a: usize,
         r: &Request,
     ) -> Result<Option<Completion>, Status> {
+        self.set_global(a, r.tag & 1 != 0)?;
+        Ok(super::ops::done(r))
+    }
+
+    /// NI `a`'s `global_send` is `bit` (§4.3.3): every member's `global_rec` follows the OR
+    /// at once, in its control page and its registers; a rise interrupts where enabled.
+    pub(super) fn set_global(&mut self, a: usize, bit: bool) -> Result<(), Status> {
         let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
         let pc = self.colls.entry(name).or_default();
         pc.sized(members.len());
-        pc.global_send[rank] = r.tag & 1 != 0;
+        pc.global_send[rank] = bit;
         let or = pc.global_send.iter().any(|&b| b);
         let rose = or && !pc.global_rec;
         pc.global_rec = or;
@@ -700,6 +768,18 @@ impl State {
             let m = m as usize;
             if let Some(sram) = self.nodes[m].live_sram() {
                 sram.store_u32(ni_abi::fastpath::ctrl::GLOBAL_REC, or as u32);
+            }
+            {
+                let mut ni = lock(&self.slots[m].ni);
+                let regs = &mut ni.cm5.regs;
+                let v = regs.get(ni_abi::cm5::NI_ASYNC_GLOBAL) & 1 | (or as u64) << 1;
+                regs.set(ni_abi::cm5::NI_ASYNC_GLOBAL, v);
+                let ie = regs.get(ni_abi::cm5::NI_HODGEPODGE) as u32
+                    & ni_abi::cm5::hodgepodge::GLOBAL_REC_IE;
+                if rose && ie != 0 {
+                    ni.cm5.raise_green(ni_abi::cm5::green::GLOBAL_REC);
+                    ni.update_interrupts();
+                }
             }
             if rose && self.flags(m) & participation::GLOBAL_REC_IE != 0 && self.nodes[m].live {
                 self.complete(
@@ -713,7 +793,77 @@ impl State {
                 );
             }
         }
-        Ok(super::ops::done(r))
+        Ok(())
+    }
+
+    /// A combine result for NI `m`'s COM receive FIFO.
+    fn com_result(&mut self, m: usize, words: &[u32], overflow: bool) {
+        let mut ni = lock(&self.slots[m].ni);
+        let was_empty = !ni.cm5.com.rec_ok();
+        if !ni.cm5.com.result(words, overflow) {
+            ni.counters.cm5_com_overruns += 1;
+            return;
+        }
+        let pr = ni
+            .cm5
+            .regs
+            .get(ni_abi::cm5::COM_BASE + ni_abi::cm5::iface::PRIVATE) as u32;
+        if was_empty && pr & ni_abi::cm5::private::REC_OK_IE != 0 {
+            ni.cm5.raise_green(ni_abi::cm5::green::COM_REC_OK);
+        }
+        ni.update_interrupts();
+    }
+
+    /// Where a round's outcome goes for a member that came through the registers: the COM
+    /// receive FIFO, `router_done_complete`, `ni_sync_global`, `flush_complete`.
+    pub(super) fn finish_registers(
+        &mut self,
+        e: &Entry,
+        c: &Completion,
+        combine: Option<(&cm5c::Outcome, usize)>,
+    ) {
+        use ni_abi::cm5;
+        let ok = c.status == Status::Ok as u16;
+        match e.req.opcode {
+            op::COMBINE => {
+                let pattern = Pattern::from_bits((e.req.flags & cflag::PATTERN_MASK) as u32);
+                if pattern == Pattern::RouterDone {
+                    let mut ni = lock(&self.slots[e.node].ni);
+                    ni.cm5.router_done = true;
+                    let ie = ni.cm5.regs.get(cm5::DR_BASE + cm5::iface::PRIVATE) & (1 << 9);
+                    if ok && ie != 0 {
+                        ni.cm5.raise(cm5::cause::RDONE_COMPLETE);
+                        ni.update_interrupts();
+                    }
+                } else if let Some((o, len)) = combine.filter(|_| ok) {
+                    if let Some(words) = o.result {
+                        self.com_result(e.node, &words[..len], o.overflow);
+                    }
+                }
+            }
+            op::SYNC_GLOBAL => {
+                let or = ok && c.tag & 1 != 0;
+                let mut ni = lock(&self.slots[e.node].ni);
+                let was = ni.cm5.regs.get(cm5::NI_SYNC_GLOBAL) & 1 != 0;
+                ni.cm5.regs.set(cm5::NI_SYNC_GLOBAL, 2 | or as u64);
+                let ie = ni.cm5.regs.get(cm5::NI_HODGEPODGE) as u32
+                    & cm5::hodgepodge::SYNC_GLOBAL_REC_IE;
+                if or && !was && ie != 0 {
+                    ni.cm5.raise_green(cm5::green::SYNC_GLOBAL_REC);
+                }
+                ni.update_interrupts();
+            }
+            op::COM_FLUSH => {
+                let mut ni = lock(&self.slots[e.node].ni);
+                let h =
+                    ni.cm5.regs.get(cm5::NI_HODGEPODGE) | cm5::hodgepodge::FLUSH_COMPLETE as u64;
+                ni.cm5.regs.set(cm5::NI_HODGEPODGE, h);
+            }
+            _ => {}
+        }
+        if !ok {
+            self.nodes[e.node].counters.coll_failed_registers += 1;
+        }
     }
 
     fn cancel_kind(&mut self, name: &str, k: Kind, status: Status) {

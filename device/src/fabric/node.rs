@@ -105,6 +105,9 @@ pub struct Node {
     pub seen: std::collections::BTreeSet<u32>,
     /// Control-network participation flags (`participation::*`); all abstaining after reset.
     pub participation: u32,
+    /// The client drives the CM-5 control network through its registers (it sent an
+    /// event from them): results for it go to its COM receive FIFO.
+    pub cm5_registers: bool,
     pub counters: FabricCounters,
     /// Port 0's link, shared with the NI's Lanai registers.
     pub port: Arc<Port>,
@@ -139,6 +142,7 @@ impl Node {
             outstanding: 0,
             seen: Default::default(),
             participation: ni_abi::fastpath::participation::RESET,
+            cm5_registers: false,
             counters: FabricCounters::default(),
             port,
             epoch: 0,
