@@ -504,7 +504,43 @@ fn main() {
         "bad" => bad_requests(&ni),
         "attach" => println!("rank {} of {} on NI {}", ni.rank(), ni.size(), ni.node()),
         "daemon-dies" => daemon_dies(ni),
+        "cm5-doors" => cm5_doors(&ni),
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
+}
+
+/// Issue 11, "one control network": this rank (libni) and a peer driving the CM-5 registers
+/// (tests/tests/cm5_doors.rs) take part in the same rounds. Rank 1 here; the register
+/// member contributes 37 to an ADD reduction, 0 to a sync global, and raises the async
+/// global after the sync global.
+fn cm5_doors(ni: &Ni) {
+    use ni::{Combiner, Pattern};
+    ni.set_participation(0).unwrap();
+    let r = ni
+        .combine(Pattern::Reduce, Combiner::Add, &[5], false)
+        .unwrap();
+    assert_eq!(r.words, Some(vec![42]), "5 + the register member's 37");
+    let r = ni
+        .combine(Pattern::ScanForward, Combiner::Add, &[5], false)
+        .unwrap();
+    assert_eq!(
+        r.words,
+        Some(vec![37]),
+        "exclusive forward scan: rank 0's 37"
+    );
+    assert!(
+        ni.sync_global(true).unwrap(),
+        "OR of 1 and the register member's 0"
+    );
+    let t = Instant::now();
+    while !ni.global_rec() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the async global never rose"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ni.network_done().unwrap();
+    println!("ok cm5-doors");
 }
