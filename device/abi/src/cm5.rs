@@ -507,3 +507,19 @@ pub fn combine_legal(pattern: Pattern, combiner: Combiner, len: usize) -> bool {
         _ => (1..=MAX_COMBINE_WORDS).contains(&len),
     }
 }
+
+#[cfg(test)]
+mod doc_tests {
+    /// `device/abi/cm5.md` lists every register of [`super::REGS`]: the table stays true.
+    #[test]
+    fn the_register_table_names_every_register() {
+        let doc = include_str!("../cm5.md");
+        for r in super::REGS.iter() {
+            assert!(
+                doc.contains(&format!("`{}`", r.name)),
+                "cm5.md does not list {}",
+                r.name
+            );
+        }
+    }
+}
