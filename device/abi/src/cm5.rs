@@ -156,6 +156,12 @@ pub mod hodgepodge {
     pub const TIMER_IE: u32 = 1 << 7;
     pub const CN_STOP_SEND: u32 = 1 << 8;
     pub const DISABLE_BUS_ERROR: u32 = 1 << 9;
+    /// Per receive FIFO (LDR, RDR): the supervisor tag interrupts, and the user's
+    /// permission for its own (§3.5.4).
+    pub const LDR_REC_TAG_IE: u32 = 1 << 10;
+    pub const RDR_REC_TAG_IE: u32 = 1 << 11;
+    pub const LDR_USER_REC_TAG_IE: u32 = 1 << 12;
+    pub const RDR_USER_REC_TAG_IE: u32 = 1 << 13;
     pub const MSG_TOO_LONG_IE: u32 = 1 << 14;
     /// Status bits software cannot write.
     pub const READ_ONLY: u32 = FLUSH_COMPLETE | INTERRUPT_SEND_OK | CONFIGURATION_COMPLETE;
@@ -180,6 +186,12 @@ pub mod private {
     pub const REC_STOP: u32 = 1 << 2;
     pub const SEND_STOP: u32 = 1 << 2;
     pub const REC_FULL: u32 = 1 << 3;
+    /// COM only (App. A.5.7).
+    pub const COM_SCAN_OVERFLOW_IE: u32 = 1 << 4;
+    pub const COM_REC_EMPTY_IE: u32 = 1 << 5;
+    /// DR only (App. A.5.4, v2.2).
+    pub const SFIFO_GOES_EMPTY_IE: u32 = 1 << 8;
+    pub const RDONE_COMPLETE_IE: u32 = 1 << 9;
 }
 
 /// Control-register flags (BC, SBC, COM).

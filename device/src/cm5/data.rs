@@ -424,6 +424,11 @@ impl DataNet {
         self.head(k, set.supervisor, set).is_some()
     }
 
+    /// Whether the last message written to `i` is still accepted (§2.5.1).
+    pub fn send_ok(&self, i: Iface) -> bool {
+        self.tx[i as usize].send_ok
+    }
+
     /// `ni_*_status` (`long` = false) or `ni_*_status_long` of `iface` (App. A.5.1, A.5.2).
     pub fn status(&self, i: Iface, long: bool, set: &Setup, locked: bool) -> u32 {
         let space = self.send_space(i, locked);
@@ -474,11 +479,8 @@ impl DataNet {
 
     /// `dr_send_state` (§3.5.5): 0 none, 1 a partial message in DR, 2 in LDR and/or RDR.
     fn send_state(&self) -> u32 {
-        let partial = |t: &Tx| {
-            t.open
-                .as_ref()
-                .is_some_and(|o| !o.words.is_empty() || o.len > 0)
-        };
+        // Every message has at least one data word: an open one is partial.
+        let partial = |t: &Tx| t.open.is_some();
         if partial(&self.tx[0]) {
             1
         } else if partial(&self.tx[1]) || partial(&self.tx[2]) {
@@ -532,10 +534,17 @@ fn head_causes(k: usize, tag: u8, set: &Setup, rec_ok_ie: bool) -> u32 {
     let hp = set.hodgepodge;
     if set.rec_interrupt_mask & bit != 0 {
         g |= green::DR_REC_TAG;
-        if hp & [1 << 10, 1 << 11][k] != 0 {
+        if hp & [hodgepodge::LDR_REC_TAG_IE, hodgepodge::RDR_REC_TAG_IE][k] != 0 {
             g |= [green::LDR_REC_TAG, green::RDR_REC_TAG][k];
         }
-    } else if set.user_rec_interrupt_mask & bit != 0 && hp & [1 << 12, 1 << 13][k] != 0 {
+    } else if set.user_rec_interrupt_mask & bit != 0
+        && hp
+            & [
+                hodgepodge::LDR_USER_REC_TAG_IE,
+                hodgepodge::RDR_USER_REC_TAG_IE,
+            ][k]
+            != 0
+    {
         g |= [green::LDR_USER_REC_TAG, green::RDR_USER_REC_TAG][k];
     }
     g

@@ -113,7 +113,7 @@ impl Cm5 {
     pub fn reset(&mut self) {
         let pending = self.data.pending.clone();
         let timer = self.timer.clone();
-        // What the registers had asked of the control network goes with the reset.
+        // What the registers had queued for the fabric (messages, control events) goes too.
         *self = Cm5::new();
         self.data = data::DataNet::new(pending);
         timer.store(0, Ordering::Release);
@@ -199,7 +199,9 @@ impl Cm5 {
 
     /// The oldest message left this NI's send FIFOs (delivered or dropped by the fabric).
     pub fn sent_out(&mut self) {
-        let sfifo_ie = self.regs.get(cm5::DR_BASE + cm5::iface::PRIVATE) & (1 << 8) != 0;
+        let sfifo_ie = self.regs.get(data::Iface::Dr.private()) as u32
+            & cm5::private::SFIFO_GOES_EMPTY_IE
+            != 0;
         let g = self.data.pop_out(sfifo_ie);
         self.raise_green(g);
     }
@@ -263,7 +265,27 @@ impl Cm5 {
         })
     }
 
-    /// A Data Network register write; whether it was one.
+    /// A Data Network `send_first` (App. A.3, A.4).
+    fn data_send_first(
+        &mut self,
+        addr: u64,
+        sf: data::SendFirst,
+        value: u32,
+        sup: bool,
+        size: usize,
+        counters: &mut Counters,
+    ) {
+        let set = self.setup(sup);
+        let locked = self.locked(sf.iface);
+        let table = self.chunk_table;
+        let fx = self.data.send_first(sf, value, &set, locked, &table);
+        if !self.data.send_ok(sf.iface) {
+            counters.cm5_discarded_sends += 1;
+        }
+        self.apply(fx, addr, size, true, counters);
+    }
+
+    /// A Data Network register write (`send`, `private`); whether it was one.
     fn data_write(
         &mut self,
         addr: u64,
@@ -274,17 +296,6 @@ impl Cm5 {
         counters: &mut Counters,
     ) -> bool {
         use cm5::iface as f;
-        if let Some(sf) = data::SendFirst::decode(off) {
-            let set = self.setup(sup);
-            let locked = self.locked(sf.iface);
-            let table = self.chunk_table;
-            let fx = self.data.send_first(sf, value, &set, locked, &table);
-            if !self.data_ok_after_send_first(sf.iface) {
-                counters.cm5_discarded_sends += 1;
-            }
-            self.apply(fx, addr, size, true, counters);
-            return true;
-        }
         let Some((i, r)) = data::Iface::of_register(off) else {
             return false;
         };
@@ -323,12 +334,16 @@ impl Cm5 {
             }
     }
 
-    fn event(&mut self, e: com::Event) {
-        if !matches!(e, com::Event::Combine { .. }) {
-            self.com.events.push_back(e);
-        }
+    /// The fabric's poller has work from these registers (`fabric/cm5.rs`).
+    fn wake_fabric(&mut self) {
         self.data.pending.store(true, Ordering::Release);
         self.kick = true;
+    }
+
+    /// A control-network event other than a combine (`Com` queues those itself).
+    fn event(&mut self, e: com::Event) {
+        self.com.events.push_back(e);
+        self.wake_fabric();
     }
 
     fn com_private(&self) -> u32 {
@@ -344,9 +359,11 @@ impl Cm5 {
         counters: &mut Counters,
     ) -> Option<u32> {
         use cm5::iface as f;
-        let locked = self.com_private() & cm5::private::LOCK != 0;
         match off {
-            o if o == cm5::COM_BASE + f::STATUS => Some(self.com.status(locked)),
+            o if o == cm5::COM_BASE + f::STATUS => {
+                let locked = self.com_private() & cm5::private::LOCK != 0;
+                Some(self.com.status(locked))
+            }
             o if o == cm5::COM_BASE + f::PRIVATE => {
                 let v = self.com_private() & !cm5::private::REC_FULL;
                 Some(
@@ -364,10 +381,10 @@ impl Cm5 {
                 };
                 let pr = self.com_private();
                 let mut g = 0;
-                if overflow_first && pr & (1 << 4) != 0 {
+                if overflow_first && pr & cm5::private::COM_SCAN_OVERFLOW_IE != 0 {
                     g |= green::SCAN_OVERFLOW;
                 }
-                if emptied && pr & (1 << 5) != 0 {
+                if emptied && pr & cm5::private::COM_REC_EMPTY_IE != 0 {
                     g |= green::COM_REC_EMPTY;
                 }
                 if self.com.head_is_fresh() && pr & cm5::private::REC_OK_IE != 0 {
@@ -384,7 +401,6 @@ impl Cm5 {
     fn control_write(
         &mut self,
         addr: u64,
-        sup: bool,
         off: u32,
         value: u32,
         size: usize,
@@ -392,10 +408,9 @@ impl Cm5 {
     ) -> bool {
         use cm5::hodgepodge as hp;
         use cm5::iface as f;
-        let _ = sup;
         let com_control = cm5::COM_BASE + f::CONTROL;
-        let sync = self.regs.get(cm5::NI_SYNC_GLOBAL) as u32;
-        let complete = sync & 2 != 0;
+        let sync = || self.regs.get(cm5::NI_SYNC_GLOBAL) as u32;
+        let complete = || sync() & 2 != 0;
         match off {
             o if cm5::send_first_interface(o) == Some(cm5::fifo::COMBINE) => {
                 let locked = self.com_private() & cm5::private::LOCK != 0;
@@ -449,7 +464,7 @@ impl Cm5 {
                 true
             }
             cm5::NI_SYNC_GLOBAL_ABSTAIN => {
-                if !complete {
+                if !complete() {
                     self.bus_error(addr, size, true, counters);
                     return true;
                 }
@@ -461,11 +476,12 @@ impl Cm5 {
             cm5::NI_SYNC_GLOBAL_SEND => {
                 // §4.3.1: not while one is pending, nor while abstaining.
                 let abstain = self.regs.get(cm5::NI_SYNC_GLOBAL_ABSTAIN) & 1 != 0;
-                if !complete || abstain {
+                let rec = sync() & 1;
+                if !complete() || abstain {
                     self.bus_error(addr, size, true, counters);
                     return true;
                 }
-                self.regs.set(cm5::NI_SYNC_GLOBAL, (sync & 1) as u64);
+                self.regs.set(cm5::NI_SYNC_GLOBAL, rec as u64);
                 self.event(com::Event::SyncGlobal(value & 1 != 0));
                 true
             }
@@ -501,14 +517,8 @@ impl Cm5 {
                 self.router_done = false;
             }
             counters.cm5_combines += 1;
-            self.data.pending.store(true, Ordering::Release);
-            self.kick = true;
+            self.wake_fabric();
         }
-    }
-
-    fn data_ok_after_send_first(&self, i: data::Iface) -> bool {
-        let set = self.setup(true);
-        self.data.status(i, false, &set, self.locked(i)) & cm5::status::SEND_OK != 0
     }
 
     fn cycles(&self) -> u64 {
@@ -626,12 +636,12 @@ impl Cm5 {
 
     fn write_word(&mut self, addr: u64, value: u32, size: usize, counters: &mut Counters) {
         let (sup, off) = Self::decode(addr);
-        if data::SendFirst::decode(off).is_some() {
-            self.data_write(addr, sup, off, value, size, counters);
+        if let Some(sf) = data::SendFirst::decode(off) {
+            self.data_send_first(addr, sf, value, sup, size, counters);
             return;
         }
         if cm5::send_first_interface(off) == Some(cm5::fifo::COMBINE) {
-            self.control_write(addr, sup, off, value, size, counters);
+            self.control_write(addr, off, value, size, counters);
             return;
         }
         if let Some(iface) = cm5::send_first_interface(off) {
@@ -651,7 +661,7 @@ impl Cm5 {
             return;
         }
         if self.data_write(addr, sup, off, value, size, counters)
-            || self.control_write(addr, sup, off, value, size, counters)
+            || self.control_write(addr, off, value, size, counters)
         {
             return;
         }

@@ -77,9 +77,8 @@ impl State {
             };
             let dest = self
                 .cm5_node(i as u32, p.phys)
-                .filter(|&j| self.link(i, j).is_ok());
-            if let Some(j) = dest {
-                let hops = self.link(i, j).unwrap_or(0);
+                .and_then(|j| self.link(i, j).ok().map(|hops| (j, hops)));
+            if let Some((j, hops)) = dest {
                 let slot = self.slots[j].clone();
                 let delivered = {
                     let mut g = lock(&slot.ni);
@@ -187,7 +186,7 @@ impl State {
                             status: status as u16,
                             ..Default::default()
                         };
-                        self.finish_registers(&e, &c, None);
+                        self.finish_registers(&e, &c);
                     }
                 }
                 Ok(_) => {}

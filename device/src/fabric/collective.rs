@@ -428,7 +428,7 @@ impl State {
     fn finish_entry(&mut self, e: &Entry, c: Completion) {
         self.nodes[e.node].outstanding = self.nodes[e.node].outstanding.saturating_sub(1);
         if e.door == Door::Registers {
-            self.finish_registers(e, &c, None);
+            self.finish_registers(e, &c);
             return;
         }
         if c.status != Status::Ok as u16 {
@@ -551,28 +551,23 @@ impl State {
         let outcomes = cm5c::combine(pattern, combiner, len, &ms);
         for (r, o) in outcomes.iter().enumerate() {
             match round.entries[r] {
-                Some(e) if e.door == Door::Registers => {
-                    self.nodes[e.node].outstanding =
-                        self.nodes[e.node].outstanding.saturating_sub(1);
+                Some(e) => {
                     if pattern == Pattern::RouterDone {
                         self.nodes[e.node].counters.network_done += 1;
                     }
-                    let c = Self::result(&e, Status::Ok);
-                    self.finish_registers(&e, &c, Some((o, len)));
-                }
-                Some(e) => {
                     let mut c = Self::result(&e, Status::Ok);
                     if let Some(words) = o.result {
-                        let bytes: Vec<u8> =
-                            words[..len].iter().flat_map(|w| w.to_le_bytes()).collect();
-                        let _ = read_dma(&self.nodes[e.node].dma).write(e.req.addr, &bytes);
-                        c.aux |= cflag::HAS_RESULT;
+                        if e.door == Door::Registers {
+                            self.com_result(e.node, &words[..len], o.overflow);
+                        } else {
+                            let bytes: Vec<u8> =
+                                words[..len].iter().flat_map(|w| w.to_le_bytes()).collect();
+                            let _ = read_dma(&self.nodes[e.node].dma).write(e.req.addr, &bytes);
+                            c.aux |= cflag::HAS_RESULT;
+                        }
                     }
                     if o.overflow {
                         c.aux |= cflag::OVERFLOW;
-                    }
-                    if pattern == Pattern::RouterDone {
-                        self.nodes[e.node].counters.network_done += 1;
                     }
                     self.finish_entry(&e, c);
                 }
@@ -814,14 +809,10 @@ impl State {
         ni.update_interrupts();
     }
 
-    /// Where a round's outcome goes for a member that came through the registers: the COM
-    /// receive FIFO, `router_done_complete`, `ni_sync_global`, `flush_complete`.
-    pub(super) fn finish_registers(
-        &mut self,
-        e: &Entry,
-        c: &Completion,
-        combine: Option<(&cm5c::Outcome, usize)>,
-    ) {
+    /// Where a round's outcome goes for a member that came through the registers:
+    /// `router_done_complete`, `ni_sync_global`, `flush_complete` (a combine's result went
+    /// to its COM receive FIFO already, `com_result`).
+    pub(super) fn finish_registers(&mut self, e: &Entry, c: &Completion) {
         use ni_abi::cm5;
         let ok = c.status == Status::Ok as u16;
         match e.req.opcode {
@@ -830,14 +821,11 @@ impl State {
                 if pattern == Pattern::RouterDone {
                     let mut ni = lock(&self.slots[e.node].ni);
                     ni.cm5.router_done = true;
-                    let ie = ni.cm5.regs.get(cm5::DR_BASE + cm5::iface::PRIVATE) & (1 << 9);
+                    let ie = ni.cm5.regs.get(cm5::DR_BASE + cm5::iface::PRIVATE) as u32
+                        & cm5::private::RDONE_COMPLETE_IE;
                     if ok && ie != 0 {
                         ni.cm5.raise(cm5::cause::RDONE_COMPLETE);
                         ni.update_interrupts();
-                    }
-                } else if let Some((o, len)) = combine.filter(|_| ok) {
-                    if let Some(words) = o.result {
-                        self.com_result(e.node, &words[..len], o.overflow);
                     }
                 }
             }
