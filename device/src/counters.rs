@@ -52,8 +52,7 @@ counters! {
     /// CM-5 Bus Errors (reported as bad_memory_access).
     bus_errors,
     /// CM-5 messages discarded at send_first: a locked interface, a full send FIFO, a bad
-    /// relative address, a Bus Error (§2.3, §2.5.1); the Control Network's interfaces, not
-    /// driven through registers yet, discard everything.
+    /// relative address, a Bus Error (§2.3, §2.5.1).
     cm5_discarded_sends,
     /// CM-5 Data Network messages this NI's registers sent whole, and received whole.
     cm5_dr_sends,
@@ -65,6 +64,13 @@ counters! {
     /// dropped because the COM receive FIFO was full.
     cm5_combines,
     cm5_com_overruns,
+    /// CM-5 broadcasts (BC, SBC) this NI sent to its partition and received; members a
+    /// broadcast or broadcast interrupt could not reach (their port down); broadcast
+    /// interrupts sent (§4.1, §5.5).
+    cm5_bc_sends,
+    cm5_bc_recvs,
+    cm5_bc_unreached,
+    cm5_bc_interrupts,
     /// Fast-path doorbell writes (the poller was asleep).
     doorbells,
     msix_sent,

@@ -81,8 +81,15 @@ fn bus_errors(c: &mut Client) -> u32 {
     cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BAD_MEMORY_ACCESS
 }
 
+/// Clear every cause but the collision: writing its clear bit empties the broadcast send
+/// FIFOs (B.3.5), which a driver does only to recover from one.
 fn clear_causes(c: &mut Client) {
-    cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR, cause::ALL);
+    cm5_write(
+        c,
+        true,
+        cm5::NI_INTERRUPT_CLEAR,
+        cause::ALL & !cause::BC_OR_COM_COLLISION,
+    );
 }
 
 /// §2.3, §2.4, §3.2, App. A.3: a relative send from NI 0 to relative address 1 arrives whole,
@@ -640,9 +647,18 @@ fn network_done_waits_for_every_member_and_every_message() {
     let (_d, mut cs) = nis(2);
     let dr_status = cm5::DR_BASE + iface::STATUS;
     assert_ne!(cm5_read(&mut cs[0], false, dr_status) & (1 << 6), 0);
-    // Five 5-word messages: four fill NI 1's receive FIFO, the fifth waits in NI 0's.
+    // Five 5-word messages: four fill NI 1's receive FIFO, the fifth waits in NI 0's. The
+    // send FIFO holds four, so a send may find it full until the poller moved some: retry
+    // as §8.1.3's loop does.
     for seq in 0..5 {
-        assert!(send(&mut cs[0], 1, 0, &[seq, 0, 0, 0, 0]));
+        let t = Instant::now();
+        while !send(&mut cs[0], 1, 0, &[seq, 0, 0, 0, 0]) {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "message {seq} never taken"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     cm5_write(&mut cs[0], false, com_send_first(0, 5, 1), 0);
     assert_eq!(
@@ -688,4 +704,334 @@ fn network_done_waits_for_every_member_and_every_message() {
     for seq in 1..5 {
         assert_eq!(receive(&mut cs[1]).1[0], seq);
     }
+}
+
+const BC_STATUS: u32 = cm5::BC_BASE + iface::STATUS;
+const BC_PRIVATE: u32 = cm5::BC_BASE + iface::PRIVATE;
+const BC_CONTROL: u32 = cm5::BC_BASE + iface::CONTROL;
+const BC_SEND: u32 = cm5::BC_BASE + iface::SEND;
+const BC_RECV: u32 = cm5::BC_BASE + iface::RECV;
+
+/// BC (`fifo` 3) or SBC (4) `send_first` (App. A.3, §4.1.4): aux = length[3:0].
+fn bc_send_first(fifo: u32, len: u32) -> u32 {
+    (fifo << cm5::SF_FIFO_OFFSET) + (len << cm5::AUXILIARY_START_P)
+}
+
+/// §4.1.3: write the whole message, check send_ok.
+fn broadcast(c: &mut Client, words: &[u32]) -> bool {
+    cm5_write(
+        c,
+        false,
+        bc_send_first(cm5::fifo::USER_BC, words.len() as u32),
+        words[0],
+    );
+    for &w in &words[1..] {
+        cm5_write(c, false, BC_SEND, w);
+    }
+    cm5_read(c, false, BC_STATUS) & status::SEND_OK != 0
+}
+
+/// Until the sender's BC send FIFO is empty: every receiver has the message (§4.1.2).
+fn wait_sent(c: &mut Client) {
+    let t = Instant::now();
+    while cm5_read(c, false, BC_STATUS) & status::SEND_EMPTY == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the broadcast never left"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// §4.1.9's BC_receive: per word, wait for rec_ok, then read.
+fn bc_receive(c: &mut Client, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            while cm5_read(c, false, BC_STATUS) & status::REC_OK == 0 {
+                assert!(t.elapsed() < Duration::from_secs(5), "no broadcast word");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            cm5_read(c, false, BC_RECV)
+        })
+        .collect()
+}
+
+/// What the OS does before user broadcasts (§4.1.8, `CMNA_participate_in(NI_BC_SEND_ENABLE)`):
+/// unlock and enable sending; and reception unless `abstain`.
+fn join_broadcast(c: &mut Client, abstain: bool) {
+    cm5_write(c, true, BC_PRIVATE, private::SEND_ENABLE);
+    cm5_write(c, false, BC_CONTROL, abstain as u32);
+}
+
+/// §4.1.2, §4.1.3, §4.1.7, §4.1.8: a broadcast reaches every non-abstaining member, the
+/// sender included, words in order; sending needs send_enable; lengths are 1..=4; the
+/// supervisor interface is the supervisor's alone and independent of the user one.
+#[test]
+fn broadcasts_reach_every_receiver_including_the_sender() {
+    let (d, mut cs) = nis(3);
+    clear_causes(&mut cs[0]);
+    cm5_write(&mut cs[0], true, BC_PRIVATE, 0); // unlocked, send_enable 0 (CMOST's default)
+    broadcast(&mut cs[0], &[1]);
+    assert_ne!(bus_errors(&mut cs[0]), 0, "send_enable 0");
+    join_broadcast(&mut cs[0], false);
+    join_broadcast(&mut cs[1], false);
+    join_broadcast(&mut cs[2], true);
+    clear_causes(&mut cs[0]);
+    cm5_write(&mut cs[0], false, bc_send_first(cm5::fifo::USER_BC, 5), 1);
+    assert_ne!(bus_errors(&mut cs[0]), 0, "5 words");
+    clear_causes(&mut cs[0]);
+    cm5_write(
+        &mut cs[0],
+        false,
+        bc_send_first(cm5::fifo::USER_BC, 0x11),
+        1,
+    );
+    assert_ne!(bus_errors(&mut cs[0]), 0, "aux bits above length");
+    clear_causes(&mut cs[0]);
+    assert!(broadcast(&mut cs[0], &[0xA, 0xB, 0xC]), "send_ok");
+    wait_sent(&mut cs[0]);
+    assert_eq!(bc_receive(&mut cs[0], 3), vec![0xA, 0xB, 0xC], "the sender");
+    assert_eq!(bc_receive(&mut cs[1], 3), vec![0xA, 0xB, 0xC]);
+    assert_eq!(
+        cm5_read(&mut cs[2], false, BC_STATUS) & status::REC_OK,
+        0,
+        "an abstainer receives nothing"
+    );
+    assert_eq!(bus_errors(&mut cs[0]) | bus_errors(&mut cs[1]), 0);
+    assert_eq!(d.counter(0, "cm5_bc_sends"), 1);
+    assert_eq!(d.counter(1, "cm5_bc_recvs"), 1);
+    assert_eq!(d.counter(2, "cm5_bc_recvs"), 0);
+    // SBC: a user-window send_first is a Bus Error; the supervisor's reaches SBC receivers.
+    cm5_write(
+        &mut cs[1],
+        false,
+        bc_send_first(cm5::fifo::SUPERVISOR_BC, 1),
+        9,
+    );
+    assert_ne!(bus_errors(&mut cs[1]), 0, "SBC from the user window");
+    let sbc = cm5::SBC_BASE;
+    for c in &mut cs {
+        cm5_write(c, true, sbc + iface::PRIVATE, private::SEND_ENABLE);
+    }
+    cm5_write(&mut cs[2], true, sbc + iface::CONTROL, 0);
+    cm5_write(
+        &mut cs[1],
+        true,
+        bc_send_first(cm5::fifo::SUPERVISOR_BC, 2),
+        7,
+    );
+    cm5_write(&mut cs[1], true, sbc + iface::SEND, 8);
+    let t = Instant::now();
+    while cm5_read(&mut cs[2], true, sbc + iface::STATUS) & status::REC_OK == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no SBC arrival");
+    }
+    assert_eq!(cm5_read(&mut cs[2], true, sbc + iface::RECV), 7);
+    assert_eq!(cm5_read(&mut cs[2], true, sbc + iface::RECV), 8);
+    assert_eq!(
+        cm5_read(&mut cs[1], false, BC_STATUS) & status::REC_OK,
+        0,
+        "SBC words never show on BC"
+    );
+}
+
+/// §4.1.2, §4.1.6: arrivals are concatenated into one receive "message" whose length
+/// freezes once the receiver looks at it; later words form the next one, order kept.
+#[test]
+fn broadcast_arrivals_concatenate_until_the_receiver_looks() {
+    let (_d, mut cs) = nis(2);
+    join_broadcast(&mut cs[0], true);
+    join_broadcast(&mut cs[1], false);
+    broadcast(&mut cs[0], &[1, 2]);
+    broadcast(&mut cs[0], &[3]);
+    wait_sent(&mut cs[0]);
+    let left = |c: &mut Client| (cm5_read(c, false, BC_STATUS) >> 7) & 0x7F;
+    assert_eq!(left(&mut cs[1]), 3, "two arrivals, one message");
+    broadcast(&mut cs[0], &[4, 5]);
+    wait_sent(&mut cs[0]);
+    assert_eq!(left(&mut cs[1]), 3, "frozen once looked at");
+    assert_eq!(bc_receive(&mut cs[1], 3), vec![1, 2, 3]);
+    assert_eq!(left(&mut cs[1]), 2, "the next message");
+    assert_eq!(bc_receive(&mut cs[1], 2), vec![4, 5]);
+    assert_eq!(cm5_read(&mut cs[1], false, BC_STATUS) & status::REC_OK, 0);
+    clear_causes(&mut cs[1]);
+    cm5_read(&mut cs[1], false, BC_RECV);
+    assert_ne!(bus_errors(&mut cs[1]), 0, "recv with rec_ok 0");
+}
+
+/// §4.1.2 usage note: a broadcast stays in its sender's FIFO until every receiver has it;
+/// B.3.5: a second broadcaster meanwhile is a collision on every member; while it is set
+/// nothing is broadcast, and clearing it empties the broadcast send FIFOs.
+#[test]
+fn a_full_receiver_holds_broadcasts_and_a_second_broadcaster_collides() {
+    let (d, mut cs) = nis(3);
+    join_broadcast(&mut cs[0], true);
+    join_broadcast(&mut cs[1], false);
+    join_broadcast(&mut cs[2], true);
+    // Fill NI 1's receive FIFO (16 words) without reading.
+    for k in 0..4u32 {
+        assert!(broadcast(
+            &mut cs[0],
+            &[4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3]
+        ));
+        wait_sent(&mut cs[0]);
+    }
+    assert!(broadcast(&mut cs[0], &[100]));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        cm5_read(&mut cs[0], false, BC_STATUS) & status::SEND_EMPTY,
+        0,
+        "held until NI 1 has room"
+    );
+    for c in &mut cs {
+        clear_causes(c);
+    }
+    assert!(broadcast(&mut cs[2], &[200]));
+    for c in &mut cs {
+        let t = Instant::now();
+        while cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION == 0 {
+            assert!(t.elapsed() < Duration::from_secs(5), "no collision");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Room at NI 1, but the collision stops everything.
+    assert_eq!(
+        bc_receive(&mut cs[1], 16),
+        (0..16).collect::<Vec<u32>>(),
+        "every word, in order"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(cm5_read(&mut cs[1], false, BC_STATUS) & status::REC_OK, 0);
+    for c in &mut cs {
+        cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR, cause::BC_OR_COM_COLLISION);
+    }
+    for c in [0, 2] {
+        assert_ne!(
+            cm5_read(&mut cs[c], false, BC_STATUS) & status::SEND_EMPTY,
+            0,
+            "clearing emptied NI {c}'s send FIFO"
+        );
+    }
+    assert!(broadcast(&mut cs[2], &[300]));
+    assert_eq!(bc_receive(&mut cs[1], 1), vec![300], "broadcasts go on");
+    assert_eq!(d.counter(1, "cm5_bc_recvs"), 5);
+}
+
+/// §5.5, B.3.5: a broadcast interrupt reaches every other member with interrupt_rec_enable
+/// as the causes of its colours; interrupt_send_ok is 0 until it is delivered, and a write
+/// meanwhile is a Bus Error; two senders collide, and clearing the collision ends both.
+/// §4.3.3: the supervisor async global ORs over the partition with its own Green cause.
+#[test]
+fn broadcast_interrupts_and_the_supervisor_global() {
+    let (d, mut cs) = nis(3);
+    let hp = |c: &mut Client| cm5_read(c, true, cm5::NI_HODGEPODGE);
+    for c in [1, 2] {
+        let v = hp(&mut cs[c]) | hodgepodge::INTERRUPT_REC_ENABLE;
+        cm5_write(&mut cs[c], true, cm5::NI_HODGEPODGE, v);
+    }
+    let v = hp(&mut cs[2]) & !hodgepodge::INTERRUPT_REC_ENABLE;
+    cm5_write(&mut cs[2], true, cm5::NI_HODGEPODGE, v);
+    for c in &mut cs {
+        clear_causes(c);
+        cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR_GREEN, green::ALL);
+    }
+    assert_ne!(hp(&mut cs[0]) & hodgepodge::INTERRUPT_SEND_OK, 0);
+    cm5_write(&mut cs[0], true, cm5::NI_INTERRUPT_SEND, 8 | 1);
+    let t = Instant::now();
+    while hp(&mut cs[0]) & hodgepodge::INTERRUPT_SEND_OK == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "never delivered");
+    }
+    let c1 = cm5_read(&mut cs[1], true, cm5::NI_INTERRUPT_CAUSE);
+    assert_ne!(c1 & cause::BC_INTERRUPT_RED, 0);
+    assert_eq!(
+        c1 & (cause::BC_INTERRUPT_ORANGE | cause::BC_INTERRUPT_YELLOW),
+        0
+    );
+    assert_ne!(
+        cm5_read(&mut cs[1], true, cm5::NI_INTERRUPT_CAUSE_GREEN) & green::BC_INTERRUPT_GREEN,
+        0
+    );
+    for c in [0, 2] {
+        assert_eq!(
+            cm5_read(&mut cs[c], true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_INTERRUPT_RED,
+            0,
+            "NI {c}: the sender, or interrupt_rec_enable 0"
+        );
+    }
+    assert_eq!(d.counter(0, "cm5_bc_interrupts"), 1);
+    // Hold broadcasts with a collision forced on NI 2 (interrupt_set, §5.3).
+    cm5_write(
+        &mut cs[2],
+        true,
+        cm5::NI_INTERRUPT_SET,
+        cause::BC_OR_COM_COLLISION,
+    );
+    cm5_write(&mut cs[0], true, cm5::NI_INTERRUPT_SEND, 4);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(hp(&mut cs[0]) & hodgepodge::INTERRUPT_SEND_OK, 0, "held");
+    clear_causes(&mut cs[0]);
+    cm5_write(&mut cs[0], true, cm5::NI_INTERRUPT_SEND, 4);
+    assert_ne!(
+        bus_errors(&mut cs[0]),
+        0,
+        "a second one while the first is pending"
+    );
+    cm5_write(&mut cs[1], true, cm5::NI_INTERRUPT_SEND, 2);
+    cm5_write(
+        &mut cs[2],
+        true,
+        cm5::NI_INTERRUPT_CLEAR,
+        cause::BC_OR_COM_COLLISION,
+    );
+    for c in &mut cs {
+        let t = Instant::now();
+        while cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "two senders never collided"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    for c in &mut cs {
+        cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR, cause::BC_OR_COM_COLLISION);
+    }
+    for c in &mut cs {
+        assert_ne!(
+            hp(c) & hodgepodge::INTERRUPT_SEND_OK,
+            0,
+            "cleared: send_ok again"
+        );
+        assert_eq!(
+            cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE)
+                & (cause::BC_INTERRUPT_ORANGE | cause::BC_INTERRUPT_YELLOW),
+            0,
+            "colliding interrupts are not delivered"
+        );
+    }
+    // Supervisor async global.
+    let v = hp(&mut cs[2]) | hodgepodge::SUPERVISOR_GLOBAL_REC_IE;
+    cm5_write(&mut cs[2], true, cm5::NI_HODGEPODGE, v);
+    cm5_write(&mut cs[1], true, cm5::NI_ASYNC_SUP_GLOBAL, 1);
+    for c in &mut cs {
+        let t = Instant::now();
+        while cm5_read(c, true, cm5::NI_ASYNC_SUP_GLOBAL) & 2 == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "supervisor global_rec"
+            );
+        }
+        assert_eq!(
+            cm5_read(c, false, cm5::NI_ASYNC_GLOBAL) & 2,
+            0,
+            "the user global is separate"
+        );
+    }
+    assert_ne!(
+        cm5_read(&mut cs[2], true, cm5::NI_INTERRUPT_CAUSE_GREEN) & green::SUPERVISOR_GLOBAL_REC,
+        0
+    );
+    clear_causes(&mut cs[0]);
+    cm5_read(&mut cs[0], false, cm5::NI_ASYNC_SUP_GLOBAL);
+    assert_ne!(bus_errors(&mut cs[0]), 0, "supervisor only");
 }

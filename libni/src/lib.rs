@@ -627,8 +627,10 @@ impl Ni {
         let o = ni.start(r)?;
         ni.wait(o)?;
         // Take part in the control network (the NI comes out of reset abstaining from
-        // everything, as the CM-5's does; CMNA_participate_in does the same).
-        ni.set_participation(0)?;
+        // everything, as the CM-5's does; CMNA_participate_in does the same). Not in the
+        // reception of CM-5 register broadcasts (§4.1): libni has no call that reads them,
+        // and a receiver that never reads holds up every broadcast of the partition.
+        ni.set_participation(participation::BC_REC_ABSTAIN)?;
         Ok(ni)
     }
 

@@ -186,6 +186,8 @@ pub mod private {
     pub const REC_STOP: u32 = 1 << 2;
     pub const SEND_STOP: u32 = 1 << 2;
     pub const REC_FULL: u32 = 1 << 3;
+    /// BC and SBC only (§4.1.8): 0 makes every write to the send FIFO a Bus Error.
+    pub const SEND_ENABLE: u32 = 1 << 4;
     /// COM only (App. A.5.7).
     pub const COM_SCAN_OVERFLOW_IE: u32 = 1 << 4;
     pub const COM_REC_EMPTY_IE: u32 = 1 << 5;

@@ -188,6 +188,8 @@ pub mod participation {
     pub const BC_REC_ABSTAIN: u32 = 1 << 2;
     /// `ni_sync_global_abstain`.
     pub const SYNC_GLOBAL_ABSTAIN: u32 = 1 << 3;
+    /// The abstain flags (bits 0-3), which the CM-5 registers mirror.
+    pub const ABSTAIN_BITS: u32 = 0xF;
     /// `global_rec_ie`: a GLOBAL_REC completion when the async global OR rises.
     pub const GLOBAL_REC_IE: u32 = 1 << 4;
     pub const RESET: u32 =

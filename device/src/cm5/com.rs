@@ -26,9 +26,9 @@ pub const REC_WORDS: usize = 20;
 /// What the registers ask of the control network, in the order they asked it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// The COM, BC and sync-global abstain flags as the registers now hold them
-    /// (`fastpath::participation` bits 0-3).
-    Participation(u32),
+    /// A COM, BC or sync-global abstain flag changed (the registers hold it; the fabric
+    /// reads them there).
+    Participation,
     Combine {
         pattern: Pattern,
         combiner: Combiner,
@@ -38,6 +38,8 @@ pub enum Event {
     },
     SyncGlobal(bool),
     AsyncGlobal(bool),
+    /// The supervisor async global (`ni_async_sup_global`, §4.3.3).
+    AsyncSupGlobal(bool),
     Flush,
 }
 

@@ -1,5 +1,6 @@
 //! The CM-5 NI register file (App. A) behind BAR2: user window and supervisor window.
 
+pub mod bc;
 pub mod com;
 pub mod combine;
 pub mod data;
@@ -34,6 +35,11 @@ pub struct Cm5 {
     pub data: data::DataNet,
     /// The Control Network's register side (`com.rs`).
     pub com: com::Com,
+    /// The broadcast interfaces, BC and SBC (`bc.rs`), indexed by [`bc::Which`].
+    pub bc: [bc::Broadcast; 2],
+    /// Colours (§5.5: 8 red, 4 orange, 2 yellow, 1 green) of a broadcast interrupt written
+    /// to `ni_interrupt_send` and not yet delivered; 0: none.
+    pub interrupt_send: u32,
     /// `router_done_complete` (DR status, §3.5.6): 0 from a network-done send until the
     /// fabric completes it.
     pub router_done: bool,
@@ -69,6 +75,8 @@ impl Cm5 {
             time: (0, 0),
             data: data::DataNet::new(Arc::new(AtomicBool::new(false))),
             com: com::Com::default(),
+            bc: Default::default(),
+            interrupt_send: 0,
             router_done: true,
             kick: false,
             timer: Arc::new(AtomicU64::new(0)),
@@ -455,12 +463,12 @@ impl Cm5 {
                     return true;
                 }
                 self.regs.set(o, (value & 3) as u64);
-                self.event(com::Event::Participation(self.participation()));
+                self.event(com::Event::Participation);
                 true
             }
             o if o == cm5::BC_BASE + f::CONTROL => {
                 self.regs.set(o, (value & 1) as u64);
-                self.event(com::Event::Participation(self.participation()));
+                self.event(com::Event::Participation);
                 true
             }
             cm5::NI_SYNC_GLOBAL_ABSTAIN => {
@@ -470,7 +478,7 @@ impl Cm5 {
                 }
                 self.regs
                     .set(cm5::NI_SYNC_GLOBAL_ABSTAIN, (value & 1) as u64);
-                self.event(com::Event::Participation(self.participation()));
+                self.event(com::Event::Participation);
                 true
             }
             cm5::NI_SYNC_GLOBAL_SEND => {
@@ -485,10 +493,31 @@ impl Cm5 {
                 self.event(com::Event::SyncGlobal(value & 1 != 0));
                 true
             }
-            cm5::NI_ASYNC_GLOBAL => {
-                let v = self.regs.get(cm5::NI_ASYNC_GLOBAL) & !1 | (value & 1) as u64;
-                self.regs.set(cm5::NI_ASYNC_GLOBAL, v);
-                self.event(com::Event::AsyncGlobal(value & 1 != 0));
+            cm5::NI_ASYNC_GLOBAL | cm5::NI_ASYNC_SUP_GLOBAL => {
+                let v = self.regs.get(off) & !1 | (value & 1) as u64;
+                self.regs.set(off, v);
+                let bit = value & 1 != 0;
+                self.event(if off == cm5::NI_ASYNC_GLOBAL {
+                    com::Event::AsyncGlobal(bit)
+                } else {
+                    com::Event::AsyncSupGlobal(bit)
+                });
+                true
+            }
+            cm5::NI_INTERRUPT_SEND => {
+                // §5.5: a broadcast interrupt while the last one is on its way is a Bus Error.
+                let h = self.regs.get(cm5::NI_HODGEPODGE) as u32;
+                if h & hp::INTERRUPT_SEND_OK == 0 {
+                    self.bus_error(addr, size, true, counters);
+                    return true;
+                }
+                let colours = value & 0xF;
+                if colours != 0 {
+                    self.regs
+                        .set(cm5::NI_HODGEPODGE, (h & !hp::INTERRUPT_SEND_OK) as u64);
+                    self.interrupt_send = colours;
+                    self.wake_fabric();
+                }
                 true
             }
             cm5::NI_COM_FLUSH_SEND => {
@@ -519,6 +548,187 @@ impl Cm5 {
             counters.cm5_combines += 1;
             self.wake_fabric();
         }
+    }
+
+    fn bc_private(&self, w: bc::Which) -> u32 {
+        self.regs.get(w.base() + cm5::iface::PRIVATE) as u32
+    }
+
+    /// A write to broadcast interface `w`'s send FIFO (`send_first` or `send`).
+    fn bc_send(
+        &mut self,
+        w: bc::Which,
+        addr: u64,
+        size: usize,
+        counters: &mut Counters,
+        f: impl FnOnce(&mut bc::Broadcast, u32) -> Result<(), bc::SendError>,
+    ) {
+        let pr = self.bc_private(w);
+        let b = &mut self.bc[w as usize];
+        let before = b.queued();
+        let first = f(b, pr);
+        let whole = b.queued() > before;
+        let discarding = b.discarding();
+        match first {
+            Err(e) => {
+                tracing::debug!(?w, ?e, "broadcast send refused");
+                self.bus_error(addr, size, true, counters);
+            }
+            Ok(()) if discarding => counters.cm5_discarded_sends += 1,
+            Ok(()) => {}
+        }
+        if whole {
+            self.wake_fabric();
+        }
+    }
+
+    /// A broadcast register read (BC, SBC blocks); `None`: not one of those.
+    fn bc_read(
+        &mut self,
+        addr: u64,
+        off: u32,
+        size: usize,
+        counters: &mut Counters,
+    ) -> Option<u32> {
+        use cm5::iface as f;
+        let (w, r) = bc::Which::of_register(off)?;
+        let pr = self.bc_private(w);
+        let b = &mut self.bc[w as usize];
+        Some(match r {
+            f::STATUS => b.status(pr & cm5::private::LOCK != 0),
+            f::PRIVATE => {
+                pr & !cm5::private::REC_FULL
+                    | if b.rec_full() {
+                        cm5::private::REC_FULL
+                    } else {
+                        0
+                    }
+            }
+            r if (f::RECV..f::RECV + 16).contains(&r) => match b.recv() {
+                Some(v) => {
+                    // Room freed: a broadcast waiting for it may go.
+                    self.kick = true;
+                    self.data.pending.store(true, Ordering::Release);
+                    v
+                }
+                None => {
+                    self.bus_error(addr, size, false, counters);
+                    u32::MAX
+                }
+            },
+            _ => return None,
+        })
+    }
+
+    /// A broadcast register write (send words, private, SBC control); whether it was one.
+    fn bc_write(
+        &mut self,
+        addr: u64,
+        off: u32,
+        value: u32,
+        size: usize,
+        counters: &mut Counters,
+    ) -> bool {
+        use cm5::iface as f;
+        let Some((w, r)) = bc::Which::of_register(off) else {
+            return false;
+        };
+        match r {
+            r if (f::SEND..f::SEND + 16).contains(&r) => {
+                self.bc_send(w, addr, size, counters, |b, pr| b.send(value, pr));
+                true
+            }
+            f::PRIVATE => {
+                let reg = cm5::decode(off).expect("broadcast private");
+                let v = self.regs.store_write(reg, value as u64) as u32;
+                if v & cm5::private::LOCK != 0 {
+                    self.bc[w as usize].lock();
+                }
+                // send_stop released: held messages may go (§2.7.4).
+                self.wake_fabric();
+                true
+            }
+            f::CONTROL => {
+                // The BC one is the control network's participation (control_write); the
+                // SBC one only gates reception.
+                self.regs.set(off, (value & 1) as u64);
+                self.wake_fabric();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Writing `clear_bc_or_com_collision` empties both broadcast send FIFOs and ends a
+    /// pending broadcast interrupt (B.3.5); the partition's broadcasts may go on.
+    fn collision_cleared(&mut self) {
+        for b in &mut self.bc {
+            b.empty_send();
+        }
+        self.interrupt_send = 0;
+        let h = self.regs.get(cm5::NI_HODGEPODGE) | cm5::hodgepodge::INTERRUPT_SEND_OK as u64;
+        self.regs.set(cm5::NI_HODGEPODGE, h);
+        self.wake_fabric();
+    }
+
+    /// A broadcast interrupt of `colours` from another NI (§5.5), unless this NI ignores
+    /// them (`interrupt_rec_enable` 0).
+    pub fn broadcast_interrupt(&mut self, colours: u32) {
+        let h = self.regs.get(cm5::NI_HODGEPODGE) as u32;
+        if h & cm5::hodgepodge::INTERRUPT_REC_ENABLE == 0 {
+            return;
+        }
+        let mut c = 0;
+        if colours & 8 != 0 {
+            c |= cause::BC_INTERRUPT_RED;
+        }
+        if colours & 4 != 0 {
+            c |= cause::BC_INTERRUPT_ORANGE;
+        }
+        if colours & 2 != 0 {
+            c |= cause::BC_INTERRUPT_YELLOW;
+        }
+        self.raise(c);
+        if colours & 1 != 0 {
+            self.raise_green(green::BC_INTERRUPT_GREEN);
+        }
+    }
+
+    /// The broadcast interrupt reached the partition: `interrupt_send_ok` again.
+    pub fn interrupt_sent(&mut self) {
+        self.interrupt_send = 0;
+        let h = self.regs.get(cm5::NI_HODGEPODGE) | cm5::hodgepodge::INTERRUPT_SEND_OK as u64;
+        self.regs.set(cm5::NI_HODGEPODGE, h);
+    }
+
+    /// Words of a broadcast arrive on interface `w`; whether it had room for all of them.
+    pub fn bc_arrive(&mut self, w: bc::Which, words: &[u32]) -> bool {
+        if !self.bc[w as usize].room(words.len()) {
+            return false;
+        }
+        let fresh = self.bc[w as usize].arrive(words);
+        if fresh && self.bc_private(w) & cm5::private::REC_OK_IE != 0 {
+            self.raise_green(w.rec_ok_cause());
+        }
+        true
+    }
+
+    /// Whether broadcast interface `w` receives (`rec_abstain` 0).
+    pub fn bc_receives(&self, w: bc::Which) -> bool {
+        self.regs.get(w.base() + cm5::iface::CONTROL) & cm5::control::REC_ABSTAIN as u64 == 0
+    }
+
+    /// The oldest whole message of interface `w` ready to leave (not held by `send_stop`).
+    pub fn bc_ready(&self, w: bc::Which) -> Option<&[u32]> {
+        if self.bc_private(w) & cm5::private::SEND_STOP != 0 {
+            return None;
+        }
+        self.bc[w as usize].front()
+    }
+
+    /// Whether `bc_or_com_collision` is set: no broadcast proceeds (B.3.5).
+    pub fn collided(&self) -> bool {
+        self.regs.get(cm5::NI_INTERRUPT_CAUSE) as u32 & cause::BC_OR_COM_COLLISION != 0
     }
 
     fn cycles(&self) -> u64 {
@@ -618,6 +828,9 @@ impl Cm5 {
         if let Some(v) = self.control_read(addr, off, size, counters) {
             return v;
         }
+        if let Some(v) = self.bc_read(addr, off, size, counters) {
+            return v;
+        }
         match (reg.offset, reg.kind) {
             (cm5::NI_TIME, _) => self.now_time(),
             (cm5::NI_CHUNK_TABLE_DATA, _) => {
@@ -644,11 +857,16 @@ impl Cm5 {
             self.control_write(addr, off, value, size, counters);
             return;
         }
-        if let Some(iface) = cm5::send_first_interface(off) {
-            // Broadcasts (BC, SBC) are not driven through registers yet: their sends are
-            // discarded and leave send_ok 0, as a locked interface's.
-            let _ = iface;
-            counters.cm5_discarded_sends += 1;
+        if let Some(w) = cm5::send_first_interface(off).and_then(bc::Which::from_fifo) {
+            // The supervisor broadcast interface is the supervisor's alone (§4.1.1).
+            if w == bc::Which::Supervisor && !sup {
+                self.bus_error(addr, size, true, counters);
+                return;
+            }
+            let aux = (off & 0xFFF) >> cm5::AUXILIARY_START_P;
+            self.bc_send(w, addr, size, counters, |b, pr| {
+                b.send_first(aux, value, pr)
+            });
             return;
         }
         let Some(reg) = cm5::decode(off) else {
@@ -662,6 +880,7 @@ impl Cm5 {
         }
         if self.data_write(addr, sup, off, value, size, counters)
             || self.control_write(addr, off, value, size, counters)
+            || self.bc_write(addr, off, value, size, counters)
         {
             return;
         }
@@ -670,6 +889,9 @@ impl Cm5 {
             cm5::NI_INTERRUPT_CLEAR => {
                 let c = self.regs.get(cm5::NI_INTERRUPT_CAUSE) & !(v & cause::ALL as u64);
                 self.regs.set(cm5::NI_INTERRUPT_CAUSE, c);
+                if value & cause::BC_OR_COM_COLLISION != 0 {
+                    self.collision_cleared();
+                }
             }
             cm5::NI_INTERRUPT_CLEAR_GREEN => {
                 let c = self.regs.get(cm5::NI_INTERRUPT_CAUSE_GREEN) & !(v & green::ALL as u64);

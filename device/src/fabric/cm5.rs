@@ -17,6 +17,7 @@ use ni_abi::fastpath::{combine as cflag, op, Completion, Request, Status};
 
 use super::collective::{Door, Entry, Kind};
 use super::State;
+use crate::cm5::bc::Which;
 use crate::cm5::com::Event;
 use crate::server::lock;
 
@@ -61,6 +62,11 @@ impl State {
         regs.set(cm5::NI_PARTITION_SIZE, size as u64);
         regs.set(cm5::NI_CHUNK_SIZE, cs as u64);
         ni.cm5.chunk_table = std::array::from_fn(|n| n as u8);
+        // CMOST leaves the supervisor broadcast interface's send_enable on, the user one's
+        // off (§4.1.8).
+        let sbc = cm5::SBC_BASE + cm5::iface::PRIVATE;
+        let v = ni.cm5.regs.get(sbc) | cm5::private::SEND_ENABLE as u64;
+        ni.cm5.regs.set(sbc, v);
     }
 
     /// Move NI `i`'s whole messages into their destinations' receive FIFOs, oldest first,
@@ -105,12 +111,139 @@ impl State {
             work = true;
         }
         work |= self.pump_control(i);
+        work |= self.pump_broadcast(i);
         let ni = lock(&self.slots[i].ni);
-        if ni.cm5.data.out_len() == 0 && ni.cm5.com.events.is_empty() {
+        let bc_idle = ni.cm5.bc.iter().all(|b| b.queued() == 0) && ni.cm5.interrupt_send == 0;
+        if ni.cm5.data.out_len() == 0 && ni.cm5.com.events.is_empty() && bc_idle {
             // Senders set it under this lock after queueing: nothing is missed.
             self.cm5_pending[i].store(false, Ordering::Release);
         }
         work
+    }
+
+    /// Broadcast NI `i`'s oldest whole BC and SBC messages and its broadcast interrupt to
+    /// its partition (§4.1, §5.5). A message goes to every member that receives on that
+    /// interface, the sender included, and leaves the sender's FIFO only once all have it;
+    /// it waits while some receiver lacks room. A second member with a broadcast waiting on
+    /// the same interface is a collision (B.3.5): `bc_or_com_collision` on every member, and
+    /// no broadcast moves while any member still has it set.
+    fn pump_broadcast(&mut self, i: usize) -> bool {
+        let Some((_, members, _)) = self.partition_of(i) else {
+            return false;
+        };
+        let members: Vec<usize> = members.into_iter().map(|m| m as usize).collect();
+        let mut work = false;
+        for w in Which::BOTH {
+            let Some(msg) = lock(&self.slots[i].ni).cm5.bc_ready(w).map(<[u32]>::to_vec) else {
+                continue;
+            };
+            if self.collided(&members) {
+                return work;
+            }
+            let rival = members
+                .iter()
+                .any(|&m| m != i && lock(&self.slots[m].ni).cm5.bc_ready(w).is_some());
+            if rival {
+                self.raise_collision(&members);
+                return true;
+            }
+            let mut to = Vec::with_capacity(members.len());
+            let mut full = false;
+            for &m in &members {
+                if !lock(&self.slots[m].ni).cm5.bc_receives(w) {
+                    continue;
+                }
+                // A member behind a port that is down does not hear the broadcast.
+                let Ok(hops) = self.link(i, m) else {
+                    lock(&self.slots[i].ni).counters.cm5_bc_unreached += 1;
+                    continue;
+                };
+                if !lock(&self.slots[m].ni).cm5.bc[w as usize].room(msg.len()) {
+                    full = true;
+                    break;
+                }
+                to.push((m, hops));
+            }
+            if full {
+                // Wait until the receiver reads, which rings the doorbell.
+                continue;
+            }
+            // The sender's lock is held while the message goes out, so a clear of its
+            // collision (which empties its FIFO) is either before (nothing goes) or after.
+            let si = self.slots[i].clone();
+            let mut gi = lock(&si.ni);
+            if gi.cm5.collided() || gi.cm5.bc_ready(w) != Some(&msg[..]) {
+                continue;
+            }
+            for &(m, hops) in &to {
+                if m == i {
+                    gi.cm5.bc_arrive(w, &msg);
+                    gi.counters.cm5_bc_recvs += 1;
+                    continue;
+                }
+                let mut g = lock(&self.slots[m].ni);
+                let nm = &mut *g;
+                nm.cm5.bc_arrive(w, &msg);
+                nm.counters.cm5_bc_recvs += 1;
+                nm.update_interrupts();
+                drop(g);
+                self.wire(i, m, 4 * msg.len() as u64, hops);
+            }
+            gi.cm5.bc[w as usize].delivered();
+            gi.counters.cm5_bc_sends += 1;
+            gi.update_interrupts();
+            work = true;
+        }
+        let colours = lock(&self.slots[i].ni).cm5.interrupt_send;
+        if colours != 0 && !self.collided(&members) {
+            let rival = members
+                .iter()
+                .any(|&m| m != i && lock(&self.slots[m].ni).cm5.interrupt_send != 0);
+            if rival {
+                self.raise_collision(&members);
+                return true;
+            }
+            // §5.5: "from one NI to all other NIs in the current partition".
+            let mut to = Vec::with_capacity(members.len());
+            for &m in members.iter().filter(|&&m| m != i) {
+                match self.link(i, m) {
+                    Ok(_) => to.push(m),
+                    Err(_) => lock(&self.slots[i].ni).counters.cm5_bc_unreached += 1,
+                }
+            }
+            let si = self.slots[i].clone();
+            let mut gi = lock(&si.ni);
+            if gi.cm5.collided() || gi.cm5.interrupt_send != colours {
+                return work;
+            }
+            for m in to {
+                let mut ni = lock(&self.slots[m].ni);
+                ni.cm5.broadcast_interrupt(colours);
+                ni.update_interrupts();
+            }
+            gi.cm5.interrupt_sent();
+            gi.counters.cm5_bc_interrupts += 1;
+            gi.update_interrupts();
+            work = true;
+        }
+        work
+    }
+
+    /// Whether some member still has `bc_or_com_collision` set: nothing is broadcast.
+    fn collided(&self, members: &[usize]) -> bool {
+        members
+            .iter()
+            .any(|&m| lock(&self.slots[m].ni).cm5.collided())
+    }
+
+    /// `bc_or_com_collision` (Yellow) on every member.
+    pub(super) fn raise_collision(&mut self, members: &[usize]) {
+        tracing::debug!(?members, "control network collision");
+        for &m in members {
+            let mut ni = lock(&self.slots[m].ni);
+            ni.cm5.raise(cm5::cause::BC_OR_COM_COLLISION);
+            ni.update_interrupts();
+        }
     }
 
     /// Take NI `i`'s control-network events (`cm5/com.rs`) into the partition's rounds,
@@ -135,11 +268,12 @@ impl State {
                 ..Default::default()
             };
             let (r, joined) = match ev {
-                Event::Participation(f) => {
-                    let f = (self.nodes[i].participation & !0xF) | (f & 0xF);
-                    (self.set_participation(i, f).map(|_| None), None)
+                Event::Participation => {
+                    self.participation_changed(i);
+                    (Ok(None), None)
                 }
                 Event::AsyncGlobal(bit) => (self.set_global(i, bit).map(|_| None), None),
+                Event::AsyncSupGlobal(bit) => (self.set_sup_global(i, bit).map(|_| None), None),
                 Event::Combine {
                     pattern,
                     combiner,

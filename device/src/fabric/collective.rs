@@ -84,6 +84,9 @@ pub struct PartitionColl {
     receive_only: Vec<VecDeque<Entry>>,
     global_send: Vec<bool>,
     global_rec: bool,
+    /// The supervisor async global (`ni_async_sup_global`): registers only.
+    sup_global_send: Vec<bool>,
+    sup_global_rec: bool,
 }
 
 impl PartitionColl {
@@ -100,6 +103,7 @@ impl PartitionColl {
             self.reduce_results = (0..size).map(|_| VecDeque::new()).collect();
             self.receive_only = (0..size).map(|_| VecDeque::new()).collect();
             self.global_send = vec![false; size];
+            self.sup_global_send = vec![false; size];
         }
     }
 }
@@ -119,7 +123,7 @@ fn read_words(state: &State, node: usize, r: &Request) -> Result<[u32; MAX_WORDS
 }
 
 impl State {
-    fn partition_of(&self, node: usize) -> Option<(String, Vec<u32>, usize)> {
+    pub(super) fn partition_of(&self, node: usize) -> Option<(String, Vec<u32>, usize)> {
         let (p, rank) = self.partitions.of(node as u32)?;
         Some((p.name.clone(), p.nodes.clone(), rank as usize))
     }
@@ -128,8 +132,13 @@ impl State {
         self.collective_timeout
     }
 
-    fn flags(&self, node: usize) -> u32 {
-        self.nodes[node].participation
+    /// NI `node`'s participation flags. The abstain bits are the ones its CM-5 registers
+    /// hold: a driver's write to an abstain flag takes effect at once (its event for the
+    /// poller may still be queued behind another NI's), and the fast path's changes are
+    /// mirrored there (`mirror_participation`).
+    pub(super) fn flags(&self, node: usize) -> u32 {
+        let regs = lock(&self.slots[node].ni).cm5.participation();
+        (self.nodes[node].participation & !participation::ABSTAIN_BITS) | regs
     }
 
     /// COM_CONTROL: set the participation flags, unless a combine of this member is pending.
@@ -157,17 +166,31 @@ impl State {
             }) || pc.receive_only.get(rank).is_some_and(|q| !q.is_empty())
         });
         let abstain_bits = participation::COM_REC_ABSTAIN | participation::REDUCE_REC_ABSTAIN;
-        let refused = pending && (flags ^ self.flags(a)) & abstain_bits != 0;
-        if !refused {
-            self.nodes[a].participation = flags;
+        if pending && (flags ^ self.flags(a)) & abstain_bits != 0 {
+            // The CM-5 raises the Yellow com_abstain_changed and leaves the flag alone.
+            let mut ni = lock(&self.slots[a].ni);
+            ni.cm5.raise(ni_abi::cm5::cause::COM_ABSTAIN_CHANGED);
+            ni.update_interrupts();
+            return Err(Status::AbstainChanged);
         }
-        // Mirror into the CM-5 register file so a driver reading it sees the same flags.
+        self.nodes[a].participation = flags;
+        self.mirror_participation(a);
+        Ok(())
+    }
+
+    /// NI `a`'s driver changed an abstain flag through its registers, which hold it already
+    /// ([`State::flags`]): rounds that waited for it may be complete now.
+    pub(super) fn participation_changed(&mut self, a: usize) {
+        if let Some((name, _, _)) = self.partition_of(a) {
+            self.advance(&name);
+        }
+    }
+
+    /// Show NI `a`'s participation flags in its CM-5 registers, where [`State::flags`]
+    /// reads the abstain bits back.
+    pub(super) fn mirror_participation(&mut self, a: usize) {
         let p = self.nodes[a].participation;
         let mut ni = lock(&self.slots[a].ni);
-        if refused {
-            // The CM-5 raises the Yellow com_abstain_changed and leaves the flag alone.
-            ni.cm5.raise(ni_abi::cm5::cause::COM_ABSTAIN_CHANGED);
-        }
         let com = (p & 3) as u64;
         let bc = ((p >> 2) & 1) as u64;
         let sg = ((p >> 3) & 1) as u64;
@@ -175,11 +198,6 @@ impl State {
         cm5.set(ni_abi::cm5::COM_BASE + ni_abi::cm5::iface::CONTROL, com);
         cm5.set(ni_abi::cm5::BC_BASE + ni_abi::cm5::iface::CONTROL, bc);
         cm5.set(ni_abi::cm5::NI_SYNC_GLOBAL_ABSTAIN, sg);
-        ni.update_interrupts();
-        if refused {
-            return Err(Status::AbstainChanged);
-        }
-        Ok(())
     }
 
     /// Join the round of kind `k` that `a`'s request belongs to.
@@ -507,12 +525,8 @@ impl State {
             if let Some(pc) = self.colls.get_mut(name) {
                 pc.collided = true;
             }
-            // bc_or_com_collision on every member (Yellow).
-            for &m in members {
-                let mut ni = lock(&self.slots[m as usize].ni);
-                ni.cm5.raise(ni_abi::cm5::cause::BC_OR_COM_COLLISION);
-                ni.update_interrupts();
-            }
+            let members: Vec<usize> = members.iter().map(|&m| m as usize).collect();
+            self.raise_collision(&members);
         }
         for e in entries {
             self.finish_entry(e, Self::result(e, Status::Collision));
@@ -786,6 +800,31 @@ impl State {
                         ..Default::default()
                     },
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// NI `a` sets its supervisor async global bit (§4.3.3): `supervisor_global_rec` on
+    /// every member is the OR, with the Green cause where `supervisor_global_rec_ie` is set.
+    pub(super) fn set_sup_global(&mut self, a: usize, bit: bool) -> Result<(), Status> {
+        use ni_abi::cm5::{green, hodgepodge, NI_ASYNC_SUP_GLOBAL, NI_HODGEPODGE};
+        let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
+        let pc = self.colls.entry(name).or_default();
+        pc.sized(members.len());
+        pc.sup_global_send[rank] = bit;
+        let or = pc.sup_global_send.iter().any(|&b| b);
+        let rose = or && !pc.sup_global_rec;
+        pc.sup_global_rec = or;
+        for &m in &members {
+            let mut ni = lock(&self.slots[m as usize].ni);
+            let regs = &mut ni.cm5.regs;
+            let v = regs.get(NI_ASYNC_SUP_GLOBAL) & 1 | (or as u64) << 1;
+            regs.set(NI_ASYNC_SUP_GLOBAL, v);
+            let ie = regs.get(NI_HODGEPODGE) as u32 & hodgepodge::SUPERVISOR_GLOBAL_REC_IE;
+            if rose && ie != 0 {
+                ni.cm5.raise_green(green::SUPERVISOR_GLOBAL_REC);
+                ni.update_interrupts();
             }
         }
         Ok(())

@@ -192,6 +192,8 @@ impl State {
         // collectives needing every member ready, no round completes without a member that
         // is still starting.
         n.participation = 0;
+        self.mirror_participation(a);
+        let n = &mut self.nodes[a];
         if let Some(sram) = n.live_sram() {
             sram.store_u32(ni_abi::fastpath::ctrl::CQ_HEAD, 0);
         }
