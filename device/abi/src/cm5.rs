@@ -537,3 +537,230 @@ mod doc_tests {
         }
     }
 }
+
+/// `include/ni_cm5.h`: the register file and its fields for C drivers, generated from the
+/// definitions above (a test keeps the checked-in copy equal; `NI_BLESS=1` rewrites it).
+pub fn c_header() -> String {
+    use std::fmt::Write;
+    let mut h = String::from(
+        "/*\n * ni_cm5.h — the CM-5 NI register file in BAR2 (NI Programmer's Handbook v2.2,\n \
+         * App. A), for drivers written in C. GENERATED from device/abi/src/cm5.rs by\n \
+         * `NI_BLESS=1 cargo test -p ni-abi`: do not edit. Behaviour: device/abi/cm5.md.\n \
+         *\n * Offsets are in the user window; add NI_CM5_SUPERVISOR for the supervisor's.\n \
+         */\n#ifndef NI_CM5_H\n#define NI_CM5_H\n\n",
+    );
+    let mut def = |name: &str, v: u64| {
+        writeln!(h, "#define NI_CM5_{name} 0x{v:X}u").expect("String");
+    };
+    def("PCI_VENDOR_ID", crate::pci::VENDOR_ID as u64);
+    def("PCI_DEVICE_ID", crate::pci::DEVICE_ID as u64);
+    def("BAR", 2);
+    def("BAR_SIZE", BAR2_SIZE);
+    def("SUPERVISOR", SUPERVISOR);
+    def("SF_FIFO_OFFSET", SF_FIFO_OFFSET as u64);
+    def("AUXILIARY_START_P", AUXILIARY_START_P as u64);
+    def("DR_SEND_FIRST_LONG", DR_SEND_FIRST_LONG as u64);
+    def("LDR_SEND_FIRST_LONG", LDR_SEND_FIRST_LONG as u64);
+    def("RDR_SEND_FIRST_LONG", RDR_SEND_FIRST_LONG as u64);
+    def("MAX_COMBINE_WORDS", MAX_COMBINE_WORDS as u64);
+    for r in REGS.iter() {
+        def(
+            &r.name.trim_start_matches("ni_").to_uppercase(),
+            r.offset as u64,
+        );
+    }
+    macro_rules! group {
+        ($prefix:literal, $m:ident, [$($c:ident),* $(,)?]) => {
+            $( def(concat!($prefix, stringify!($c)), $m::$c as u64); )*
+        };
+    }
+    group!(
+        "IFACE_",
+        iface,
+        [
+            STATUS,
+            PRIVATE,
+            CONTROL,
+            RECV,
+            SEND,
+            STATUS_POP,
+            STATUS_ALL,
+            STATUS_LONG
+        ]
+    );
+    group!(
+        "",
+        self,
+        [DR_BASE, BC_BASE, SBC_BASE, COM_BASE, LDR_BASE, RDR_BASE]
+    );
+    group!(
+        "FIFO_",
+        fifo,
+        [
+            DATA_ROUTER,
+            USER_BC,
+            SUPERVISOR_BC,
+            COMBINE,
+            LEFT_DR,
+            RIGHT_DR
+        ]
+    );
+    group!(
+        "CAUSE_",
+        cause,
+        [
+            INTERNAL_FAULT,
+            MC_ERROR,
+            CMU_ERROR,
+            BC_INTERRUPT_RED,
+            CN_CHECKSUM_ERROR,
+            CN_HARD_ERROR,
+            DR_CHECKSUM_ERROR,
+            TIMER_INTERRUPT,
+            BC_INTERRUPT_ORANGE,
+            BC_INTERRUPT_YELLOW,
+            BC_OR_COM_COLLISION,
+            COM_ABSTAIN_CHANGED,
+            DR_COUNT_NEGATIVE,
+            BAD_RELATIVE_ADDRESS,
+            BAD_MEMORY_ACCESS,
+            MESSAGE_TOO_LONG,
+            RDONE_COMPLETE,
+            ALL,
+        ]
+    );
+    group!(
+        "GREEN_",
+        green,
+        [
+            BC_INTERRUPT_GREEN,
+            SCAN_OVERFLOW,
+            BC_REC_OK,
+            SBC_REC_OK,
+            COM_REC_OK,
+            COM_REC_EMPTY,
+            SYNC_GLOBAL_REC,
+            GLOBAL_REC,
+            SUPERVISOR_GLOBAL_REC,
+            DR_REC_OK,
+            LDR_REC_OK,
+            RDR_REC_OK,
+            DR_REC_TAG,
+            DR_REC_ALL_FALL_DOWN,
+            LDR_REC_TAG,
+            RDR_REC_TAG,
+            LDR_USER_REC_TAG,
+            RDR_USER_REC_TAG,
+            SFIFO_EMPTY,
+            DPERR,
+            ALL,
+        ]
+    );
+    group!("LEVEL_", level, [GREEN, YELLOW, ORANGE, RED]);
+    group!(
+        "HP_",
+        hodgepodge,
+        [
+            GLOBAL_REC_IE,
+            SUPERVISOR_GLOBAL_REC_IE,
+            FLUSH_COMPLETE,
+            INTERRUPT_SEND_OK,
+            CONFIGURATION_COMPLETE,
+            INTERRUPT_REC_ENABLE,
+            SYNC_GLOBAL_REC_IE,
+            TIMER_IE,
+            CN_STOP_SEND,
+            DISABLE_BUS_ERROR,
+            LDR_REC_TAG_IE,
+            RDR_REC_TAG_IE,
+            LDR_USER_REC_TAG_IE,
+            RDR_USER_REC_TAG_IE,
+            MSG_TOO_LONG_IE,
+        ]
+    );
+    group!(
+        "BAD_ADDRESS_",
+        bad_address,
+        [
+            LOW_MASK,
+            SIZE_SHIFT,
+            SIZE_WORD,
+            SIZE_DOUBLEWORD,
+            TYPE_SHIFT,
+            TYPE_WRITE,
+            TYPE_READ,
+        ]
+    );
+    group!(
+        "PRIVATE_",
+        private,
+        [
+            REC_OK_IE,
+            LOCK,
+            REC_STOP,
+            SEND_STOP,
+            REC_FULL,
+            SEND_ENABLE,
+            COM_SCAN_OVERFLOW_IE,
+            COM_REC_EMPTY_IE,
+            SFIFO_GOES_EMPTY_IE,
+            RDONE_COMPLETE_IE,
+        ]
+    );
+    group!("CONTROL_", control, [REC_ABSTAIN, REDUCE_REC_ABSTAIN]);
+    group!(
+        "STATUS_",
+        status,
+        [
+            SEND_SPACE_MASK,
+            REC_OK,
+            SEND_OK,
+            SEND_EMPTY,
+            ROUTER_DONE_COMPLETE
+        ]
+    );
+    for (name, p) in [
+        ("ROUTER_DONE", Pattern::RouterDone),
+        ("SCAN_BACKWARD", Pattern::ScanBackward),
+        ("SCAN_FORWARD", Pattern::ScanForward),
+        ("REDUCE", Pattern::Reduce),
+    ] {
+        def(&format!("PATTERN_{name}"), p as u64);
+    }
+    for (name, c) in [
+        ("OR", Combiner::Or),
+        ("ADD", Combiner::Add),
+        ("XOR", Combiner::Xor),
+        ("UADD", Combiner::Uadd),
+        ("MAX", Combiner::Max),
+        ("ROUTER_DONE", Combiner::RouterDone),
+    ] {
+        def(&format!("COMBINER_{name}"), c as u64);
+    }
+    h.push_str(
+        "\n/* A send_first address: interface and auxiliary bits (App. A.3). */\n\
+         #define NI_CM5_SEND_FIRST(fifo, aux) \\\n    \
+         (((fifo) << NI_CM5_SF_FIFO_OFFSET) + ((aux) << NI_CM5_AUXILIARY_START_P))\n\
+         \n#endif /* NI_CM5_H */\n",
+    );
+    h
+}
+
+#[cfg(test)]
+mod header_tests {
+    /// The checked-in C header is what [`super::c_header`] generates.
+    #[test]
+    fn the_c_header_is_generated_from_these_definitions() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/include/ni_cm5.h");
+        let want = super::c_header();
+        if std::env::var_os("NI_BLESS").is_some() {
+            std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/include")).unwrap();
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{path} is stale: regenerate it with `NI_BLESS=1 cargo test -p ni-abi`"
+        );
+    }
+}
