@@ -889,7 +889,13 @@ impl State {
             _ => {}
         }
         if !ok {
+            // The handbook's only word for a control network that cannot finish an
+            // operation is the Red `cn hard error` (B.1.3): a driver waiting for a combine
+            // result that will never come learns it this way.
             self.nodes[e.node].counters.coll_failed_registers += 1;
+            let mut ni = lock(&self.slots[e.node].ni);
+            ni.cm5.raise(cm5::cause::CN_HARD_ERROR);
+            ni.update_interrupts();
         }
     }
 
