@@ -155,7 +155,7 @@ fn garbage_through_every_register_and_width_harms_nobody() {
     for _ in 0..6000 {
         let v = rng.next();
         let width = if v & 1 == 0 { 4 } else { 8 };
-        let off = (v >> 8) % (cm5::BAR2_SIZE - 8) & !3;
+        let off = ((v >> 8) % (cm5::BAR2_SIZE - 8)) & !3;
         if v & 2 == 0 {
             let r = raw.region_write(pci::BAR2_REGION, off, &rng.next().to_le_bytes()[..width]);
             assert!(!r.is_error(), "a write at {off:#x}");
