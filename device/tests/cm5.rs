@@ -1035,3 +1035,95 @@ fn broadcast_interrupts_and_the_supervisor_global() {
     cm5_read(&mut cs[0], false, cm5::NI_ASYNC_SUP_GLOBAL);
     assert_ne!(bus_errors(&mut cs[0]), 0, "supervisor only");
 }
+
+/// §4.2.8: segmented scans. `ni_scan_start` is latched with a member's first word, so a
+/// member may clear it right after sending; a flagged member begins a segment upward
+/// (forward) or is the top of one running downward (backward).
+#[test]
+fn segmented_scans_latch_scan_start_with_the_first_word() {
+    let (_d, mut cs) = nis(4);
+    let values = [1, 2, 4, 8];
+    let scan = |cs: &mut Vec<Client>, pattern: u32, flagged: usize| {
+        for (r, c) in cs.iter_mut().enumerate() {
+            cm5_write(c, false, cm5::NI_SCAN_START, (r == flagged) as u32);
+            assert!(combine_send(c, pattern, 1, &[values[r]]));
+            cm5_write(c, false, cm5::NI_SCAN_START, 0);
+        }
+        cs.iter_mut()
+            .map(|c| combine_result(c)[0])
+            .collect::<Vec<u32>>()
+    };
+    assert_eq!(
+        scan(&mut cs, 2, 2),
+        vec![0, 1, 0, 4],
+        "forward, segment from NI 2"
+    );
+    assert_eq!(
+        scan(&mut cs, 1, 1),
+        vec![2, 0, 8, 0],
+        "backward, NI 1 tops a segment"
+    );
+    // Reductions ignore segments.
+    for (r, c) in cs.iter_mut().enumerate() {
+        cm5_write(c, false, cm5::NI_SCAN_START, (r == 1) as u32);
+        combine_send(c, 3, 1, &[values[r]]);
+    }
+    for c in &mut cs {
+        assert_eq!(combine_result(c), vec![15]);
+    }
+}
+
+/// B.3.5, §4.2.11, §6.4: two different combines in one round collide — bc_or_com_collision
+/// on every member, no result; combines stay refused until a flush (`ni_com_flush_send` from
+/// every member, `flush_complete` 0 until all did) resets the combine hardware.
+#[test]
+fn colliding_combines_need_a_flush() {
+    let (d, mut cs) = nis(2);
+    assert!(combine_send(&mut cs[0], 3, 1, &[1]), "ADD");
+    assert!(
+        combine_send(&mut cs[1], 3, 0, &[1]),
+        "OR: a different combine"
+    );
+    for c in &mut cs {
+        let t = Instant::now();
+        while cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION == 0 {
+            assert!(t.elapsed() < Duration::from_secs(5), "no collision");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::CN_HARD_ERROR,
+            0,
+            "a collision is its own cause"
+        );
+        cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR, cause::BC_OR_COM_COLLISION);
+    }
+    assert_eq!(d.counter(0, "coll_failed_registers"), 1);
+    let hp = |c: &mut Client| cm5_read(c, true, cm5::NI_HODGEPODGE) & hodgepodge::FLUSH_COMPLETE;
+    cm5_write(&mut cs[0], true, cm5::NI_COM_FLUSH_SEND, 1);
+    assert_eq!(hp(&mut cs[0]), 0, "flush pending");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(hp(&mut cs[0]), 0, "until every member flushed");
+    clear_causes(&mut cs[0]);
+    cm5_write(&mut cs[0], true, cm5::NI_COM_FLUSH_SEND, 1);
+    assert_ne!(
+        bus_errors(&mut cs[0]),
+        0,
+        "a second flush while one is pending"
+    );
+    cm5_write(&mut cs[1], true, cm5::NI_COM_FLUSH_SEND, 1);
+    for c in &mut cs {
+        let t = Instant::now();
+        while hp(c) == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "flush never completed"
+            );
+        }
+    }
+    for (r, c) in cs.iter_mut().enumerate() {
+        assert!(combine_send(c, 3, 1, &[r as u32 + 5]));
+    }
+    for c in &mut cs {
+        assert_eq!(combine_result(c), vec![11], "combines work again");
+    }
+}

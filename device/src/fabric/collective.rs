@@ -888,11 +888,15 @@ impl State {
             }
             _ => {}
         }
-        if !ok {
-            // The handbook's only word for a control network that cannot finish an
-            // operation is the Red `cn hard error` (B.1.3): a driver waiting for a combine
-            // result that will never come learns it this way.
-            self.nodes[e.node].counters.coll_failed_registers += 1;
+        if ok {
+            return;
+        }
+        self.nodes[e.node].counters.coll_failed_registers += 1;
+        // The handbook's only word for a control network that cannot finish an operation
+        // is the Red `cn hard error` (B.1.3): a driver waiting for a combine result that
+        // will never come learns it this way. A collision has its own cause already
+        // (bc_or_com_collision on every member).
+        if c.status != Status::Collision as u16 {
             let mut ni = lock(&self.slots[e.node].ni);
             ni.cm5.raise(cm5::cause::CN_HARD_ERROR);
             ni.update_interrupts();
