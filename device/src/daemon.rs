@@ -138,8 +138,17 @@ fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
         tracing::warn!("removing stale socket {}", path.display());
         fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
     }
-    let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    // Bound and listening under a temporary name, then renamed into place: a client that
+    // waits for the path to appear must never find it between bind() and listen(), where
+    // a connect is refused.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = fs::remove_file(&tmp);
+    let l = UnixListener::bind(&tmp).with_context(|| format!("binding {}", tmp.display()))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+    fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(l)
 }
 

@@ -23,12 +23,12 @@ pub const SEND_WORDS: usize = 10;
 /// Words of results the COM receive FIFO holds.
 pub const REC_WORDS: usize = 20;
 
-/// What the registers ask of the control network, in the order they asked it.
+/// What the registers ask of the control network, in the order they asked it. Each kind is
+/// bounded by the registers themselves: combines by the send FIFO, a sync global and a
+/// flush by the Bus Error of a second one while one is pending. Changes whose latest value
+/// is all that matters (abstain flags, async globals) are not queued: see [`Com`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A COM, BC or sync-global abstain flag changed (the registers hold it; the fabric
-    /// reads them there).
-    Participation,
     Combine {
         pattern: Pattern,
         combiner: Combiner,
@@ -37,9 +37,6 @@ pub enum Event {
         scan_start: bool,
     },
     SyncGlobal(bool),
-    AsyncGlobal(bool),
-    /// The supervisor async global (`ni_async_sup_global`, §4.3.3).
-    AsyncSupGlobal(bool),
     Flush,
 }
 
@@ -65,6 +62,14 @@ pub struct Com {
     open: Option<OpenCombine>,
     /// For the fabric, oldest first.
     pub events: VecDeque<Event>,
+    /// An abstain flag changed (the registers hold it; the fabric reads it there). Taken
+    /// by the fabric whatever waits at the head of `events`, so a driver that writes its
+    /// flags in a loop while a round waits for an absent member grows nothing.
+    pub participation_changed: bool,
+    /// The last `global_send` bit written to `ni_async_global` / `ni_async_sup_global`
+    /// and not yet taken by the fabric.
+    pub async_global: Option<bool>,
+    pub async_sup_global: Option<bool>,
     /// Words of combines in `events`.
     queued: usize,
     send_ok: bool,
@@ -79,6 +84,14 @@ pub fn decode_send_first(off: u32) -> (u32, u32, usize) {
 }
 
 impl Com {
+    /// Nothing is waiting for the fabric.
+    pub fn idle(&self) -> bool {
+        self.events.is_empty()
+            && !self.participation_changed
+            && self.async_global.is_none()
+            && self.async_sup_global.is_none()
+    }
+
     pub fn busy(&self) -> bool {
         self.open.as_ref().is_some_and(|o| !o.discarded) || self.queued > 0
     }

@@ -463,12 +463,14 @@ impl Cm5 {
                     return true;
                 }
                 self.regs.set(o, (value & 3) as u64);
-                self.event(com::Event::Participation);
+                self.com.participation_changed = true;
+                self.wake_fabric();
                 true
             }
             o if o == cm5::BC_BASE + f::CONTROL => {
                 self.regs.set(o, (value & 1) as u64);
-                self.event(com::Event::Participation);
+                self.com.participation_changed = true;
+                self.wake_fabric();
                 true
             }
             cm5::NI_SYNC_GLOBAL_ABSTAIN => {
@@ -478,7 +480,8 @@ impl Cm5 {
                 }
                 self.regs
                     .set(cm5::NI_SYNC_GLOBAL_ABSTAIN, (value & 1) as u64);
-                self.event(com::Event::Participation);
+                self.com.participation_changed = true;
+                self.wake_fabric();
                 true
             }
             cm5::NI_SYNC_GLOBAL_SEND => {
@@ -496,12 +499,13 @@ impl Cm5 {
             cm5::NI_ASYNC_GLOBAL | cm5::NI_ASYNC_SUP_GLOBAL => {
                 let v = self.regs.get(off) & !1 | (value & 1) as u64;
                 self.regs.set(off, v);
-                let bit = value & 1 != 0;
-                self.event(if off == cm5::NI_ASYNC_GLOBAL {
-                    com::Event::AsyncGlobal(bit)
+                let bit = Some(value & 1 != 0);
+                if off == cm5::NI_ASYNC_GLOBAL {
+                    self.com.async_global = bit;
                 } else {
-                    com::Event::AsyncSupGlobal(bit)
-                });
+                    self.com.async_sup_global = bit;
+                }
+                self.wake_fabric();
                 true
             }
             cm5::NI_INTERRUPT_SEND => {

@@ -114,7 +114,7 @@ impl State {
         work |= self.pump_broadcast(i);
         let ni = lock(&self.slots[i].ni);
         let bc_idle = ni.cm5.bc.iter().all(|b| b.queued() == 0) && ni.cm5.interrupt_send == 0;
-        if ni.cm5.data.out_len() == 0 && ni.cm5.com.events.is_empty() && bc_idle {
+        if ni.cm5.data.out_len() == 0 && ni.cm5.com.idle() && bc_idle {
             // Senders set it under this lock after queueing: nothing is missed.
             self.cm5_pending[i].store(false, Ordering::Release);
         }
@@ -137,6 +137,8 @@ impl State {
             let Some(msg) = lock(&self.slots[i].ni).cm5.bc_ready(w).map(<[u32]>::to_vec) else {
                 continue;
             };
+            // A broadcaster drives the registers (its collision flag counts from now on).
+            self.nodes[i].cm5_registers = true;
             if self.collided(&members) {
                 return work;
             }
@@ -195,6 +197,9 @@ impl State {
             work = true;
         }
         let colours = lock(&self.slots[i].ni).cm5.interrupt_send;
+        if colours != 0 {
+            self.nodes[i].cm5_registers = true;
+        }
         if colours != 0 && !self.collided(&members) {
             let rival = members
                 .iter()
@@ -229,11 +234,15 @@ impl State {
         work
     }
 
-    /// Whether some member still has `bc_or_com_collision` set: nothing is broadcast.
+    /// Whether a member driving the registers still has `bc_or_com_collision` set: nothing
+    /// is broadcast. Members that are not (libni's, or none attached) never clear it, and
+    /// must not hold up the others.
     fn collided(&self, members: &[usize]) -> bool {
-        members
-            .iter()
-            .any(|&m| lock(&self.slots[m].ni).cm5.collided())
+        members.iter().any(|&m| {
+            self.nodes[m].live
+                && self.nodes[m].cm5_registers
+                && lock(&self.slots[m].ni).cm5.collided()
+        })
     }
 
     /// `bc_or_com_collision` (Yellow) on every member.
@@ -250,7 +259,30 @@ impl State {
     /// in order. An event that finds a member not yet started stays first, for the next
     /// pass: the control network waits for the whole partition.
     fn pump_control(&mut self, i: usize) -> bool {
-        let mut work = false;
+        let (changed, global, sup_global) = {
+            let mut ni = lock(&self.slots[i].ni);
+            let com = &mut ni.cm5.com;
+            (
+                std::mem::take(&mut com.participation_changed),
+                com.async_global.take(),
+                com.async_sup_global.take(),
+            )
+        };
+        let mut work = changed || global.is_some() || sup_global.is_some();
+        if work {
+            self.nodes[i].cm5_registers = true;
+            self.nodes[i].ready = true;
+        }
+        // Latest values: a refusal (no partition) leaves nothing to report.
+        if let Some(bit) = global {
+            let _ = self.set_global(i, bit);
+        }
+        if let Some(bit) = sup_global {
+            let _ = self.set_sup_global(i, bit);
+        }
+        if changed {
+            self.participation_changed(i);
+        }
         for _ in 0..BATCH {
             let Some(ev) = lock(&self.slots[i].ni).cm5.com.events.front().copied() else {
                 break;
@@ -268,12 +300,6 @@ impl State {
                 ..Default::default()
             };
             let (r, joined) = match ev {
-                Event::Participation => {
-                    self.participation_changed(i);
-                    (Ok(None), None)
-                }
-                Event::AsyncGlobal(bit) => (self.set_global(i, bit).map(|_| None), None),
-                Event::AsyncSupGlobal(bit) => (self.set_sup_global(i, bit).map(|_| None), None),
                 Event::Combine {
                     pattern,
                     combiner,

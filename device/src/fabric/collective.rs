@@ -268,8 +268,10 @@ impl State {
                     return Err(Status::Abstaining);
                 }
             }
+            // The registers checked abstaining when the flush was written; the flag may
+            // have changed since, which is the driver's right.
             Kind::Flush => {
-                if flags & participation::COM_REC_ABSTAIN != 0 {
+                if door == Door::FastPath && flags & participation::COM_REC_ABSTAIN != 0 {
                     return Err(Status::Abstaining);
                 }
             }
