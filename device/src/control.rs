@@ -488,7 +488,8 @@ fn client_identity(pid: i32) -> Option<(&'static str, String)> {
 
 /// The process id of each attached NI's client. The vfio-user crate accepts the connection
 /// itself and does not hand out the stream, so find it: the accepted socket is the connected
-/// Unix socket bound to the NI's path (`/proc/net/unix`, state 03) that is one of this
+/// Unix socket bound to the NI's path (`/proc/net/unix`, state 03, under the name it was
+/// bound with, `daemon::bound_name`) that is one of this
 /// process's descriptors (`/proc/self/fd`); `SO_PEERCRED` on it names the client.
 fn client_pids(daemon: &Daemon, nodes: &[u32]) -> HashMap<u32, i32> {
     let mut out = HashMap::new();
@@ -526,7 +527,9 @@ fn client_pids(daemon: &Daemon, nodes: &[u32]) -> HashMap<u32, i32> {
         }
     }
     for &n in nodes {
-        let path = socket_path(&daemon.run_dir, n).display().to_string();
+        let path = crate::daemon::bound_name(&socket_path(&daemon.run_dir, n))
+            .display()
+            .to_string();
         let Some(&ino) = by_path.get(&path) else {
             continue;
         };

@@ -133,6 +133,14 @@ fn take_lock(run_dir: &Path) -> Result<File> {
     Ok(f)
 }
 
+/// The name a socket served at `path` was bound under (`bind_fresh`), which the kernel keeps
+/// reporting (`/proc/net/unix`) after the rename.
+pub fn bound_name(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    PathBuf::from(tmp)
+}
+
 fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
     if path.exists() {
         tracing::warn!("removing stale socket {}", path.display());
@@ -141,9 +149,7 @@ fn bind_fresh(path: &Path, mode: u32) -> Result<UnixListener> {
     // Bound and listening under a temporary name, then renamed into place: a client that
     // waits for the path to appear must never find it between bind() and listen(), where
     // a connect is refused.
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".new");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = bound_name(path);
     let _ = fs::remove_file(&tmp);
     let l = UnixListener::bind(&tmp).with_context(|| format!("binding {}", tmp.display()))?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
