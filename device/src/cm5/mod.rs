@@ -608,18 +608,15 @@ impl Cm5 {
                         0
                     }
             }
-            r if (f::RECV..f::RECV + 16).contains(&r) => match b.recv() {
-                Some(v) => {
-                    // Room freed: a broadcast waiting for it may go.
-                    self.kick = true;
-                    self.data.pending.store(true, Ordering::Release);
-                    v
-                }
-                None => {
+            r if (f::RECV..f::RECV + 16).contains(&r) => {
+                let Some(v) = b.recv() else {
                     self.bus_error(addr, size, false, counters);
-                    u32::MAX
-                }
-            },
+                    return Some(u32::MAX);
+                };
+                // Room freed: a broadcast waiting for it may go.
+                self.wake_fabric();
+                v
+            }
             _ => return None,
         })
     }
@@ -669,9 +666,7 @@ impl Cm5 {
         for b in &mut self.bc {
             b.empty_send();
         }
-        self.interrupt_send = 0;
-        let h = self.regs.get(cm5::NI_HODGEPODGE) | cm5::hodgepodge::INTERRUPT_SEND_OK as u64;
-        self.regs.set(cm5::NI_HODGEPODGE, h);
+        self.interrupt_sent();
         self.wake_fabric();
     }
 
@@ -698,11 +693,35 @@ impl Cm5 {
         }
     }
 
-    /// The broadcast interrupt reached the partition: `interrupt_send_ok` again.
+    /// No broadcast interrupt is on its way any more (delivered, or ended by clearing a
+    /// collision): `interrupt_send_ok` again.
     pub fn interrupt_sent(&mut self) {
         self.interrupt_send = 0;
         let h = self.regs.get(cm5::NI_HODGEPODGE) | cm5::hodgepodge::INTERRUPT_SEND_OK as u64;
         self.regs.set(cm5::NI_HODGEPODGE, h);
+    }
+
+    /// The partition's OR of an async global (`sup`: the supervisor's, §4.3.3) is `or`:
+    /// shown as bit 1 of its register; when it `rose`, its Green cause if enabled. Returns
+    /// whether a cause was raised.
+    pub fn global_rec(&mut self, sup: bool, or: bool, rose: bool) -> bool {
+        use cm5::hodgepodge as hp;
+        let (reg, ie, bit) = if sup {
+            (
+                cm5::NI_ASYNC_SUP_GLOBAL,
+                hp::SUPERVISOR_GLOBAL_REC_IE,
+                green::SUPERVISOR_GLOBAL_REC,
+            )
+        } else {
+            (cm5::NI_ASYNC_GLOBAL, hp::GLOBAL_REC_IE, green::GLOBAL_REC)
+        };
+        let v = self.regs.get(reg) & 1 | (or as u64) << 1;
+        self.regs.set(reg, v);
+        let raise = rose && self.regs.get(cm5::NI_HODGEPODGE) as u32 & ie != 0;
+        if raise {
+            self.raise_green(bit);
+        }
+        raise
     }
 
     /// Words of a broadcast arrive on interface `w`; whether it had room for all of them.

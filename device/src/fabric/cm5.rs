@@ -19,6 +19,7 @@ use super::collective::{Door, Entry, Kind};
 use super::State;
 use crate::cm5::bc::Which;
 use crate::cm5::com::Event;
+use crate::cm5::Cm5;
 use crate::server::lock;
 
 /// Messages moved from one NI per pass, so one busy sender cannot starve the others.
@@ -134,104 +135,126 @@ impl State {
         let members: Vec<usize> = members.into_iter().map(|m| m as usize).collect();
         let mut work = false;
         for w in Which::BOTH {
-            let Some(msg) = lock(&self.slots[i].ni).cm5.bc_ready(w).map(<[u32]>::to_vec) else {
+            match self.broadcast_message(i, w, &members) {
+                Ok(moved) => work |= moved,
+                Err(raised) => return work | raised,
+            }
+        }
+        work | self
+            .broadcast_interrupt(i, &members)
+            .unwrap_or_else(|raised| raised)
+    }
+
+    /// Deliver NI `i`'s oldest message on interface `w`: whether it moved; `Err` when a
+    /// collision stops every broadcast (see [`State::contend`]).
+    fn broadcast_message(&mut self, i: usize, w: Which, members: &[usize]) -> Result<bool, bool> {
+        let Some(msg) = lock(&self.slots[i].ni).cm5.bc_ready(w).map(<[u32]>::to_vec) else {
+            return Ok(false);
+        };
+        self.contend(i, members, |c| c.bc_ready(w).is_some())?;
+        let mut to = Vec::with_capacity(members.len());
+        for &m in members {
+            if !lock(&self.slots[m].ni).cm5.bc_receives(w) {
+                continue;
+            }
+            let Some(hops) = self.reach(i, m) else {
                 continue;
             };
-            // A broadcaster drives the registers (its collision flag counts from now on).
-            self.nodes[i].cm5_registers = true;
-            if self.collided(&members) {
-                return work;
-            }
-            let rival = members
-                .iter()
-                .any(|&m| m != i && lock(&self.slots[m].ni).cm5.bc_ready(w).is_some());
-            if rival {
-                self.raise_collision(&members);
-                return true;
-            }
-            let mut to = Vec::with_capacity(members.len());
-            let mut full = false;
-            for &m in &members {
-                if !lock(&self.slots[m].ni).cm5.bc_receives(w) {
-                    continue;
-                }
-                // A member behind a port that is down does not hear the broadcast.
-                let Ok(hops) = self.link(i, m) else {
-                    lock(&self.slots[i].ni).counters.cm5_bc_unreached += 1;
-                    continue;
-                };
-                if !lock(&self.slots[m].ni).cm5.bc[w as usize].room(msg.len()) {
-                    full = true;
-                    break;
-                }
-                to.push((m, hops));
-            }
-            if full {
+            if !lock(&self.slots[m].ni).cm5.bc[w as usize].room(msg.len()) {
                 // Wait until the receiver reads, which rings the doorbell.
-                continue;
+                return Ok(false);
             }
-            // The sender's lock is held while the message goes out, so a clear of its
-            // collision (which empties its FIFO) is either before (nothing goes) or after.
-            let si = self.slots[i].clone();
-            let mut gi = lock(&si.ni);
-            if gi.cm5.collided() || gi.cm5.bc_ready(w) != Some(&msg[..]) {
-                continue;
-            }
-            for &(m, hops) in &to {
-                if m == i {
-                    gi.cm5.bc_arrive(w, &msg);
-                    gi.counters.cm5_bc_recvs += 1;
-                    continue;
-                }
-                let mut g = lock(&self.slots[m].ni);
-                let nm = &mut *g;
-                nm.cm5.bc_arrive(w, &msg);
-                nm.counters.cm5_bc_recvs += 1;
-                nm.update_interrupts();
-                drop(g);
-                self.wire(i, m, 4 * msg.len() as u64, hops);
-            }
-            gi.cm5.bc[w as usize].delivered();
-            gi.counters.cm5_bc_sends += 1;
-            gi.update_interrupts();
-            work = true;
+            to.push((m, hops));
         }
+        // The sender's lock is held while the message goes out, so a clear of its
+        // collision (which empties its FIFO) is either before (nothing goes) or after.
+        let si = self.slots[i].clone();
+        let mut gi = lock(&si.ni);
+        if gi.cm5.collided() || gi.cm5.bc_ready(w) != Some(&msg[..]) {
+            return Ok(false);
+        }
+        for &(m, hops) in &to {
+            if m == i {
+                gi.cm5.bc_arrive(w, &msg);
+                gi.counters.cm5_bc_recvs += 1;
+                continue;
+            }
+            let mut g = lock(&self.slots[m].ni);
+            let nm = &mut *g;
+            nm.cm5.bc_arrive(w, &msg);
+            nm.counters.cm5_bc_recvs += 1;
+            nm.update_interrupts();
+            drop(g);
+            self.wire(i, m, 4 * msg.len() as u64, hops);
+        }
+        gi.cm5.bc[w as usize].delivered();
+        gi.counters.cm5_bc_sends += 1;
+        gi.update_interrupts();
+        Ok(true)
+    }
+
+    /// Deliver NI `i`'s broadcast interrupt "to all other NIs in the current partition"
+    /// (§5.5): whether it went; `Err` when a collision stops it.
+    fn broadcast_interrupt(&mut self, i: usize, members: &[usize]) -> Result<bool, bool> {
         let colours = lock(&self.slots[i].ni).cm5.interrupt_send;
-        if colours != 0 {
-            self.nodes[i].cm5_registers = true;
+        if colours == 0 {
+            return Ok(false);
         }
-        if colours != 0 && !self.collided(&members) {
-            let rival = members
-                .iter()
-                .any(|&m| m != i && lock(&self.slots[m].ni).cm5.interrupt_send != 0);
-            if rival {
-                self.raise_collision(&members);
-                return true;
-            }
-            // §5.5: "from one NI to all other NIs in the current partition".
-            let mut to = Vec::with_capacity(members.len());
-            for &m in members.iter().filter(|&&m| m != i) {
-                match self.link(i, m) {
-                    Ok(_) => to.push(m),
-                    Err(_) => lock(&self.slots[i].ni).counters.cm5_bc_unreached += 1,
-                }
-            }
-            let si = self.slots[i].clone();
-            let mut gi = lock(&si.ni);
-            if gi.cm5.collided() || gi.cm5.interrupt_send != colours {
-                return work;
-            }
-            for m in to {
-                let mut ni = lock(&self.slots[m].ni);
-                ni.cm5.broadcast_interrupt(colours);
-                ni.update_interrupts();
-            }
-            gi.cm5.interrupt_sent();
-            gi.counters.cm5_bc_interrupts += 1;
-            gi.update_interrupts();
-            work = true;
+        self.contend(i, members, |c| c.interrupt_send != 0)?;
+        let to: Vec<usize> = members
+            .iter()
+            .filter(|&&m| m != i)
+            .filter(|&&m| self.reach(i, m).is_some())
+            .copied()
+            .collect();
+        let si = self.slots[i].clone();
+        let mut gi = lock(&si.ni);
+        if gi.cm5.collided() || gi.cm5.interrupt_send != colours {
+            return Ok(false);
         }
-        work
+        for m in to {
+            let mut ni = lock(&self.slots[m].ni);
+            ni.cm5.broadcast_interrupt(colours);
+            ni.update_interrupts();
+        }
+        gi.cm5.interrupt_sent();
+        gi.counters.cm5_bc_interrupts += 1;
+        gi.update_interrupts();
+        Ok(true)
+    }
+
+    /// NI `i` wants to broadcast (a message, or an interrupt: `wants` says which of the
+    /// members' registers want the same). It becomes a member whose collision flag counts.
+    /// `Err(false)`: a member still holds a collision; `Err(true)`: another member wants the
+    /// same now, which is a collision, raised here (B.3.5).
+    fn contend(
+        &mut self,
+        i: usize,
+        members: &[usize],
+        wants: impl Fn(&Cm5) -> bool,
+    ) -> Result<(), bool> {
+        self.nodes[i].cm5_registers = true;
+        if self.collided(members) {
+            return Err(false);
+        }
+        if members
+            .iter()
+            .any(|&m| m != i && wants(&lock(&self.slots[m].ni).cm5))
+        {
+            self.raise_collision(members);
+            return Err(true);
+        }
+        Ok(())
+    }
+
+    /// The hops from NI `i` to `m`; `None` when a port between them is down: `m` does not
+    /// hear `i`'s broadcast (counted).
+    fn reach(&mut self, i: usize, m: usize) -> Option<u32> {
+        let hops = self.link(i, m).ok();
+        if hops.is_none() {
+            lock(&self.slots[i].ni).counters.cm5_bc_unreached += 1;
+        }
+        hops
     }
 
     /// Whether a member driving the registers still has `bc_or_com_collision` set: nothing
@@ -275,10 +298,10 @@ impl State {
         }
         // Latest values: a refusal (no partition) leaves nothing to report.
         if let Some(bit) = global {
-            let _ = self.set_global(i, bit);
+            let _ = self.set_global(i, false, bit);
         }
         if let Some(bit) = sup_global {
-            let _ = self.set_sup_global(i, bit);
+            let _ = self.set_global(i, true, bit);
         }
         if changed {
             self.participation_changed(i);

@@ -82,11 +82,30 @@ pub struct PartitionColl {
     reduce_results: Vec<VecDeque<(cm5c::Outcome, u64)>>,
     /// Receive-only requests waiting for a reduction result (per rank).
     receive_only: Vec<VecDeque<Entry>>,
-    global_send: Vec<bool>,
-    global_rec: bool,
-    /// The supervisor async global (`ni_async_sup_global`): registers only.
-    sup_global_send: Vec<bool>,
-    sup_global_rec: bool,
+    /// The async globals (§4.3.3), indexed by `sup`: the user one (both doors), and the
+    /// supervisor's (`ni_async_sup_global`, registers only).
+    globals: [AsyncGlobal; 2],
+}
+
+/// One async global of a partition: each member's `global_send`, and their OR as last seen.
+#[derive(Debug, Default)]
+struct AsyncGlobal {
+    send: Vec<bool>,
+    rec: bool,
+}
+
+impl AsyncGlobal {
+    /// Member `rank` of `size` sets its bit: the OR over the partition, and whether it rose.
+    fn set(&mut self, size: usize, rank: usize, bit: bool) -> (bool, bool) {
+        if self.send.len() != size {
+            self.send = vec![false; size];
+        }
+        self.send[rank] = bit;
+        let or = self.send.iter().any(|&b| b);
+        let rose = or && !self.rec;
+        self.rec = or;
+        (or, rose)
+    }
 }
 
 impl PartitionColl {
@@ -102,8 +121,6 @@ impl PartitionColl {
         if self.reduce_results.len() != size {
             self.reduce_results = (0..size).map(|_| VecDeque::new()).collect();
             self.receive_only = (0..size).map(|_| VecDeque::new()).collect();
-            self.global_send = vec![false; size];
-            self.sup_global_send = vec![false; size];
         }
     }
 }
@@ -761,38 +778,35 @@ impl State {
         a: usize,
         r: &Request,
     ) -> Result<Option<Completion>, Status> {
-        self.set_global(a, r.tag & 1 != 0)?;
+        self.set_global(a, false, r.tag & 1 != 0)?;
         Ok(super::ops::done(r))
     }
 
     /// NI `a`'s `global_send` is `bit` (§4.3.3): every member's `global_rec` follows the OR
     /// at once, in its control page and its registers; a rise interrupts where enabled.
-    pub(super) fn set_global(&mut self, a: usize, bit: bool) -> Result<(), Status> {
+    /// `sup`: the supervisor async global instead, which only the registers show.
+    pub(super) fn set_global(&mut self, a: usize, sup: bool, bit: bool) -> Result<(), Status> {
         let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
-        let pc = self.colls.entry(name).or_default();
-        pc.sized(members.len());
-        pc.global_send[rank] = bit;
-        let or = pc.global_send.iter().any(|&b| b);
-        let rose = or && !pc.global_rec;
-        pc.global_rec = or;
+        let (or, rose) =
+            self.colls.entry(name).or_default().globals[sup as usize].set(members.len(), rank, bit);
         for &m in &members {
             let m = m as usize;
-            if let Some(sram) = self.nodes[m].live_sram() {
-                sram.store_u32(ni_abi::fastpath::ctrl::GLOBAL_REC, or as u32);
+            if !sup {
+                if let Some(sram) = self.nodes[m].live_sram() {
+                    sram.store_u32(ni_abi::fastpath::ctrl::GLOBAL_REC, or as u32);
+                }
             }
             {
                 let mut ni = lock(&self.slots[m].ni);
-                let regs = &mut ni.cm5.regs;
-                let v = regs.get(ni_abi::cm5::NI_ASYNC_GLOBAL) & 1 | (or as u64) << 1;
-                regs.set(ni_abi::cm5::NI_ASYNC_GLOBAL, v);
-                let ie = regs.get(ni_abi::cm5::NI_HODGEPODGE) as u32
-                    & ni_abi::cm5::hodgepodge::GLOBAL_REC_IE;
-                if rose && ie != 0 {
-                    ni.cm5.raise_green(ni_abi::cm5::green::GLOBAL_REC);
+                if ni.cm5.global_rec(sup, or, rose) {
                     ni.update_interrupts();
                 }
             }
-            if rose && self.flags(m) & participation::GLOBAL_REC_IE != 0 && self.nodes[m].live {
+            if !sup
+                && rose
+                && self.flags(m) & participation::GLOBAL_REC_IE != 0
+                && self.nodes[m].live
+            {
                 self.complete(
                     m,
                     Completion {
@@ -802,31 +816,6 @@ impl State {
                         ..Default::default()
                     },
                 );
-            }
-        }
-        Ok(())
-    }
-
-    /// NI `a` sets its supervisor async global bit (§4.3.3): `supervisor_global_rec` on
-    /// every member is the OR, with the Green cause where `supervisor_global_rec_ie` is set.
-    pub(super) fn set_sup_global(&mut self, a: usize, bit: bool) -> Result<(), Status> {
-        use ni_abi::cm5::{green, hodgepodge, NI_ASYNC_SUP_GLOBAL, NI_HODGEPODGE};
-        let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
-        let pc = self.colls.entry(name).or_default();
-        pc.sized(members.len());
-        pc.sup_global_send[rank] = bit;
-        let or = pc.sup_global_send.iter().any(|&b| b);
-        let rose = or && !pc.sup_global_rec;
-        pc.sup_global_rec = or;
-        for &m in &members {
-            let mut ni = lock(&self.slots[m as usize].ni);
-            let regs = &mut ni.cm5.regs;
-            let v = regs.get(NI_ASYNC_SUP_GLOBAL) & 1 | (or as u64) << 1;
-            regs.set(NI_ASYNC_SUP_GLOBAL, v);
-            let ie = regs.get(NI_HODGEPODGE) as u32 & hodgepodge::SUPERVISOR_GLOBAL_REC_IE;
-            if rose && ie != 0 {
-                ni.cm5.raise_green(green::SUPERVISOR_GLOBAL_REC);
-                ni.update_interrupts();
             }
         }
         Ok(())
