@@ -8,57 +8,12 @@ use std::time::{Duration, Instant};
 
 use std::os::fd::AsRawFd;
 
+use common::cm5_driver::*;
 use common::*;
 use ni_abi::cm5::{self, bad_address, cause, green, hodgepodge, iface, level, private, status};
 use ni_abi::pci;
 use vfio_bindings::bindings::vfio::*;
 use vfio_user::Client;
-
-const LDR_SEND: u32 = cm5::LDR_BASE + iface::SEND;
-const LDR_RECV: u32 = cm5::LDR_BASE + iface::RECV;
-const LDR_STATUS: u32 = cm5::LDR_BASE + iface::STATUS;
-const LDR_PRIVATE: u32 = cm5::LDR_BASE + iface::PRIVATE;
-
-/// `send_first` address of the LDR short form (App. A.3): aux = md[8] tag[7:4] length[3:0].
-fn ldr_send_first(physical: bool, tag: u32, len: u32) -> u32 {
-    (cm5::fifo::LEFT_DR << cm5::SF_FIFO_OFFSET)
-        + ((((physical as u32) << 8) | (tag << 4) | len) << cm5::AUXILIARY_START_P)
-}
-
-/// Memory decode on; wait until the daemon (as the OS, §6.3) programmed the partition
-/// registers; then unlock LDR and RDR (NI Reset leaves every interface locked, §6.10).
-fn ready(c: &mut Client, size: u32) {
-    enable(c);
-    let t = Instant::now();
-    while cm5_read(c, true, cm5::NI_PARTITION_SIZE) != size {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "partition registers never set"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    for p in [
-        LDR_PRIVATE,
-        cm5::RDR_BASE + iface::PRIVATE,
-        cm5::DR_BASE + iface::PRIVATE,
-    ] {
-        cm5_write(c, true, p, 0);
-    }
-}
-
-/// §8.1.3: write the whole message, check send_ok once.
-fn send(c: &mut Client, dest: u32, tag: u32, words: &[u32]) -> bool {
-    cm5_write(
-        c,
-        false,
-        ldr_send_first(false, tag, words.len() as u32),
-        dest,
-    );
-    for &w in words {
-        cm5_write(c, false, LDR_SEND, w);
-    }
-    cm5_read(c, false, LDR_STATUS) & status::SEND_OK != 0
-}
 
 /// Wait for rec_ok, then read the message: (tag, words).
 fn receive(c: &mut Client) -> (u32, Vec<u32>) {
@@ -75,21 +30,6 @@ fn receive(c: &mut Client) -> (u32, Vec<u32>) {
     let tag = (st >> 15) & 0xF;
     let words = (0..len).map(|_| cm5_read(c, false, LDR_RECV)).collect();
     (tag, words)
-}
-
-fn bus_errors(c: &mut Client) -> u32 {
-    cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BAD_MEMORY_ACCESS
-}
-
-/// Clear every cause but the collision: writing its clear bit empties the broadcast send
-/// FIFOs (B.3.5), which a driver does only to recover from one.
-fn clear_causes(c: &mut Client) {
-    cm5_write(
-        c,
-        true,
-        cm5::NI_INTERRUPT_CLEAR,
-        cause::ALL & !cause::BC_OR_COM_COLLISION,
-    );
 }
 
 /// §2.3, §2.4, §3.2, App. A.3: a relative send from NI 0 to relative address 1 arrives whole,
@@ -240,11 +180,9 @@ fn a_locked_interface_discards() {
     let d = Daemon::start(2);
     let mut a = d.client(0);
     enable(&mut a);
-    let t = Instant::now();
-    while cm5_read(&mut a, true, cm5::NI_PARTITION_SIZE) != 2 {
-        assert!(t.elapsed() < Duration::from_secs(5));
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    poll_until("partition registers never set", || {
+        cm5_read(&mut a, true, cm5::NI_PARTITION_SIZE) == 2
+    });
     assert_ne!(
         cm5_read(&mut a, true, LDR_PRIVATE) & private::LOCK,
         0,
@@ -272,10 +210,9 @@ fn receive_interrupt_causes_and_supervisor_tags() {
     cm5_write(&mut b, true, cm5::NI_REC_INTERRUPT_MASK, 1 << 12);
     cm5_write(&mut a, true, ldr_send_first(false, 12, 1), 1);
     cm5_write(&mut a, true, LDR_SEND, 0x5EC);
-    let t = Instant::now();
-    while cm5_read(&mut b, true, LDR_STATUS) & status::REC_OK == 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "nothing arrived");
-    }
+    poll_until("nothing arrived", || {
+        cm5_read(&mut b, true, LDR_STATUS) & status::REC_OK != 0
+    });
     let g = cm5_read(&mut b, true, cm5::NI_INTERRUPT_CAUSE_GREEN);
     assert_ne!(g & green::LDR_REC_OK, 0);
     assert_ne!(g & green::DR_REC_TAG, 0);
@@ -315,10 +252,9 @@ fn status_pop_reads_status_all_and_one_word() {
             u32::from_le_bytes(w[4..].try_into().unwrap()),
         )
     };
-    let t = Instant::now();
-    while cm5_read(&mut b, false, LDR_STATUS) & status::REC_OK == 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "nothing arrived");
-    }
+    poll_until("nothing arrived", || {
+        cm5_read(&mut b, false, LDR_STATUS) & status::REC_OK != 0
+    });
     let (all, w) = pop(&mut b);
     assert_eq!(all & 1, 1, "first_rec_ok");
     assert_eq!((all >> 3) & 0xF, 6, "first_rec_tag");
@@ -356,11 +292,7 @@ fn physical_sends_stay_inside_the_partition() {
     assert_eq!(cm5_read(&mut z, true, cm5::NI_PHYSICAL_SELF), 2);
     cm5_write(&mut z, true, ldr_send_first(true, 0, 1), 0);
     cm5_write(&mut z, true, LDR_SEND, 0xBAD);
-    let t = Instant::now();
-    while d.counter(2, "cm5_dr_dropped") == 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "never dropped");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    poll_until("never dropped", || d.counter(2, "cm5_dr_dropped") != 0);
     assert_eq!(cm5_read(&mut a, true, LDR_STATUS) & status::REC_OK, 0);
     assert_eq!(d.counter(0, "cm5_dr_recvs"), 0);
 }
@@ -444,51 +376,6 @@ fn an_arrival_fires_the_green_vector() {
 }
 
 // ---- the Control Network through the registers (§4) ----
-
-const COM_SEND: u32 = cm5::COM_BASE + iface::SEND;
-const COM_RECV: u32 = cm5::COM_BASE + iface::RECV;
-const COM_STATUS: u32 = cm5::COM_BASE + iface::STATUS;
-const COM_CONTROL: u32 = cm5::COM_BASE + iface::CONTROL;
-
-/// COM `send_first` (App. A.3): aux = pattern[8:7] combiner[6:4] length[3:0].
-fn com_send_first(pattern: u32, combiner: u32, len: u32) -> u32 {
-    (cm5::fifo::COMBINE << cm5::SF_FIFO_OFFSET)
-        + (((pattern << 7) | (combiner << 4) | len) << cm5::AUXILIARY_START_P)
-}
-
-/// Unlock COM and take part in combines and sync global (§2.7.2, §4.2.10, §4.3.1).
-fn join_control(c: &mut Client) {
-    cm5_write(c, true, cm5::COM_BASE + iface::PRIVATE, 0);
-    cm5_write(c, false, COM_CONTROL, 0);
-    cm5_write(c, false, cm5::NI_SYNC_GLOBAL_ABSTAIN, 0);
-}
-
-fn combine_send(c: &mut Client, pattern: u32, combiner: u32, words: &[u32]) -> bool {
-    cm5_write(
-        c,
-        false,
-        com_send_first(pattern, combiner, words.len() as u32),
-        words[0],
-    );
-    for &w in &words[1..] {
-        cm5_write(c, false, COM_SEND, w);
-    }
-    cm5_read(c, false, COM_STATUS) & status::SEND_OK != 0
-}
-
-fn combine_result(c: &mut Client) -> Vec<u32> {
-    let t = Instant::now();
-    let st = loop {
-        let st = cm5_read(c, false, COM_STATUS);
-        if st & status::REC_OK != 0 {
-            break st;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "no combine result");
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    let len = (st >> 11) & 0xF;
-    (0..len).map(|_| cm5_read(c, false, COM_RECV)).collect()
-}
 
 fn nis(n: u32) -> (Daemon, Vec<Client>) {
     let d = Daemon::start(n);
@@ -600,13 +487,9 @@ fn sync_and_async_global_through_the_registers() {
     );
     cm5_write(&mut cs[2], false, cm5::NI_SYNC_GLOBAL_SEND, 0);
     for c in &mut cs {
-        let t = Instant::now();
-        while cm5_read(c, false, cm5::NI_SYNC_GLOBAL) != 0b11 {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "sync global never completed"
-            );
-        }
+        poll_until("sync global never completed", || {
+            cm5_read(c, false, cm5::NI_SYNC_GLOBAL) == 0b11
+        });
     }
     // Async global.
     let hp = cm5_read(&mut cs[2], true, cm5::NI_HODGEPODGE);
@@ -618,26 +501,18 @@ fn sync_and_async_global_through_the_registers() {
     );
     cm5_write(&mut cs[1], false, cm5::NI_ASYNC_GLOBAL, 1);
     for c in &mut cs {
-        let t = Instant::now();
-        while cm5_read(c, false, cm5::NI_ASYNC_GLOBAL) & 2 == 0 {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "global_rec never rose"
-            );
-        }
+        poll_until("global_rec never rose", || {
+            cm5_read(c, false, cm5::NI_ASYNC_GLOBAL) & 2 != 0
+        });
     }
     assert_ne!(
         cm5_read(&mut cs[2], true, cm5::NI_INTERRUPT_CAUSE_GREEN) & green::GLOBAL_REC,
         0
     );
     cm5_write(&mut cs[1], false, cm5::NI_ASYNC_GLOBAL, 0);
-    let t = Instant::now();
-    while cm5_read(&mut cs[0], false, cm5::NI_ASYNC_GLOBAL) & 2 != 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "global_rec never fell"
-        );
-    }
+    poll_until("global_rec never fell", || {
+        cm5_read(&mut cs[0], false, cm5::NI_ASYNC_GLOBAL) & 2 == 0
+    });
 }
 
 /// §4.2.9, §3.5.6: network-done clears router_done_complete until every member sent it and
@@ -651,14 +526,7 @@ fn network_done_waits_for_every_member_and_every_message() {
     // send FIFO holds four, so a send may find it full until the poller moved some: retry
     // as §8.1.3's loop does.
     for seq in 0..5 {
-        let t = Instant::now();
-        while !send(&mut cs[0], 1, 0, &[seq, 0, 0, 0, 0]) {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "message {seq} never taken"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        send_until_taken(&mut cs[0], 1, 0, &[seq, 0, 0, 0, 0]);
     }
     cm5_write(&mut cs[0], false, com_send_first(0, 5, 1), 0);
     assert_eq!(
@@ -691,13 +559,9 @@ fn network_done_waits_for_every_member_and_every_message() {
     // NI 1 reads one: the last one arrives, and network-done completes everywhere.
     assert_eq!(receive(&mut cs[1]).1[0], 0);
     for c in &mut cs {
-        let t = Instant::now();
-        while cm5_read(c, false, dr_status) & (1 << 6) == 0 {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "network-done never completed"
-            );
-        }
+        poll_until("network-done never completed", || {
+            cm5_read(c, false, dr_status) & (1 << 6) != 0
+        });
     }
     // Nothing entered the COM receive FIFO; the messages are there to read, in order.
     assert_eq!(cm5_read(&mut cs[0], false, COM_STATUS) & status::REC_OK, 0);
@@ -733,25 +597,18 @@ fn broadcast(c: &mut Client, words: &[u32]) -> bool {
 
 /// Until the sender's BC send FIFO is empty: every receiver has the message (§4.1.2).
 fn wait_sent(c: &mut Client) {
-    let t = Instant::now();
-    while cm5_read(c, false, BC_STATUS) & status::SEND_EMPTY == 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the broadcast never left"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    poll_until("the broadcast never left", || {
+        cm5_read(c, false, BC_STATUS) & status::SEND_EMPTY != 0
+    });
 }
 
 /// §4.1.9's BC_receive: per word, wait for rec_ok, then read.
 fn bc_receive(c: &mut Client, n: usize) -> Vec<u32> {
     (0..n)
         .map(|_| {
-            let t = Instant::now();
-            while cm5_read(c, false, BC_STATUS) & status::REC_OK == 0 {
-                assert!(t.elapsed() < Duration::from_secs(5), "no broadcast word");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            poll_until("no broadcast word", || {
+                cm5_read(c, false, BC_STATUS) & status::REC_OK != 0
+            });
             cm5_read(c, false, BC_RECV)
         })
         .collect()
@@ -822,10 +679,9 @@ fn broadcasts_reach_every_receiver_including_the_sender() {
         7,
     );
     cm5_write(&mut cs[1], true, sbc + iface::SEND, 8);
-    let t = Instant::now();
-    while cm5_read(&mut cs[2], true, sbc + iface::STATUS) & status::REC_OK == 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "no SBC arrival");
-    }
+    poll_until("no SBC arrival", || {
+        cm5_read(&mut cs[2], true, sbc + iface::STATUS) & status::REC_OK != 0
+    });
     assert_eq!(cm5_read(&mut cs[2], true, sbc + iface::RECV), 7);
     assert_eq!(cm5_read(&mut cs[2], true, sbc + iface::RECV), 8);
     assert_eq!(
@@ -888,11 +744,9 @@ fn a_full_receiver_holds_broadcasts_and_a_second_broadcaster_collides() {
     }
     assert!(broadcast(&mut cs[2], &[200]));
     for c in &mut cs {
-        let t = Instant::now();
-        while cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION == 0 {
-            assert!(t.elapsed() < Duration::from_secs(5), "no collision");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        poll_until("no collision", || {
+            cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION != 0
+        });
     }
     // Room at NI 1, but the collision stops everything.
     assert_eq!(
@@ -937,10 +791,9 @@ fn broadcast_interrupts_and_the_supervisor_global() {
     }
     assert_ne!(hp(&mut cs[0]) & hodgepodge::INTERRUPT_SEND_OK, 0);
     cm5_write(&mut cs[0], true, cm5::NI_INTERRUPT_SEND, 8 | 1);
-    let t = Instant::now();
-    while hp(&mut cs[0]) & hodgepodge::INTERRUPT_SEND_OK == 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "never delivered");
-    }
+    poll_until("never delivered", || {
+        hp(&mut cs[0]) & hodgepodge::INTERRUPT_SEND_OK != 0
+    });
     let c1 = cm5_read(&mut cs[1], true, cm5::NI_INTERRUPT_CAUSE);
     assert_ne!(c1 & cause::BC_INTERRUPT_RED, 0);
     assert_eq!(
@@ -984,14 +837,9 @@ fn broadcast_interrupts_and_the_supervisor_global() {
         cause::BC_OR_COM_COLLISION,
     );
     for c in &mut cs {
-        let t = Instant::now();
-        while cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION == 0 {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "two senders never collided"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        poll_until("two senders never collided", || {
+            cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION != 0
+        });
     }
     for c in &mut cs {
         cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR, cause::BC_OR_COM_COLLISION);
@@ -1014,13 +862,9 @@ fn broadcast_interrupts_and_the_supervisor_global() {
     cm5_write(&mut cs[2], true, cm5::NI_HODGEPODGE, v);
     cm5_write(&mut cs[1], true, cm5::NI_ASYNC_SUP_GLOBAL, 1);
     for c in &mut cs {
-        let t = Instant::now();
-        while cm5_read(c, true, cm5::NI_ASYNC_SUP_GLOBAL) & 2 == 0 {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "supervisor global_rec"
-            );
-        }
+        poll_until("supervisor global_rec", || {
+            cm5_read(c, true, cm5::NI_ASYNC_SUP_GLOBAL) & 2 != 0
+        });
         assert_eq!(
             cm5_read(c, false, cm5::NI_ASYNC_GLOBAL) & 2,
             0,
@@ -1085,11 +929,9 @@ fn colliding_combines_need_a_flush() {
         "OR: a different combine"
     );
     for c in &mut cs {
-        let t = Instant::now();
-        while cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION == 0 {
-            assert!(t.elapsed() < Duration::from_secs(5), "no collision");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        poll_until("no collision", || {
+            cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::BC_OR_COM_COLLISION != 0
+        });
         assert_eq!(
             cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::CN_HARD_ERROR,
             0,
@@ -1112,13 +954,7 @@ fn colliding_combines_need_a_flush() {
     );
     cm5_write(&mut cs[1], true, cm5::NI_COM_FLUSH_SEND, 1);
     for c in &mut cs {
-        let t = Instant::now();
-        while hp(c) == 0 {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "flush never completed"
-            );
-        }
+        poll_until("flush never completed", || hp(c) != 0);
     }
     for (r, c) in cs.iter_mut().enumerate() {
         assert!(combine_send(c, 3, 1, &[r as u32 + 5]));

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::cm5_driver::*;
 use common::*;
 use ni_abi::cm5::{self, cause, iface, private, status};
 use ni_abi::pci;
@@ -22,38 +23,6 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
-    }
-}
-
-fn ldr_send_first(tag: u32, len: u32) -> u32 {
-    (cm5::fifo::LEFT_DR << cm5::SF_FIFO_OFFSET) + (((tag << 4) | len) << cm5::AUXILIARY_START_P)
-}
-
-/// Wait for the OS's partition registers, unlock LDR, RDR and DR (§6.3, §2.7.2).
-fn ready(c: &mut Client, size: u32) {
-    enable(c);
-    let t = Instant::now();
-    while cm5_read(c, true, cm5::NI_PARTITION_SIZE) != size {
-        assert!(t.elapsed() < Duration::from_secs(5), "partition registers");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    for i in [cm5::LDR_BASE, cm5::RDR_BASE, cm5::DR_BASE] {
-        cm5_write(c, true, i + iface::PRIVATE, 0);
-    }
-}
-
-/// §8.1.3's loop: the whole message, then send_ok; again until taken.
-fn send(c: &mut Client, dest: u32, tag: u32, words: &[u32]) {
-    let t = Instant::now();
-    loop {
-        cm5_write(c, false, ldr_send_first(tag, words.len() as u32), dest);
-        for &w in words {
-            cm5_write(c, false, cm5::LDR_BASE + iface::SEND, w);
-        }
-        if cm5_read(c, false, cm5::LDR_BASE + iface::STATUS) & status::SEND_OK != 0 {
-            return;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "never taken");
     }
 }
 
@@ -88,30 +57,6 @@ fn receive_tag(c: &mut Client, tag: u32) -> (Vec<u32>, usize) {
 fn reconnect(d: &Daemon, cs: &mut Vec<Client>, i: usize) {
     drop(cs.remove(i));
     cs.insert(i, d.client(i as u32));
-}
-
-fn join_control(c: &mut Client) {
-    cm5_write(c, false, cm5::NI_SYNC_GLOBAL_ABSTAIN, 0);
-    cm5_write(c, true, cm5::COM_BASE + iface::PRIVATE, 0);
-    cm5_write(c, false, cm5::COM_BASE + iface::CONTROL, 0);
-}
-
-fn com_send_first(pattern: u32, combiner: u32, len: u32) -> u32 {
-    (cm5::fifo::COMBINE << cm5::SF_FIFO_OFFSET)
-        + (((pattern << 7) | (combiner << 4) | len) << cm5::AUXILIARY_START_P)
-}
-
-fn combine_add(c: &mut Client, v: u32) {
-    cm5_write(c, false, com_send_first(3, 1, 1), v);
-}
-
-fn combine_result(c: &mut Client) -> u32 {
-    let t = Instant::now();
-    while cm5_read(c, false, cm5::COM_BASE + iface::STATUS) & status::REC_OK == 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "no combine result");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    cm5_read(c, false, cm5::COM_BASE + iface::RECV)
 }
 
 /// Every register of both windows, at widths 1, 2, 4 and 8, written with garbage and read
@@ -168,10 +113,10 @@ fn garbage_through_every_register_and_width_harms_nobody() {
     assert!(d.alive(), "the daemon survived the garbage");
     assert!(d.counter(0, "bus_errors") > 0, "Bus Errors counted");
     // The other NIs' traffic is unharmed (whatever the garbage sent them is drained).
-    send(&mut b, 2, 9, &[1, 2, 3]);
+    send_until_taken(&mut b, 2, 9, &[1, 2, 3]);
     let (words, _) = receive_tag(&mut c, 9);
     assert_eq!(words, vec![1, 2, 3]);
-    send(&mut c, 1, 9, &[4]);
+    send_until_taken(&mut c, 1, 9, &[4]);
     assert_eq!(receive_tag(&mut b, 9).0, vec![4]);
     // The hostile driver leaves; a fresh one on its NI takes part in a combine with B and C.
     drop(raw);
@@ -183,10 +128,14 @@ fn garbage_through_every_register_and_width_harms_nobody() {
         join_control(x);
     }
     for (x, v) in [(&mut a, 1), (&mut b, 2), (&mut c, 3)] {
-        combine_add(x, v);
+        combine_send(x, 3, 1, &[v]);
     }
     for x in [&mut a, &mut b, &mut c] {
-        assert_eq!(combine_result(x), 6, "a combine over the whole partition");
+        assert_eq!(
+            combine_result(x),
+            vec![6],
+            "a combine over the whole partition"
+        );
     }
     assert!(d.alive());
 }
@@ -204,7 +153,7 @@ fn overfilled_and_overread_fifos() {
     // 40 five-word messages without looking at send_ok: the FIFOs hold a few.
     let mut taken = Vec::new();
     for k in 0..40u32 {
-        cm5_write(&mut a, false, ldr_send_first(1, 5), 1);
+        cm5_write(&mut a, false, ldr_send_first(false, 1, 5), 1);
         for w in 0..5 {
             cm5_write(&mut a, false, cm5::LDR_BASE + iface::SEND, k * 10 + w);
         }
@@ -229,7 +178,7 @@ fn overfilled_and_overread_fifos() {
         );
     }
     assert_eq!(d.counter(1, "bus_errors"), before + 100);
-    send(&mut a, 1, 2, &[77]);
+    send_until_taken(&mut a, 1, 2, &[77]);
     assert_eq!(receive_tag(&mut b, 2).0, vec![77]);
 }
 
@@ -246,11 +195,11 @@ fn members_vanishing_mid_message_mid_broadcast_and_mid_combine() {
         ready(c, 3);
     }
     // Half a message, then gone.
-    cm5_write(&mut cs[0], false, ldr_send_first(3, 5), 1);
+    cm5_write(&mut cs[0], false, ldr_send_first(false, 3, 5), 1);
     cm5_write(&mut cs[0], false, cm5::LDR_BASE + iface::SEND, 0xBAD);
     reconnect(&d, &mut cs, 0);
     ready(&mut cs[0], 3);
-    send(&mut cs[0], 1, 3, &[5, 6]);
+    send_until_taken(&mut cs[0], 1, 3, &[5, 6]);
     assert_eq!(
         receive_tag(&mut cs[1], 3),
         (vec![5, 6], 0),
@@ -271,10 +220,9 @@ fn members_vanishing_mid_message_mid_broadcast_and_mid_combine() {
             cm5_write(&mut cs[0], false, cm5::BC_BASE + iface::SEND, w);
         }
         if k < 4 {
-            let t = Instant::now();
-            while cm5_read(&mut cs[0], false, bc_status) & status::SEND_EMPTY == 0 {
-                assert!(t.elapsed() < Duration::from_secs(5), "broadcast {k}");
-            }
+            poll_until(&format!("broadcast {k}"), || {
+                cm5_read(&mut cs[0], false, bc_status) & status::SEND_EMPTY != 0
+            });
         }
     }
     std::thread::sleep(Duration::from_millis(30));
@@ -284,14 +232,10 @@ fn members_vanishing_mid_message_mid_broadcast_and_mid_combine() {
         "the fifth waits for NI 2"
     );
     reconnect(&d, &mut cs, 2);
-    let t = Instant::now();
-    while cm5_read(&mut cs[0], false, bc_status) & status::SEND_EMPTY == 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the broadcast stayed wedged after its receiver left"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    poll_until(
+        "the broadcast stayed wedged after its receiver left",
+        || cm5_read(&mut cs[0], false, bc_status) & status::SEND_EMPTY != 0,
+    );
     // A combine round that loses a member fails for the others with cn hard error.
     ready(&mut cs[2], 3);
     for c in cs.iter_mut() {
@@ -303,19 +247,14 @@ fn members_vanishing_mid_message_mid_broadcast_and_mid_combine() {
             cause::ALL & !cause::BC_OR_COM_COLLISION,
         );
     }
-    combine_add(&mut cs[0], 1);
-    combine_add(&mut cs[1], 2);
+    combine_send(&mut cs[0], 3, 1, &[1]);
+    combine_send(&mut cs[1], 3, 1, &[2]);
     std::thread::sleep(Duration::from_millis(30));
     reconnect(&d, &mut cs, 2);
     for c in cs.iter_mut().take(2) {
-        let t = Instant::now();
-        while cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::CN_HARD_ERROR == 0 {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "the failed combine was never reported"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        poll_until("the failed combine was never reported", || {
+            cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE) & cause::CN_HARD_ERROR != 0
+        });
         assert_eq!(
             cm5_read(c, false, cm5::COM_BASE + iface::STATUS) & status::REC_OK,
             0,
@@ -329,9 +268,9 @@ fn members_vanishing_mid_message_mid_broadcast_and_mid_combine() {
         join_control(c);
     }
     for (i, c) in cs.iter_mut().enumerate() {
-        combine_add(c, 10 + i as u32);
+        combine_send(c, 3, 1, &[10 + i as u32]);
     }
     for c in cs.iter_mut() {
-        assert_eq!(combine_result(c), 33);
+        assert_eq!(combine_result(c), vec![33]);
     }
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use ni_abi::pci;
 use vfio_user::Client;
 
+pub mod cm5_driver;
+
 pub struct Daemon {
     pub child: Child,
     pub dir: PathBuf,
@@ -328,5 +330,14 @@ impl Raw {
         p.extend_from_slice(&address.to_le_bytes());
         p.extend_from_slice(&size.to_le_bytes());
         self.call(2, &p).unwrap()
+    }
+}
+
+/// Poll `done` until it holds; fail with `what` after 5 s.
+pub fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < Duration::from_secs(5), "{what}");
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
