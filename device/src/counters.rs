@@ -71,6 +71,27 @@ counters! {
     cm5_bc_recvs,
     cm5_bc_unreached,
     cm5_bc_interrupts,
+    /// Lanai packet interface (§9, §10): packets this NI's ports sent and received whole;
+    /// packets dropped at a receiving port (no buffer, shorter than 5 bytes, §9.4 — also in
+    /// the seed's Z* registers, which PCI cannot read); packets the crossbar could not route
+    /// (a route byte naming no rank of the partition, no carrier or port disabled there);
+    /// packets held by flow control longer than the crossbar's timeout and dropped;
+    /// packets retired unsent because an SPD pointed outside SRAM; SEND writes to a full
+    /// FIFO; packets discarded by SEND_FLUSH; receive buffers refused (outside SRAM, a third
+    /// one issued).
+    lanai_packets_sent,
+    lanai_packets_received,
+    lanai_rx_dropped,
+    lanai_route_dropped,
+    lanai_blocked_dropped,
+    lanai_send_faults,
+    lanai_send_overflows,
+    lanai_send_flushed,
+    lanai_bad_buffers,
+    /// COPY engine (§8): copies done, their bytes, and copies refused (outside SRAM).
+    lanai_copies,
+    lanai_copy_bytes,
+    lanai_copy_faults,
     /// Fast-path doorbell writes (the poller was asleep).
     doorbells,
     msix_sent,

@@ -535,6 +535,9 @@ impl Ni {
             if fx.engines_started {
                 self.kick_engines();
             }
+            if fx.packets {
+                self.doorbell.ring();
+            }
             if fx.interrupt_changed {
                 self.update_interrupts();
             }

@@ -77,14 +77,32 @@ fn link_ready_and_port_registers_follow_the_administrators_port() {
     // The mode change retrained the link: one more down.
     assert_eq!(port_read(&mut c, IB_LDC), 1);
 
-    // A driver's writes to MODE and STATE change nothing (the administrator's); other port
-    // registers are plain storage.
-    port_write(&mut c, MODE, 0x8);
+    // §13.1: MODE keeps only the least significant 1 a driver writes, and a mode the port
+    // can run switches it as `ni-ctl port set` does; STATE is the CLSM's (writes ignored);
+    // other port registers are plain storage.
+    port_write(&mut c, MODE, 0x6);
+    assert_eq!(port_read(&mut c, MODE), 2, "MODE_IB|MODE_GEX keeps MODE_IB");
+    assert_eq!(port_read(&mut c, STATE), 5, "LinkUp");
+    let ports = d.control(r#"{"version":1,"request":"ports"}"#);
+    assert_eq!(ports["ports"][0]["mode"], "infiniband");
+    port_write(&mut c, MODE, 0x4);
     port_write(&mut c, STATE, 0x20);
     port_write(&mut c, TEST, 0x5);
     assert_eq!(port_read(&mut c, MODE), 4);
     assert_eq!(port_read(&mut c, STATE), 7);
     assert_eq!(port_read(&mut c, TEST), 0x5);
+    // GMII needs an external PHY the emulated board lacks, 0 disables: no carrier.
+    port_write(&mut c, MODE, 0x8);
+    assert_eq!(port_read(&mut c, MODE), 8);
+    assert!(!link_ready(&mut c));
+    let ports = d.control(r#"{"version":1,"request":"ports"}"#);
+    assert_eq!(ports["ports"][0]["link_ready"], false);
+    port_write(&mut c, MODE, 0);
+    assert_eq!(port_read(&mut c, MODE), 0);
+    assert!(!link_ready(&mut c));
+    port_write(&mut c, MODE, 0x4);
+    assert!(link_ready(&mut c));
+    port_write(&mut c, MODE, 0);
     let ports = d.control(r#"{"version":1,"request":"ports"}"#);
     assert_eq!(ports["ports"][0]["mode"], "ethernet");
     assert_eq!(ports["ports"][0]["state"], "up");
@@ -92,7 +110,11 @@ fn link_ready_and_port_registers_follow_the_administrators_port() {
     // A function reset restores the registers but does not unplug the cable.
     c.reset().unwrap();
     enable(&mut c);
-    assert_eq!(port_read(&mut c, MODE), 4);
+    assert_eq!(
+        port_read(&mut c, MODE),
+        4,
+        "a reset gives the port its carrier back"
+    );
     assert_eq!(port_read(&mut c, TEST), 0);
     assert_eq!(port_read(&mut c, IB_LDC), 0, "Z* counters restart at reset");
     assert!(link_ready(&mut c));

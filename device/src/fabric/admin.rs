@@ -244,6 +244,10 @@ impl State {
         if up_after && !was_up {
             tracing::info!(ni = x, "port 0 link up");
         }
+        // Lanai packets waiting for carrier (or for this port) may move, or drop, now.
+        for f in &self.lanai_pending {
+            f.store(true, std::sync::atomic::Ordering::Release);
+        }
         self.publish_reach();
     }
 

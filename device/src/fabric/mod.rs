@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod cm5;
 pub mod collective;
+pub mod lanai;
 pub mod mq;
 pub mod node;
 pub mod ops;
@@ -108,6 +109,10 @@ pub struct State {
     transfers: std::collections::VecDeque<transfer::Transfer>,
     /// Each NI's "CM-5 Data Network messages wait to leave" flag (`cm5.rs`).
     cm5_pending: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// Each NI's "a Lanai port has a packet, or a buffer was issued" flag (`lanai.rs`), and
+    /// since when flow control has held the head packet of each of its ports.
+    pub(super) lanai_pending: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    lanai_held: Vec<[Option<Instant>; 2]>,
 }
 
 impl Fabric {
@@ -138,6 +143,11 @@ impl Fabric {
             .iter()
             .map(|s| lock(&s.ni).cm5.data.pending.clone())
             .collect();
+        let nodes_len = slots.len();
+        let lanai_pending = slots
+            .iter()
+            .map(|s| lock(&s.ni).lanai.packets.clone())
+            .collect();
         Fabric {
             engines,
             timers,
@@ -152,6 +162,8 @@ impl Fabric {
                 routes: HashMap::new(),
                 windows: HashMap::new(),
                 cm5_pending,
+                lanai_pending,
+                lanai_held: vec![[None; 2]; nodes_len],
                 direct: None,
                 transfers: Default::default(),
             }),
@@ -311,6 +323,7 @@ impl State {
             }
             work |= self.take_requests(i);
             work |= self.pump_cm5(i);
+            work |= self.pump_lanai(i);
             work |= self.flush_completions(i);
             work |= self.flush_active_messages(i);
         }

@@ -92,6 +92,13 @@ pub struct Port {
     up: AtomicBool,
     /// Times the link went down (IB_LDC counts these; kept for every mode).
     downs: AtomicU64,
+    /// The driver wrote MODE 0 (disabled) or GMII (which needs an external PHY the emulated
+    /// board lacks): the port has no carrier until a mode it can run is written or the NI
+    /// is reset. The register-level packet interface honours it; the fast path, a door the
+    /// administrator's link state governs, does not.
+    driver_off: AtomicBool,
+    /// What the driver last wrote to MODE when that left the port without carrier.
+    driver_mode: AtomicU8,
 }
 
 impl Default for Port {
@@ -100,6 +107,8 @@ impl Default for Port {
             mode: AtomicU8::new(Mode::Myrinet as u8),
             up: AtomicBool::new(true),
             downs: AtomicU64::new(0),
+            driver_off: AtomicBool::new(false),
+            driver_mode: AtomicU8::new(0),
         }
     }
 }
@@ -124,7 +133,34 @@ impl Port {
 
     /// ISR `P0_LINK_READY`: the CLSM is in sync (IN_SYNC_*, LinkUp, LINK_OK).
     pub fn link_ready(&self) -> bool {
-        self.up()
+        self.up() && !self.driver_off()
+    }
+
+    pub fn driver_off(&self) -> bool {
+        self.driver_off.load(Ordering::Acquire)
+    }
+
+    /// A driver's write of MODE (§13.1): only the least significant 1 is kept; Myrinet,
+    /// InfiniBand and GEX switch the port's mode (and retrain the link, as `ni-ctl port set`
+    /// does), 0 and GMII leave it without carrier.
+    pub(crate) fn driver_write_mode(&self, v: u16) {
+        let bit = v & v.wrapping_neg() & 0xF;
+        let mode = Mode::ALL.into_iter().find(|m| m.register() == bit);
+        match mode {
+            Some(m) => {
+                self.set_mode(m);
+                self.driver_off.store(false, Ordering::Release);
+            }
+            None => {
+                self.driver_mode.store(bit as u8, Ordering::Release);
+                self.driver_off.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// A function reset: MODE back to the administrator's.
+    pub(crate) fn reset_driver(&self) {
+        self.driver_off.store(false, Ordering::Release);
     }
 
     pub(crate) fn set_mode(&self, m: Mode) {
@@ -144,7 +180,10 @@ impl Port {
     /// its MODE reads 0 (disabled).
     pub fn register(&self, r: u8) -> Option<u16> {
         match r {
+            reg::MODE if self.driver_off() => Some(self.driver_mode.load(Ordering::Acquire) as u16),
             reg::MODE => Some(self.mode().register()),
+            // Without carrier the CLSM sits in its lost-sync / disabled state.
+            reg::STATE if self.driver_off() => Some(self.mode().clsm(false).0 as u16),
             reg::STATE => Some(self.clsm().0 as u16),
             x if x == reg::MODE + reg::PORT1 || x == reg::STATE + reg::PORT1 => Some(0),
             _ => None,
