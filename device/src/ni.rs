@@ -187,6 +187,26 @@ impl Ni {
         self.function_reset();
     }
 
+    /// A configuration read (§11.1): the hardware bits OR-ed with the Read Mask the Lanai
+    /// keeps in SRAM at `DMA_CONFIG.PCI_OFFSET` (256 bytes, laid out as config space), unless
+    /// `PCI_MASK_DISABLE` is ON. The daemon points it at the top of SRAM at reset
+    /// (`lanai::READ_MASK_DEFAULT`), which starts zeroed.
+    fn config_read(&self, offset: usize, data: &mut [u8]) {
+        self.config.read(offset, data);
+        if self.config.lanai_signals() & config40::PCI_MASK_DISABLE_ON != 0 || offset >= 256 {
+            return;
+        }
+        let base =
+            self.lanai.regs.get(lanai::DMA_CONFIG) & lanai::dma_config::PCI_OFFSET_MASK as u64;
+        let n = data.len().min(256 - offset);
+        let mut mask = [0u8; 256];
+        if self.sram.read(base + offset as u64, &mut mask[..n]).is_ok() {
+            for (d, m) in data.iter_mut().zip(&mask[..n]) {
+                *d |= m;
+            }
+        }
+    }
+
     /// Run `f` with the Lanai and the bus it reaches (SRAM, client memory, bus mastering).
     fn with_bus<R>(&mut self, f: impl FnOnce(&mut Lanai, &mut Bus) -> R) -> R {
         let dma = read_dma(&self.dma);
@@ -335,7 +355,7 @@ impl Ni {
         let len = data.len();
         if region == pci::CONFIG_REGION {
             // Any length: QEMU reads the whole 4 KiB at start-up.
-            self.config.read(offset as usize, data);
+            self.config_read(offset as usize, data);
             return Ok(());
         }
         if !self.config.memory_enabled() {
@@ -486,8 +506,7 @@ impl Ni {
             && offset + len as u64 <= lanai::CONFIG_WINDOW + lanai::CONFIG_WINDOW_SIZE
         {
             self.width(0, offset, len, &[1, 2, 4])?;
-            self.config
-                .read((offset - lanai::CONFIG_WINDOW) as usize, data);
+            self.config_read((offset - lanai::CONFIG_WINDOW) as usize, data);
         } else if offset >= lanai::SPECIALS {
             self.width(0, offset, len, &[1, 2, 4, 8])?;
             self.with_bus(|lanai, bus| lanai.read((offset - lanai::SPECIALS) as u32, data, bus));

@@ -12,6 +12,7 @@ use ni_abi::pci;
 use vfio_user::Client;
 
 pub mod cm5_driver;
+pub mod lanai_driver;
 
 pub struct Daemon {
     pub child: Child,
