@@ -513,9 +513,9 @@ fn app_c_dispatch_tables() {
     assert_eq!(index(&mut c, 0), 52, "block 12 feeds 13, which fires");
 }
 
-/// §14: P0_EVENT and P1_EVENT are ORs over each port's AISR bits masked by AISR_ON (bit is
-/// 1) and AISR_OFF (bit is 0); SEND_STOPPED follows SEND_CONTROL; in half-duplex GigE a
-/// sent packet raises GEX_NO_COLL_INT, which writing 1 clears.
+/// §14: P0_EVENT and P1_EVENT are ORs over each port's AISR bits masked by AISR_ON (the
+/// bit is set) and AISR_OFF (the bit is clear); SEND_STOPPED follows SEND_CONTROL; in
+/// half-duplex GigE a sent packet raises GEX_NO_COLL_INT, which writing 1 clears.
 #[test]
 fn aisr_masks_make_the_port_events() {
     let d = Daemon::start(2);
