@@ -32,8 +32,10 @@ use crate::lanai::Bus;
 use crate::ni::read_dma;
 use crate::server::lock;
 
-/// Packets moved from one port per pass, so one busy sender cannot starve the others.
+/// Packets, and bytes, moved from one port per pass, so one busy sender cannot starve the
+/// others (a single packet, at most 16 MiB, always moves whole).
 const BATCH: usize = 64;
+const BATCH_BYTES: usize = 1 << 20;
 /// How long flow control may hold a packet at the head of its sender's FIFO.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -60,6 +62,7 @@ impl State {
         let mut work = false;
         let mut again = false;
         for p in 0..2 {
+            let mut bytes = 0;
             for n in 0..=BATCH {
                 let out = {
                     let ni = lock(&self.slots[i].ni);
@@ -69,10 +72,11 @@ impl State {
                     self.lanai_held[i][p] = None;
                     break;
                 };
-                if n == BATCH {
+                if n == BATCH || bytes >= BATCH_BYTES {
                     again = true;
                     break;
                 }
+                bytes += out.wire.bytes.len();
                 if out.fault {
                     let mut ni = lock(&self.slots[i].ni);
                     if ni.lanai.ports[p].sent(out.seq) {

@@ -365,6 +365,9 @@ impl Lanai {
                 let addr = self.regs.get(lanai::PORT_ADDR);
                 if addr & PORT_READ == 0 {
                     self.port_write((addr & 0x7F) as u8, v as u16);
+                    // A new MODE may give the port carrier: queued packets may move.
+                    self.packets.store(true, Ordering::Release);
+                    fx.packets = true;
                 }
             }
             lanai::DISPATCH_ISR_ON
