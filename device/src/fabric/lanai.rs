@@ -79,7 +79,7 @@ impl State {
                 bytes += out.wire.bytes.len();
                 if out.fault {
                     let mut ni = lock(&self.slots[i].ni);
-                    if ni.lanai.ports[p].sent(out.seq) {
+                    if ni.lanai.sent(p, out.seq) {
                         ni.counters.lanai_send_faults += 1;
                     }
                     work = true;

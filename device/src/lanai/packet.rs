@@ -223,9 +223,13 @@ impl PortEngine {
             let len = (flags & spd::DESC_LENGTH_MASK) as usize;
             let room = MAX_WIRE.saturating_sub(route.len() + wire.bytes.len());
             let take = len.min(room);
-            let mut seg = vec![0u8; take];
-            if ptr as u64 + take as u64 > SRAM_SIZE || sram.read(ptr as u64, &mut seg).is_err() {
+            // Checked before anything is allocated: a length the FIFO accepts can be 32 MiB.
+            let mut seg = Vec::new();
+            if fault || ptr as u64 + len as u64 > SRAM_SIZE {
                 fault = true;
+            } else {
+                seg.resize(take, 0);
+                fault |= sram.read(ptr as u64, &mut seg).is_err();
             }
             let route_bit = flags & spd::DESC_ROUTE != 0;
             match mode {
