@@ -115,7 +115,7 @@ fn check_rpd(rx: &mut Client, k: u32, data: &[u8]) {
         "RPD {k}: no error bits (length word {word:#x})"
     );
     assert!(
-        ptr >= RX_AREA && ptr < RX_AREA + RPL_OFFSET,
+        (RX_AREA..RX_AREA + RPL_OFFSET).contains(&ptr),
         "RPD {k}: DESC_POINTER {ptr:#x} inside the buffer"
     );
     assert_eq!(
