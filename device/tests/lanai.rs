@@ -655,3 +655,31 @@ fn config_reads_or_in_the_read_mask() {
     sram_write(&mut c, 0x10_0000 + 0x2E, &[0x01, 0x00]);
     assert_eq!(cfg_read16(&mut c, 0x2E), subsys | 1);
 }
+
+/// Our crossbar's Ethernet rule (device/abi/lanai.md): a group address goes to every other
+/// member that can take it; one whose port is not enabled misses it, counted at the sender.
+#[test]
+fn ethernet_group_frames_flood_the_partition() {
+    let d = Daemon::start(3);
+    let (mut a, mut b, mut c) = (d.client(0), d.client(1), d.client(2));
+    for x in [&mut a, &mut b] {
+        enable(x);
+        port_up(x, port_reg::MODE_GEX, GE_CRCS, RPL_64K);
+        issue(x, false, RX_AREA);
+    }
+    enable(&mut c);
+    port_up(&mut c, port_reg::MODE_GEX, GE_CRCS, 0); // PORT_ENABLE clear: not listening
+    let mut frame = ether_frame(0, [0x08, 0x00], 60);
+    frame[..6].copy_from_slice(&[0xFF; 6]);
+    send_plain(&mut a, TX_AREA, &frame, 0);
+    wait_received(&mut b, 1);
+    wait_sent(&mut a, 1);
+    assert_eq!(
+        special_read(&mut a, lanai::P0_RECV_COUNT, 2),
+        0,
+        "not back to the sender"
+    );
+    assert_eq!(zeroes(rpd(&mut b, RX_AREA, 0).1), 4);
+    assert_eq!(d.counter(0, "lanai_route_dropped"), 1, "NI 2 missed it");
+    assert_eq!(d.counter(2, "lanai_packets_received"), 0);
+}

@@ -42,7 +42,10 @@ pub const HOLD_TIMEOUT: Duration = Duration::from_secs(1);
 /// What became of a packet that left.
 enum Fate {
     Arrived(usize),
+    /// The crossbar dropped it (counted at the sender).
     Dropped,
+    /// The receiving port dropped it (counted there).
+    DroppedThere,
     Flooded,
 }
 
@@ -65,7 +68,8 @@ impl State {
             let mut bytes = 0;
             for n in 0..=BATCH {
                 let out = {
-                    let ni = lock(&self.slots[i].ni);
+                    let mut g = lock(&self.slots[i].ni);
+                    let ni = &mut *g;
                     ni.lanai.outgoing(p, &ni.sram)
                 };
                 let Some(mut out) = out else {
@@ -96,25 +100,40 @@ impl State {
                             self.retire(i, p, &out, Fate::Dropped);
                             false
                         }
-                        Arrival::Delivered | Arrival::Dropped => {
+                        Arrival::Delivered => {
                             self.retire(i, p, &out, Fate::Arrived(j));
+                            false
+                        }
+                        Arrival::Dropped => {
+                            self.retire(i, p, &out, Fate::DroppedThere);
                             false
                         }
                     },
                     Route::Flood(members) => {
+                        let mut missed = 0;
                         for &j in &members {
-                            // A flood does not wait for anyone: a member that would hold it
-                            // misses it.
-                            if self.lanai_deliver(j, &out.wire) == Arrival::Delivered {
-                                self.wire(i, j, out.wire.bytes.len() as u64, 1);
+                            // A flood does not wait for anyone: a member that would hold it,
+                            // or is not listening, misses it (counted at the sender).
+                            match self.lanai_deliver(j, &out.wire) {
+                                Arrival::Delivered => {
+                                    self.wire(i, j, out.wire.bytes.len() as u64, 1)
+                                }
+                                Arrival::Dropped => {}
+                                Arrival::Held | Arrival::Disabled => missed += 1,
                             }
                         }
                         self.retire(i, p, &out, Fate::Flooded);
+                        lock(&self.slots[i].ni).counters.lanai_route_dropped += missed;
                         false
                     }
                 };
                 if held {
-                    let since = *self.lanai_held[i][p].get_or_insert_with(Instant::now);
+                    // The hold is this packet's (a reset or flush gives the next one a new seq).
+                    let (seq, since) = match self.lanai_held[i][p] {
+                        Some((seq, since)) if seq == out.seq => (seq, since),
+                        _ => (out.seq, Instant::now()),
+                    };
+                    self.lanai_held[i][p] = Some((seq, since));
                     if since.elapsed() < HOLD_TIMEOUT {
                         // Look again on the next wake-up (a buffer issued rings the bell).
                         again = true;

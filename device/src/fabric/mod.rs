@@ -112,7 +112,7 @@ pub struct State {
     /// Each NI's "a Lanai port has a packet, or a buffer was issued" flag (`lanai.rs`), and
     /// since when flow control has held the head packet of each of its ports.
     pub(super) lanai_pending: Vec<Arc<std::sync::atomic::AtomicBool>>,
-    lanai_held: Vec<[Option<Instant>; 2]>,
+    lanai_held: Vec<[Option<(u64, Instant)>; 2]>,
 }
 
 impl Fabric {

@@ -118,36 +118,56 @@ pub fn crc32_bytes(order: Order, crc: u32) -> [u8; 4] {
 /// Myrinet's CRC-8 (x^8 + x^2 + x + 1, seeded 0; the seed names no polynomial, this is the
 /// one of ANSI/VITA 26), over everything before it including the CRC-32.
 pub fn crc8(bytes: &[u8]) -> u8 {
-    let mut c = 0u8;
-    for &b in bytes {
-        c ^= b;
-        for _ in 0..8 {
-            c = if c & 0x80 != 0 {
-                (c << 1) ^ 0x07
-            } else {
-                c << 1
-            };
-        }
-    }
-    c
+    bytes.iter().fold(0u8, |c, &b| CRC8[(c ^ b) as usize])
 }
 
 /// InfiniBand's VCRC (CRC-16, polynomial 0x100B, seeded and complemented with all ones, IBA
 /// §7.8.2), over everything before it including the ICRC.
 pub fn crc16(bytes: &[u8]) -> u16 {
-    let mut c = 0xFFFFu16;
-    for &b in bytes {
-        c ^= (b as u16) << 8;
-        for _ in 0..8 {
+    !bytes.iter().fold(0xFFFFu16, |c, &b| {
+        (c << 8) ^ CRC16[((c >> 8) as u8 ^ b) as usize]
+    })
+}
+
+static CRC8: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u8;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 0x80 != 0 {
+                (c << 1) ^ 0x07
+            } else {
+                c << 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+static CRC16: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = (i as u16) << 8;
+        let mut k = 0;
+        while k < 8 {
             c = if c & 0x8000 != 0 {
                 (c << 1) ^ 0x100B
             } else {
                 c << 1
             };
+            k += 1;
         }
+        t[i] = c;
+        i += 1;
     }
-    !c
-}
+    t
+};
 
 #[cfg(test)]
 mod tests {
@@ -158,6 +178,32 @@ mod tests {
     fn check_values_in_both_standard_orders() {
         assert_eq!(crc32(Order::MYRINET, false, b"123456789"), 0xFC89_1918);
         assert_eq!(crc32(Order::GIGE_IB, false, b"123456789"), 0xCBF4_3926);
+    }
+
+    /// The tables give what the bitwise definitions give.
+    #[test]
+    fn short_crc_tables_match_the_bitwise_definitions() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 37 % 251) as u8).collect();
+        let mut c8 = 0u8;
+        let mut c16 = 0xFFFFu16;
+        for &b in &data {
+            c8 ^= b;
+            c16 ^= (b as u16) << 8;
+            for _ in 0..8 {
+                c8 = if c8 & 0x80 != 0 {
+                    (c8 << 1) ^ 0x07
+                } else {
+                    c8 << 1
+                };
+                c16 = if c16 & 0x8000 != 0 {
+                    (c16 << 1) ^ 0x100B
+                } else {
+                    c16 << 1
+                };
+            }
+        }
+        assert_eq!(crc8(&data), c8);
+        assert_eq!(crc16(&data), !c16);
     }
 
     /// Feeding a byte, a half-word or a word is the same stream, most significant byte first.

@@ -475,7 +475,7 @@ impl Lanai {
 
     /// The packet port `p` would emit now, if any: a whole one in its FIFO, the port enabled,
     /// not stopped (§10.4), with carrier (a port without sync sends nothing; it waits).
-    pub fn outgoing(&self, p: usize, sram: &Sram) -> Option<packet::Outgoing> {
+    pub fn outgoing(&mut self, p: usize, sram: &Sram) -> Option<packet::Outgoing> {
         let (mode, carrier) = self.port_mode(p);
         let config = self
             .regs
@@ -486,7 +486,8 @@ impl Lanai {
         {
             return None;
         }
-        self.ports[p].outgoing(mode, self.crc_config(p, true), sram)
+        let config = self.crc_config(p, true);
+        self.ports[p].outgoing(mode, config, sram)
     }
 
     /// Retire the packet `outgoing` gave (unless flushed since): `SEND_COUNT` + 1 (§10.4),

@@ -26,9 +26,10 @@ use crate::fabric::port::Mode;
 use crate::regfile::RegFile;
 use crate::sram::Sram;
 
-/// The longest packet a sender emits: the largest MAX_PACKET a receiver can keep (16 MB)
-/// plus every CRC byte. Longer SPD chains are cut here (§9.7: the receiver would truncate).
-pub const MAX_WIRE: usize = (16 << 20) + 8;
+/// The longest packet a port emits, CRCs included: 1 MiB. The seed allows longer ones (a
+/// MAX_PACKET of up to 16 MB); the model cuts there because one poller moves every NI's
+/// packets and a packet moves in one step: a bigger one would hold up the other NIs.
+pub const MAX_WIRE: usize = 1 << 20;
 
 /// A receive buffer being filled (§9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,8 +86,8 @@ pub struct Wire {
 /// A packet the sender's FIFO holds whole, ready for the crossbar.
 #[derive(Debug)]
 pub struct Outgoing {
-    /// The FIFO's flush generation when taken: [`PortEngine::sent`] retires nothing if the
-    /// FIFO was flushed or reset meanwhile.
+    /// The head packet's number (one per packet retired, and per port reset):
+    /// [`PortEngine::sent`] retires nothing if the port was reset meanwhile.
     pub seq: u64,
     pub mode: Mode,
     pub wire: Wire,
@@ -112,7 +113,7 @@ pub enum Arrival {
 pub struct PortEngine {
     /// Words written to `port_SEND`, oldest first (at most 16; an SPD is two).
     fifo: VecDeque<u32>,
-    /// Bumped when the FIFO is flushed or the port reset.
+    /// The head packet's number: bumped when a packet is retired or the port reset.
     seq: u64,
     /// [regular, alternate].
     channels: [Channel; 2],
@@ -121,6 +122,9 @@ pub struct PortEngine {
     pub ib_rec: u16,
     /// A valid PAUSE arrived with ENABLE_PAUSE_TIMER: the Lanai zeroes this port's timer.
     pub pause_timer: bool,
+    /// The crossbar has taken the FIFO's first packet ([`Self::outgoing`]): it is the
+    /// "current packet" a flush lets complete (§10.4).
+    inflight: bool,
 }
 
 /// Register offsets of port `p` (0 or 1).
@@ -180,16 +184,21 @@ impl PortEngine {
     }
 
     /// `port_SEND_CONTROL` written: FLUSH discards the queue (§10.4).
+    /// The packet the crossbar has taken completes; everything behind it goes.
     pub fn control(&mut self, v: u32, counters: &mut Counters) {
         if v == send_control::SEND_FLUSH && !self.fifo.is_empty() {
+            let current: Vec<u32> = match (self.inflight, self.whole()) {
+                (true, Some(n)) => self.fifo.drain(..n).collect(),
+                _ => Vec::new(),
+            };
             let mut packets = 0;
             while let Some(n) = self.whole() {
                 self.fifo.drain(..n);
                 packets += 1;
             }
             self.fifo.clear();
+            self.fifo.extend(current);
             counters.lanai_send_flushed += packets;
-            self.seq += 1;
         }
     }
 
@@ -208,8 +217,9 @@ impl PortEngine {
     /// The first whole packet, built as the port emits it: route and data segments from
     /// SRAM, then the CRCs `SEND_CONFIG` enables, invalidated when the last SPD asks or a
     /// cut-through check fails (§10.1-§10.3, §13.2).
-    pub fn outgoing(&self, mode: Mode, send_config: u16, sram: &Sram) -> Option<Outgoing> {
+    pub fn outgoing(&mut self, mode: Mode, send_config: u16, sram: &Sram) -> Option<Outgoing> {
         let n = self.whole()?;
+        self.inflight = true;
         let words: Vec<u32> = self.fifo.iter().take(n).copied().collect();
         let mut wire = Wire::default();
         let mut route = Vec::new();
@@ -241,6 +251,14 @@ impl PortEngine {
                 _ => wire.bytes.extend_from_slice(&seg),
             }
             first = false;
+            if fault {
+                return Some(Outgoing {
+                    seq: self.seq,
+                    mode,
+                    wire: Wire::default(),
+                    fault,
+                });
+            }
             if flags & spd::DESC_LAST != 0 {
                 invalidate |= flags & spd::DESC_INVALIDATE != 0;
                 if flags & spd::DESC_CUT_THROUGH != 0 && i + 1 < words.len() {
@@ -261,7 +279,7 @@ impl PortEngine {
         })
     }
 
-    /// Retire the packet [`Self::outgoing`] returned (unless the FIFO was flushed since).
+    /// Retire the packet [`Self::outgoing`] returned (unless the port was reset since).
     /// Returns whether it was retired.
     pub fn sent(&mut self, seq: u64) -> bool {
         if seq != self.seq {
@@ -270,6 +288,8 @@ impl PortEngine {
         match self.whole() {
             Some(n) => {
                 self.fifo.drain(..n);
+                self.inflight = false;
+                self.seq += 1;
                 true
             }
             None => false,
@@ -389,6 +409,14 @@ impl PortEngine {
         if self.myri_stop(regs, p, mode) {
             return Arrival::Held;
         }
+        let first = wire.bytes.first().copied().unwrap_or(0);
+        let link = mode == Mode::Infiniband && wire.link;
+        let alt = (config & rc::MATCH_LINK != 0 && link)
+            || (config & rc::MATCH_VL15 != 0 && first & 0xF0 == 0xF0)
+            || (config & rc::MATCH_OR != 0 && first & 0xF0 != 0);
+        if !alt && self.channels[0].current.is_none() && config & rc::ENABLE_BUFFER_DROP == 0 {
+            return Arrival::Held;
+        }
         let mut bytes = wire.bytes.clone();
         if bytes.len() < 5 {
             // §13.3: shorter than 5 bytes, in any mode.
@@ -397,7 +425,6 @@ impl PortEngine {
             return Arrival::Dropped;
         }
         let crc_ok = check_crcs(&mut bytes, recv_config);
-        let link = mode == Mode::Infiniband && wire.link;
         let marked_bad = wire.marked_bad && mode != Mode::Myrinet;
         if marked_bad && mode == Mode::Infiniband {
             self.ib_rec = self.ib_rec.saturating_add(1);
@@ -405,10 +432,6 @@ impl PortEngine {
         if mode == Mode::Ethernet && crc_ok && !marked_bad && is_pause(&bytes) {
             self.pause(regs, p, config);
         }
-        let first = bytes[0];
-        let alt = (config & rc::MATCH_LINK != 0 && link)
-            || (config & rc::MATCH_VL15 != 0 && first & 0xF0 == 0xF0)
-            || (config & rc::MATCH_OR != 0 && first & 0xF0 != 0);
         let Some(cur) = self.channels[alt as usize].current else {
             if alt {
                 regs.bump_saturating(off(p, lanai::P0_A_BUFFER_DROP));
