@@ -14,18 +14,6 @@ use ni_abi::cm5::{self, cause, iface, private, status};
 use ni_abi::pci;
 use vfio_user::Client;
 
-/// A small deterministic generator: the garbage is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Read LDR and RDR messages until one with `tag` comes: others (a hostile peer's) are
 /// drained and returned in the count.
 fn receive_tag(c: &mut Client, tag: u32) -> (Vec<u32>, usize) {

@@ -17,18 +17,6 @@ use common::*;
 use ni_abi::lanai::{self, aisr, isr, port_reg, rpd, send_control, spd};
 use vfio_user::Client;
 
-/// A small deterministic generator: the garbage is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Where the end-of-test packet is staged (its route byte 8 bytes below).
 const GOOD_AT: u32 = TX_AREA + 0x8000;
 /// Myrinet's trailer as the receiver leaves it: CRC-32 and CRC-8, XOR-checked to zero.

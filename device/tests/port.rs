@@ -4,25 +4,10 @@
 
 mod common;
 
+use common::lanai_driver::{port_read, port_write};
 use common::*;
+use ni_abi::lanai::port_reg::{IB_LDC, MODE, STATE, TEST};
 use ni_abi::lanai::{self, isr};
-
-const PORT_READ: u64 = 1 << 15;
-const MODE: u64 = 0x10;
-const STATE: u64 = 0x11;
-const IB_LDC: u64 = 0x14;
-const TEST: u64 = 0x20;
-
-/// A port register through PORT_ADDR (PORT_READ = 1) and PORT_DATA.
-fn port_read(c: &mut vfio_user::Client, reg: u64) -> u64 {
-    special_write(c, lanai::PORT_ADDR, 2, PORT_READ | reg);
-    special_read(c, lanai::PORT_DATA, 2)
-}
-
-fn port_write(c: &mut vfio_user::Client, reg: u64, v: u64) {
-    special_write(c, lanai::PORT_ADDR, 2, reg);
-    special_write(c, lanai::PORT_DATA, 2, v);
-}
 
 fn port_set(d: &Daemon, node: u32, mode: Option<&str>, state: Option<&str>) -> serde_json::Value {
     let mut req = serde_json::json!({"version": 1, "request": "port_set", "node": node});
@@ -78,8 +63,8 @@ fn link_ready_and_port_registers_follow_the_administrators_port() {
     assert_eq!(port_read(&mut c, IB_LDC), 1);
 
     // §13.1: MODE keeps only the least significant 1 a driver writes, and a mode the port
-    // can run switches it as `ni-ctl port set` does; STATE is the CLSM's (writes ignored);
-    // other port registers are plain storage.
+    // can run becomes the port's mode (the one `ni-ctl port` shows); STATE is the CLSM's
+    // (writes ignored); other port registers are plain storage.
     port_write(&mut c, MODE, 0x6);
     assert_eq!(port_read(&mut c, MODE), 2, "MODE_IB|MODE_GEX keeps MODE_IB");
     assert_eq!(port_read(&mut c, STATE), 5, "LinkUp");

@@ -334,6 +334,19 @@ impl Raw {
     }
 }
 
+/// A small deterministic generator (xorshift) for hostile tests: the garbage is the same on
+/// every run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
 /// Poll `done` until it holds; fail with `what` after 5 s.
 pub fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
     let t = Instant::now();

@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 
 #include "ni_cm5.h"
+#include "ni_vfio.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -88,99 +89,11 @@ static void wr(int sup, uint32_t off, uint32_t v)
         die("writing BAR2");
 }
 
-static int read_hex(const char *path, unsigned *v)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int ok = fscanf(f, "%x", v) == 1;
-    fclose(f);
-    return ok ? 0 : -1;
-}
-
-static void write_file(const char *path, const char *s)
-{
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(s, f);
-        fclose(f); /* drivers_probe may refuse: what counts is the driver afterwards */
-    }
-}
-
-/* The NI's PCI address: NI_PCI, or the first function with its vendor:device IDs. */
-static void find_ni(char *addr, size_t n)
-{
-    const char *env = getenv("NI_PCI");
-    if (env) {
-        snprintf(addr, n, "%s", env);
-        return;
-    }
-    DIR *d = opendir("/sys/bus/pci/devices");
-    if (!d)
-        die("opening /sys/bus/pci/devices");
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char p[512];
-        unsigned vendor, device;
-        snprintf(p, sizeof p, "/sys/bus/pci/devices/%s/vendor", e->d_name);
-        if (read_hex(p, &vendor))
-            continue;
-        snprintf(p, sizeof p, "/sys/bus/pci/devices/%s/device", e->d_name);
-        if (read_hex(p, &device))
-            continue;
-        if (vendor == NI_CM5_PCI_VENDOR_ID && device == NI_CM5_PCI_DEVICE_ID) {
-            snprintf(addr, n, "%s", e->d_name);
-            closedir(d);
-            return;
-        }
-    }
-    errno = 0;
-    die("no PCI function with the NI's IDs (1234:4e49)");
-}
-
 /* Bind the NI to vfio-pci, open it through the container/group API, map BAR2. */
 static void open_bar2(void)
 {
-    char addr[256], p[512], link[512];
-    find_ni(addr, sizeof addr);
-    snprintf(p, sizeof p, "/sys/bus/pci/devices/%s/driver", addr);
-    ssize_t l = readlink(p, link, sizeof link - 1);
-    if (l < 0 || strcmp(basename((link[l] = 0, link)), "vfio-pci") != 0) {
-        snprintf(p, sizeof p, "/sys/bus/pci/devices/%s/driver_override", addr);
-        write_file(p, "vfio-pci");
-        if (l >= 0) {
-            snprintf(p, sizeof p, "/sys/bus/pci/devices/%s/driver/unbind", addr);
-            write_file(p, addr);
-        }
-        write_file("/sys/bus/pci/drivers_probe", addr);
-    }
-    snprintf(p, sizeof p, "/sys/bus/pci/devices/%s/iommu_group", addr);
-    l = readlink(p, link, sizeof link - 1);
-    if (l < 0)
-        die("the NI has no IOMMU group (boot with a vIOMMU and intel_iommu=on)");
-    link[l] = 0;
-    char group_path[600];
-    snprintf(group_path, sizeof group_path, "/dev/vfio/%s", basename(link));
-
-    int container = open("/dev/vfio/vfio", O_RDWR);
-    if (container < 0)
-        die("opening /dev/vfio/vfio");
-    if (ioctl(container, VFIO_GET_API_VERSION) != VFIO_API_VERSION)
-        die("unknown VFIO API version");
-    int group = open(group_path, O_RDWR);
-    if (group < 0)
-        die("opening the NI's VFIO group (is it bound to vfio-pci?)");
-    struct vfio_group_status status = {.argsz = sizeof status};
-    if (ioctl(group, VFIO_GROUP_GET_STATUS, &status) || !(status.flags & VFIO_GROUP_FLAGS_VIABLE))
-        die("the VFIO group is not viable");
-    if (ioctl(group, VFIO_GROUP_SET_CONTAINER, &container))
-        die("VFIO_GROUP_SET_CONTAINER");
-    if (ioctl(container, VFIO_SET_IOMMU, VFIO_TYPE1v2_IOMMU) &&
-        ioctl(container, VFIO_SET_IOMMU, VFIO_TYPE1_IOMMU))
-        die("VFIO_SET_IOMMU");
-    dev_fd = ioctl(group, VFIO_GROUP_GET_DEVICE_FD, addr);
-    if (dev_fd < 0)
-        die("VFIO_GROUP_GET_DEVICE_FD");
+    char addr[256];
+    dev_fd = ni_vfio_open(addr, sizeof addr, NI_CM5_PCI_VENDOR_ID, NI_CM5_PCI_DEVICE_ID, die);
     struct vfio_region_info info = {.argsz = sizeof info, .index = VFIO_PCI_BAR2_REGION_INDEX};
     if (ioctl(dev_fd, VFIO_DEVICE_GET_REGION_INFO, &info))
         die("VFIO_DEVICE_GET_REGION_INFO (BAR2)");
