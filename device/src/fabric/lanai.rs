@@ -46,6 +46,8 @@ enum Fate {
     Dropped,
     /// The receiving port dropped it (counted there).
     DroppedThere,
+    /// Flow control held it past [`HOLD_TIMEOUT`].
+    TimedOut,
     Flooded,
 }
 
@@ -128,7 +130,7 @@ impl State {
                     }
                 };
                 if held {
-                    // The hold is this packet's (a reset or flush gives the next one a new seq).
+                    // The hold is this packet's (packets are numbered per retire and reset).
                     let (seq, since) = match self.lanai_held[i][p] {
                         Some((seq, since)) if seq == out.seq => (seq, since),
                         _ => (out.seq, Instant::now()),
@@ -139,11 +141,7 @@ impl State {
                         again = true;
                         break;
                     }
-                    let mut ni = lock(&self.slots[i].ni);
-                    if ni.lanai.sent(p, out.seq) {
-                        ni.counters.lanai_packets_sent += 1;
-                        ni.counters.lanai_blocked_dropped += 1;
-                    }
+                    self.retire(i, p, &out, Fate::TimedOut);
                 }
                 self.lanai_held[i][p] = None;
                 work = true;
@@ -162,8 +160,10 @@ impl State {
             let r = ni.lanai.sent(p, out.seq);
             if r {
                 ni.counters.lanai_packets_sent += 1;
-                if let Fate::Dropped = fate {
-                    ni.counters.lanai_route_dropped += 1;
+                match fate {
+                    Fate::Dropped => ni.counters.lanai_route_dropped += 1,
+                    Fate::TimedOut => ni.counters.lanai_blocked_dropped += 1,
+                    _ => {}
                 }
             }
             r

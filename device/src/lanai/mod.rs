@@ -321,6 +321,12 @@ impl Lanai {
         })
     }
 
+    /// Something a queued or held packet waits for may have changed: the crossbar looks.
+    fn wake_crossbar(&self, fx: &mut Effects) {
+        self.packets.store(true, Ordering::Release);
+        fx.packets = true;
+    }
+
     fn crc_order(&self) -> crc::Order {
         crc::Order(((self.regs.get(lanai::CRC32_CONFIG) >> 1) & 3) as u8)
     }
@@ -366,8 +372,7 @@ impl Lanai {
                 if addr & PORT_READ == 0 {
                     self.port_write((addr & 0x7F) as u8, v as u16);
                     // A new MODE may give the port carrier: queued packets may move.
-                    self.packets.store(true, Ordering::Release);
-                    fx.packets = true;
+                    self.wake_crossbar(fx);
                 }
             }
             lanai::DISPATCH_ISR_ON
@@ -410,8 +415,7 @@ impl Lanai {
             o if port_of(o, lanai::P0_SEND).is_some() => {
                 let p = port_of(o, lanai::P0_SEND).unwrap_or(0);
                 if self.ports[p].send_word(value as u32, bus.counters) {
-                    self.packets.store(true, Ordering::Release);
-                    fx.packets = true;
+                    self.wake_crossbar(fx);
                 }
             }
             o if port_of(o, lanai::P0_SEND_CONTROL).is_some() => {
@@ -419,20 +423,17 @@ impl Lanai {
                 let v = self.regs.store_write(reg, value);
                 self.ports[p].control(v as u32, bus.counters);
                 // Resuming may let held packets go.
-                self.packets.store(true, Ordering::Release);
-                fx.packets = true;
+                self.wake_crossbar(fx);
             }
             o if port_of(o, lanai::P0_PAUSE_COUNT).is_some() => {
                 self.regs.store_write(reg, value);
-                self.packets.store(true, Ordering::Release);
-                fx.packets = true;
+                self.wake_crossbar(fx);
             }
             o if rx_channel(o, lanai::P0_RB, lanai::P0_A_RB).is_some() => {
                 let (p, alt) = rx_channel(o, lanai::P0_RB, lanai::P0_A_RB).unwrap_or((0, false));
                 self.ports[p].issue(&self.regs, p, alt, value as u32, bus.counters);
                 // A packet held for want of a buffer (STOP, §9.7) may move now (GO).
-                self.packets.store(true, Ordering::Release);
-                fx.packets = true;
+                self.wake_crossbar(fx);
             }
             o if port_of(o, lanai::P0_RPL_CONFIG).is_some() => {
                 let p = port_of(o, lanai::P0_RPL_CONFIG).unwrap_or(0);
@@ -452,8 +453,7 @@ impl Lanai {
                         self.regs.set(r + base, 0);
                     }
                 }
-                self.packets.store(true, Ordering::Release);
-                fx.packets = true;
+                self.wake_crossbar(fx);
             }
             o if lanai::DMA_POINTER.contains(&o) => {
                 let ch = lanai::DMA_POINTER.iter().position(|&p| p == o).unwrap_or(0);

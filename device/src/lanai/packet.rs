@@ -414,7 +414,8 @@ impl PortEngine {
         let alt = (config & rc::MATCH_LINK != 0 && link)
             || (config & rc::MATCH_VL15 != 0 && first & 0xF0 == 0xF0)
             || (config & rc::MATCH_OR != 0 && first & 0xF0 != 0);
-        if !alt && self.channels[0].current.is_none() && config & rc::ENABLE_BUFFER_DROP == 0 {
+        let current = self.channels[alt as usize].current;
+        if current.is_none() && !alt && config & rc::ENABLE_BUFFER_DROP == 0 {
             return Arrival::Held;
         }
         let mut bytes = wire.bytes.clone();
@@ -432,14 +433,13 @@ impl PortEngine {
         if mode == Mode::Ethernet && crc_ok && !marked_bad && is_pause(&bytes) {
             self.pause(regs, p, config);
         }
-        let Some(cur) = self.channels[alt as usize].current else {
-            if alt {
-                regs.bump_saturating(off(p, lanai::P0_A_BUFFER_DROP));
-            } else if config & rc::ENABLE_BUFFER_DROP != 0 {
-                regs.bump_saturating(off(p, lanai::P0_BUFFER_DROP));
+        let Some(cur) = current else {
+            let drops = if alt {
+                lanai::P0_A_BUFFER_DROP
             } else {
-                return Arrival::Held;
-            }
+                lanai::P0_BUFFER_DROP
+            };
+            regs.bump_saturating(off(p, drops));
             counters.lanai_rx_dropped += 1;
             return Arrival::Dropped;
         };
