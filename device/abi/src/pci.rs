@@ -50,6 +50,10 @@ pub mod vector {
     pub const CQ: u16 = EVENT_QUEUE_BASE;
     /// T3E message-queue threshold interrupt (IR_STATUS.MSG_ADDR_VALID).
     pub const MQ: u16 = EVENT_QUEUE_BASE + 1;
+    /// SSD-T90 router error interrupt: an R_ERR0 bit enabled in R_ERR1 is set at this node's router.
+    pub const ROUTER: u16 = EVENT_QUEUE_BASE + 2;
+    /// An MLINK operation completed on a link whose CONFIG asks for the interrupt.
+    pub const MLINK: u16 = EVENT_QUEUE_BASE + 3;
     pub const COUNT: u16 = 16;
 }
 
