@@ -318,6 +318,44 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
             st.set_port(node as usize, mode, up);
             Response::Port(st.port_info(node as usize))
         }
+        Request::RouterShow { node } => {
+            let st = daemon.fabric.lock();
+            match st.parse_node(&node) {
+                Ok(p) => Response::Router(st.router_info(p)),
+                Err(e) => error(e),
+            }
+        }
+        Request::DatelineSet { axis, position } => {
+            let mut st = daemon.fabric.lock();
+            match st.set_dateline(&axis, position) {
+                Ok(()) => Response::Topology(st.torus.topology_info()),
+                Err(e) => error(e),
+            }
+        }
+        Request::MlinkFault { node, kind, count } => {
+            if let Err(e) = node_range(daemon, &[node]) {
+                return error(e);
+            }
+            let count = count.unwrap_or(1);
+            let mut ni = lock(&daemon.slots[node as usize].ni);
+            match kind.as_str() {
+                "header" => ni.mlink.header_faults = count,
+                "data" => ni.mlink.data_faults = count,
+                k => return error(format!("unknown MLINK fault {k:?}: use header or data")),
+            }
+            tracing::info!(ni = node, kind, count, "MLINK checksum faults armed");
+            Response::Done
+        }
+        Request::PartitionRemoteBoot { name, enabled } => {
+            let mut st = daemon.fabric.lock();
+            match st.partitions.set_remote_boot(&name, enabled) {
+                Ok(()) => {
+                    let p = st.partitions.get(&name).expect("exists").clone();
+                    Response::Partition(st.partition_info(&p))
+                }
+                Err(e) => error(e.to_string()),
+            }
+        }
         Request::MapOutNode { node, replacement } => {
             let mut st = daemon.fabric.lock();
             let bad = match st.parse_node(&node) {

@@ -92,6 +92,19 @@ counters! {
     lanai_copies,
     lanai_copy_bytes,
     lanai_copy_faults,
+    /// T3E E-register commands (HMM-148-0 Table 1): issued; refused at issue (bad opcode,
+    /// STT, misaligned block, a register still EMPTY, too many in flight); STOREs into a
+    /// register whose command is in flight (ignored); LOADs of an EMPTY register (the old
+    /// value: a trapped read cannot stall).
+    t3e_issued,
+    t3e_refused,
+    t3e_store_busy,
+    t3e_load_empty,
+    /// MLINK (§11.2): launches refused (bad launch registers, or the link BUSY); operations
+    /// aborted; ABORTs with nothing in flight.
+    mlink_refused,
+    mlink_aborts,
+    mlink_abort_idle,
     /// Fast-path doorbell writes (the poller was asleep).
     doorbells,
     msix_sent,
@@ -183,6 +196,28 @@ counters! {
     p0_buffer_drop,
     /// Hops through the SSD-T90 torus travelled by the packets this NI sent.
     route_hops,
+    /// T3E E-register commands carried out by the network: SENDs (also in `mq_sends`),
+    /// commands that ended FULL_F, special-routing SPUTs and SGETs done.
+    t3e_sends,
+    t3e_failed,
+    t3e_sputs,
+    t3e_sgets,
+    /// SSD-T90 R_ERR0 bits latched at this NI's router (dateline violations, misroutes).
+    router_errors,
+    /// MLINK operations launched from here, and how they ended: ACK, NACK, or refused by
+    /// the network (no such target, no client there, a port down, no route).
+    mlink_ops,
+    mlink_acks,
+    mlink_nacks,
+    mlink_unreachable,
+    /// Where they arrived: headers and data that failed their checksum; at the target: ROPs queued in the
+    /// register queue, ROPs refused for a full queue, remote boots (RESETs that released
+    /// this node).
+    mlink_header_errors,
+    mlink_data_errors,
+    mlink_rops_queued,
+    mlink_queue_full,
+    mlink_boots,
     /// The client published more requests than the ring holds.
     sq_overruns,
     /// Completions that could not be written (no ring set up, ring unmapped).

@@ -9,6 +9,7 @@ use ni_abi::cm5;
 use ni_abi::fastpath::regs as fp;
 use ni_abi::lanai::{self, config40};
 use ni_abi::pci::{self, vector};
+use ni_abi::{mlink as ml, t3e};
 
 use crate::cm5::Cm5;
 use crate::counters::Counters;
@@ -63,6 +64,10 @@ pub struct Ni {
     spare_sram: Option<Arc<Sram>>,
     pub lanai: Lanai,
     pub cm5: Cm5,
+    /// The T3E E registers (BAR0 + `t3e::PAGE`).
+    pub t3e: crate::t3e::ereg::Ereg,
+    /// The MLINK block (BAR0 + `mlink::PAGE`).
+    pub mlink: crate::mlink::Mlink,
     /// Shared with the fabric, which copies payloads between clients through it.
     pub dma: Arc<RwLock<DmaSpace>>,
     pub counters: Counters,
@@ -119,6 +124,8 @@ impl Ni {
             spare_sram: None,
             lanai: Lanai::new(),
             cm5: Cm5::new(),
+            t3e: Default::default(),
+            mlink: Default::default(),
             dma: Arc::new(RwLock::new(DmaSpace::new())),
             counters: Counters::default(),
             lines: 0,
@@ -154,6 +161,8 @@ impl Ni {
         self.msix_table_used = false;
         self.lanai.reset();
         self.cm5.reset();
+        self.t3e.reset();
+        self.mlink.reset();
         self.lines = 0;
         self.ir_status = 0;
         self.msg_addr = 0;
@@ -523,6 +532,26 @@ impl Ni {
                 _ => 0,
             };
             data.copy_from_slice(&v.to_le_bytes()[..len]);
+        } else if (t3e::PAGE..t3e::PAGE + t3e::PAGE_SIZE).contains(&offset) {
+            self.width(0, offset, len, &[4, 8])?;
+            if offset % len as u64 != 0 {
+                return Err(self.misaligned(offset, len));
+            }
+            let v = self.t3e.read(offset - t3e::PAGE, &mut self.counters);
+            if v.is_none() {
+                self.counters.unmapped_register += 1;
+            }
+            data.copy_from_slice(&v.unwrap_or(0).to_le_bytes()[..len]);
+        } else if (ml::PAGE..ml::PAGE + ml::PAGE_SIZE).contains(&offset) {
+            self.width(0, offset, len, &[4])?;
+            if offset % 4 != 0 {
+                return Err(self.misaligned(offset, len));
+            }
+            let v = self.mlink.read(offset - ml::PAGE);
+            if v.is_none() {
+                self.counters.unmapped_register += 1;
+            }
+            data.copy_from_slice(&v.unwrap_or(0).to_le_bytes());
         } else {
             // Unused BAR0 space reads as zero.
             self.counters.unmapped_register += 1;
@@ -583,10 +612,45 @@ impl Ni {
                 }
                 _ => self.counters.unmapped_register += 1,
             }
+        } else if (t3e::PAGE..t3e::PAGE + t3e::PAGE_SIZE).contains(&offset) {
+            self.width(0, offset, len, &[8])?;
+            if offset % 8 != 0 {
+                return Err(self.misaligned(offset, len));
+            }
+            let v = u64::from_le_bytes(data.try_into().expect("8 bytes"));
+            match self.t3e.write(offset - t3e::PAGE, v, &mut self.counters) {
+                Some(true) => self.doorbell.ring(),
+                Some(false) => {}
+                None => self.counters.unmapped_register += 1,
+            }
+        } else if (ml::PAGE..ml::PAGE + ml::PAGE_SIZE).contains(&offset) {
+            self.width(0, offset, len, &[4])?;
+            if offset % 4 != 0 {
+                return Err(self.misaligned(offset, len));
+            }
+            let v = u32::from_le_bytes(data.try_into().expect("4 bytes"));
+            match self
+                .mlink
+                .write(offset - ml::PAGE, v, &self.sram, &mut self.counters)
+            {
+                Some(true) => self.doorbell.ring(),
+                Some(false) => {}
+                None => self.counters.unmapped_register += 1,
+            }
         } else {
             self.counters.unmapped_register += 1;
         }
         Ok(())
+    }
+
+    /// An access that straddles two registers of a register page.
+    fn misaligned(&mut self, offset: u64, len: usize) -> AccessError {
+        self.counters.bad_accesses += 1;
+        AccessError::Width {
+            region: 0,
+            offset,
+            len,
+        }
     }
 
     /// Recompute every interrupt source; fire MSI-X on rising edges, drive INTx by level.

@@ -82,6 +82,27 @@ pub enum Request {
     MapOutLink { a: String, b: String },
     /// Undo every map-out: the torus and its LUT as the daemon started with them.
     MapOutClear,
+    /// One SSD-T90 router's registers and its R_NET_LUT: `node` is an NI number (the node
+    /// holding that logical PE) or a six-hex-digit physical PE number.
+    RouterShow { node: String },
+    /// Make the link between `position` and `position + 1` of every ring in `axis` (`X`,
+    /// `Y`, `Z`) a dateline; `position` absent: clear that dimension's datelines.
+    DatelineSet {
+        axis: String,
+        #[serde(default)]
+        position: Option<u32>,
+    },
+    /// Inject MLINK checksum faults: the next `count` operations launched from NI `node`
+    /// carry a bad header checksum (`kind` = `header`) or a bad data checksum (`data`).
+    MlinkFault {
+        node: u32,
+        kind: String,
+        #[serde(default)]
+        count: Option<u32>,
+    },
+    /// Allow (or forbid) MLINK remote boot in a partition: WRITE anywhere into a member held
+    /// in reset, and RESET to release it.
+    PartitionRemoteBoot { name: String, enabled: bool },
     /// MLINK NOOP from the administrator: is NI `to` up as NI `from`'s partition sees it.
     DiagPing { from: u32, to: u32 },
     /// The NI sends to itself through its port and the fabric, from memory of the daemon's
@@ -121,6 +142,7 @@ pub enum Response {
     Error { error: String },
     Route(RouteInfo),
     Topology(TopologyInfo),
+    Router(RouterInfo),
     Partitions { partitions: Vec<PartitionInfo> },
     Partition(PartitionInfo),
     Ports { ports: Vec<PortInfo> },
@@ -203,6 +225,9 @@ pub struct PartitionInfo {
     /// The rank -> NI translation as runs of consecutive ranks on consecutive NIs (what a
     /// CM-5 chunk table expresses chunk by chunk).
     pub runs: Vec<RunInfo>,
+    /// MLINK remote boot is allowed (WRITE into held members, RESET releases them).
+    #[serde(default)]
+    pub remote_boot: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -379,6 +404,43 @@ pub struct TopologyInfo {
     pub spares: Vec<String>,
     pub mapped_out_nodes: Vec<String>,
     pub mapped_out_links: Vec<String>,
+    /// R_NET_LUT entries PEs wrote by SPUT (they route as written until a map-out
+    /// reprograms the LUTs).
+    #[serde(default)]
+    pub written_lut: Vec<WrittenLut>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct WrittenLut {
+    /// The router, hex `ZZYYXX`.
+    pub router: String,
+    pub index: u32,
+    pub tag: u64,
+}
+
+/// One router's registers (SSD-T90 Tables 6-8) and its R_NET_LUT.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RouterInfo {
+    /// Hex `ZZYYXX`.
+    pub physical: String,
+    /// The NI on this node, if any.
+    pub ni: Option<u32>,
+    pub r_sw: u64,
+    pub r_orient: u64,
+    pub r_lut_override: u64,
+    pub r_sget_rtrn: u64,
+    pub r_err0: u64,
+    pub r_err1: u64,
+    /// Entries 0..max(logical PEs, highest written + 1).
+    pub lut: Vec<RouterLutEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RouterLutEntry {
+    pub index: u32,
+    pub tag: u64,
+    /// Written by SPUT (else the administrator's computed tag).
+    pub written: bool,
 }
 
 /// A dateline: the link between coordinates `between[0]` and `between[1]` of every ring in

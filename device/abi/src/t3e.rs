@@ -120,8 +120,7 @@ pub mod seg {
     pub const ACCESS_SHIFT: u32 = 56;
     pub const REMOTE_READ: u64 = (crate::fastpath::access::REMOTE_READ as u64) << ACCESS_SHIFT;
     pub const REMOTE_WRITE: u64 = (crate::fastpath::access::REMOTE_WRITE as u64) << ACCESS_SHIFT;
-    pub const MESSAGE_QUEUE: u64 =
-        (crate::fastpath::access::MESSAGE_QUEUE as u64) << ACCESS_SHIFT;
+    pub const MESSAGE_QUEUE: u64 = (crate::fastpath::access::MESSAGE_QUEUE as u64) << ACCESS_SHIFT;
 }
 
 /// GVA layout (MSG_ADDR, HMM-148-0 Fig. 3).
@@ -272,9 +271,8 @@ pub mod router {
     pub const ERR_ECC: u32 = 58;
     /// Bits the router can set: dateline `<5:0>`, head parity `<21:16>`, channel parity
     /// `<31:24>`, port RAM parity `<50:32>`, misroute 56, ECC 58.
-    pub const ERR_DEFINED: u64 = 0x3F | (0x3F << 16) | (0xFF << 24) | (0x7_FFFF << 32)
-        | (1 << 56)
-        | (1 << 58);
+    pub const ERR_DEFINED: u64 =
+        0x3F | (0x3F << 16) | (0xFF << 24) | (0x7_FFFF << 32) | (1 << 56) | (1 << 58);
 }
 
 /// `ni_t3e.h`: the E-register window and the router register map, for drivers written in C,

@@ -195,6 +195,7 @@ impl State {
             size: p.nodes.len() as u32,
             members,
             runs,
+            remote_boot: p.remote_boot,
         }
     }
 

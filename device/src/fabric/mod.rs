@@ -10,11 +10,14 @@ pub mod admin;
 pub mod cm5;
 pub mod collective;
 pub mod lanai;
+pub mod mlink;
 pub mod mq;
 pub mod node;
 pub mod ops;
 pub mod partition;
 pub mod port;
+pub mod router;
+pub mod t3e;
 pub mod topology;
 pub mod transfer;
 pub mod window;
@@ -98,7 +101,7 @@ pub struct State {
     torus_initial: Torus,
     /// Hops of the route from one logical PE to another (`None`: no route avoids what is
     /// mapped out). Filled as pairs first talk, emptied whenever the torus changes.
-    routes: HashMap<(u32, u32), Option<u32>>,
+    routes: HashMap<(u32, u32), Result<u32, Option<(topology::PhysPe, u32)>>>,
     /// Partition windows by partition name (`window.rs`); none when `direct` is off, for a
     /// partition larger than `window::MAX_RANKS`, or one created while a member was attached.
     windows: HashMap<String, Arc<window::Window>>,
@@ -113,6 +116,13 @@ pub struct State {
     /// since when flow control has held the head packet of each of its ports.
     pub(super) lanai_pending: Vec<Arc<std::sync::atomic::AtomicBool>>,
     lanai_held: Vec<[Option<(u64, Instant)>; 2]>,
+    /// Each NI's "E-register commands were issued" flag (`t3e.rs`).
+    t3e_pending: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// Each NI's "MLINK launches wait" flag, and the operations in flight (`mlink.rs`).
+    mlink_pending: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    mlink_flights: std::collections::VecDeque<mlink::Flight>,
+    /// The SSD-T90 routers' own registers, one per physical node (`router.rs`).
+    pub routers: Vec<router::RouterRegs>,
 }
 
 impl Fabric {
@@ -148,6 +158,15 @@ impl Fabric {
             .iter()
             .map(|s| lock(&s.ni).lanai.packets.clone())
             .collect();
+        let t3e_pending = slots
+            .iter()
+            .map(|s| lock(&s.ni).t3e.pending.clone())
+            .collect();
+        let mlink_pending = slots
+            .iter()
+            .map(|s| lock(&s.ni).mlink.pending.clone())
+            .collect();
+        let routers = vec![Default::default(); torus.dims().nodes() as usize];
         Fabric {
             engines,
             timers,
@@ -164,6 +183,10 @@ impl Fabric {
                 cm5_pending,
                 lanai_pending,
                 lanai_held: vec![[None; 2]; nodes_len],
+                t3e_pending,
+                mlink_pending,
+                mlink_flights: Default::default(),
+                routers,
                 direct: None,
                 transfers: Default::default(),
             }),
@@ -324,10 +347,13 @@ impl State {
             work |= self.take_requests(i);
             work |= self.pump_cm5(i);
             work |= self.pump_lanai(i);
+            work |= self.pump_t3e(i);
+            work |= self.pump_mlink(i);
             work |= self.flush_completions(i);
             work |= self.flush_active_messages(i);
         }
         work |= self.advance_transfers();
+        work |= self.advance_mlink();
         work | self.poll_collectives()
     }
 
@@ -639,12 +665,22 @@ impl State {
     }
 
     /// Hops of the route from NI `a` to NI `b` through the torus; `LinkDown` when map-outs
-    /// left none.
+    /// left none or the routers' tags do not lead there.
     pub(super) fn hops(&mut self, a: usize, b: usize) -> Result<u32, ni_abi::fastpath::Status> {
+        self.route_between(a, b)
+            .map_err(|_| ni_abi::fastpath::Status::LinkDown)
+    }
+
+    /// The route's hops, or where its failure is logged (router, R_ERR0 bit) if anywhere.
+    pub(super) fn route_between(
+        &mut self,
+        a: usize,
+        b: usize,
+    ) -> Result<u32, Option<(topology::PhysPe, u32)>> {
         if a == b {
             return Ok(0);
         }
-        if !self.torus.has_map_outs() {
+        if self.torus.is_pristine() {
             // Nothing in the way: direction order takes the shorter way round every ring.
             if let (Ok(pa), Ok(pb)) = (self.torus.physical(a as u32), self.torus.physical(b as u32))
             {
@@ -652,22 +688,22 @@ impl State {
             }
         }
         let key = (a as u32, b as u32);
-        let h = match self.routes.get(&key) {
-            Some(h) => *h,
-            None => {
-                if self.routes.len() >= ROUTE_CACHE_MAX {
-                    self.routes.clear();
-                }
-                let h = self
-                    .torus
-                    .route(a as u32, b as u32, PacketClass::Request)
-                    .ok()
-                    .map(|r| r.len() as u32);
-                self.routes.insert(key, h);
-                h
-            }
+        if let Some(h) = self.routes.get(&key) {
+            return *h;
+        }
+        if self.routes.len() >= ROUTE_CACHE_MAX {
+            self.routes.clear();
+        }
+        let h = match self.torus.route(a as u32, b as u32, PacketClass::Request) {
+            Ok(r) => Ok(r.len() as u32),
+            Err(e) => Err(self
+                .torus
+                .physical(a as u32)
+                .ok()
+                .and_then(|src| router::fault_site(src, &e))),
         };
-        h.ok_or(ni_abi::fastpath::Status::LinkDown)
+        self.routes.insert(key, h);
+        h
     }
 
     /// Deliver the interrupt a message-queue threshold hit asks for.

@@ -109,7 +109,13 @@ impl State {
             }
             return Err(Status::LinkDown);
         }
-        self.hops(a, b)
+        self.route_between(a, b).map_err(|site| {
+            // The packet left and was lost on the way: the router that saw it logs it.
+            if let Some((node, bit)) = site {
+                self.router_error(node, bit);
+            }
+            Status::LinkDown
+        })
     }
 
     /// A packet of `bytes` went from `src`'s port to `dst`'s over `hops` torus hops.

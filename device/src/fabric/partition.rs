@@ -15,6 +15,8 @@ pub struct Partition {
     /// never reused while the daemon runs, so a client can tell a recreated partition of the
     /// same name from the one it joined.
     pub id: u32,
+    /// MLINK remote boot allowed (`ni-ctl partition remote-boot`); off at creation.
+    pub remote_boot: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -108,6 +110,7 @@ impl Partitions {
                 name: name.to_string(),
                 nodes,
                 id: self.next_id,
+                remote_boot: false,
             },
         );
         self.next_id += 1;
@@ -131,6 +134,16 @@ impl Partitions {
 
     pub fn get(&self, name: &str) -> Option<&Partition> {
         self.list.get(name)
+    }
+
+    /// Allow or forbid MLINK remote boot in partition `name`.
+    pub fn set_remote_boot(&mut self, name: &str, on: bool) -> Result<(), PartitionError> {
+        let p = self
+            .list
+            .get_mut(name)
+            .ok_or_else(|| PartitionError::NoSuch(name.to_string()))?;
+        p.remote_boot = on;
+        Ok(())
     }
 
     /// The partition and rank of a physical NI.

@@ -16,19 +16,24 @@
 //! - A dateline is a link position in one dimension (the link between coordinates `c` and
 //!   `c + 1`, wrapping), shared by every ring of that dimension, as Fig. 7 draws one line
 //!   across the plane. The *dateline node* is the node a packet leaves over that link.
-//! - A packet "passes through" a dateline node when it arrived in the same direction it
-//!   leaves; only then does VC0 become VC2 (VC1 becomes VC3), per the seed's "passes through a
-//!   dateline node and does not switch to a new dimension". A packet that enters the dimension
-//!   at the dateline node keeps VC0: no packet continuing around the ring can hold that VC0
-//!   buffer, so the ring's VC0 cycle stays broken.
+//! - A packet that leaves the dateline node over the dateline link moves from VC0 to VC2
+//!   (VC1 to VC3), whether it passed through the node or entered the dimension there, and
+//!   keeps it while it stays in the dimension. The seed's example (Fig. 6) is a packet passing
+//!   through; read as a rule about the node's traffic that does "not switch to a new
+//!   dimension", it covers a packet injected there too. Under that reading every VC0 buffer
+//!   past the dateline link holds only packets that have not crossed it, so the ring's VC0
+//!   channels form no cycle, and a VC2 packet could close a cycle only by crossing a
+//!   dateline again — the violation the seed's note flags. Figs. 6 and 7 are deadlock-free.
 //! - How long VC2 lasts is [`VcScope`]; see there for why the default is per dimension.
 //! - The dateline-violation port (R_ERR0 `<5:0>`) is the output port at the dateline node.
 //! - Routers are per node, so the LUT of router `s` may hold a different tag for the same
 //!   logical PE than router `t`'s: the signs depend on where the packet starts.
-//! - The LUT is modelled as one entry per logical PE (R_LUT_OVERRIDE mode 0); the 544-register
-//!   limit and the grouped modes 1-3 of larger machines are not modelled.
+//! - The LUT has 544 entries per router. Entries nobody wrote hold the tag software would
+//!   program (computed here); entries written by SPUT hold what was written until the
+//!   administrator's tooling reprograms the network (a map-out). R_LUT_OVERRIDE's modes 1-3
+//!   (Table 6) apply per router.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -690,6 +695,23 @@ pub enum TopologyError {
     NotNeighbours { a: PhysPe, b: PhysPe },
     #[error("link {0} is already mapped out")]
     LinkAlreadyMappedOut(Link),
+    #[error("routing tag {tag:#x} from {from} ends at {reached}, not at logical PE {lpe}'s node {expected} (packet misroute, R_ERR0 bit 56)")]
+    Misdelivered {
+        tag: u64,
+        from: PhysPe,
+        lpe: u32,
+        reached: PhysPe,
+        expected: PhysPe,
+    },
+    #[error("special-routing delta {delta} in {axis}: a {axis} ring of {size} node(s) takes at most {max} steps either way")]
+    BadDelta {
+        axis: Axis,
+        delta: i8,
+        size: u32,
+        max: u32,
+    },
+    #[error("no R_NET_LUT entry {0}: a router holds 544")]
+    NoSuchLutEntry(u32),
 }
 
 /// The interconnect network: the torus, its router settings, the routing-tag LUT and what
@@ -706,6 +728,12 @@ pub struct Torus {
     lut: Vec<PhysPe>,
     mapped_out_nodes: BTreeSet<PhysPe>,
     mapped_out_links: BTreeSet<Link>,
+    /// R_NET_LUT entries software wrote by SPUT, by (router index, entry): they read back
+    /// and route as written until the administrator's tooling reprograms the LUTs (a
+    /// map-out). Entries nobody wrote hold what that tooling computes ([`Torus::routing_tag`]).
+    lut_written: BTreeMap<(usize, u32), u64>,
+    /// R_LUT_OVERRIDE per router (mode `<41:40>`, tag `<37:0>`).
+    lut_override: Vec<u64>,
 }
 
 impl Torus {
@@ -726,6 +754,8 @@ impl Torus {
             lut: (0..logical_pes as usize).map(|i| dims.node(i)).collect(),
             mapped_out_nodes: BTreeSet::new(),
             mapped_out_links: BTreeSet::new(),
+            lut_written: BTreeMap::new(),
+            lut_override: vec![0; dims.nodes() as usize],
         })
     }
 
@@ -762,6 +792,122 @@ impl Torus {
     /// Whether any node or link is mapped out (without, every route is a shortest path).
     pub fn has_map_outs(&self) -> bool {
         !self.mapped_out_nodes.is_empty() || !self.mapped_out_links.is_empty()
+    }
+
+    /// Every route is the computed shortest one: nothing mapped out, no LUT entry written
+    /// by software, no override mode.
+    pub fn is_pristine(&self) -> bool {
+        !self.has_map_outs()
+            && self.lut_written.is_empty()
+            && self.lut_override.iter().all(|&o| o == 0)
+    }
+
+    /// R_NET_LUT entry `i` of router `router` as a PE reads it back: what SPUT wrote, else
+    /// the tag the administrator's tooling programs (0 past the logical PEs, or where no
+    /// route is left).
+    pub fn lut_entry(&self, router: PhysPe, i: u32) -> Result<u64, TopologyError> {
+        self.check(router)?;
+        if i >= ni_abi::t3e::router::LUT_ENTRIES {
+            return Err(TopologyError::NoSuchLutEntry(i));
+        }
+        if !self.lut_written.contains_key(&(self.dims.index(router), i)) && i >= self.logical_pes()
+        {
+            return Ok(0);
+        }
+        Ok(self.lut_tag(router, i).unwrap_or(0))
+    }
+
+    /// R_NET_LUT entry `i` of `router`: as written, else as computed (failing where the
+    /// tooling finds no route).
+    fn lut_tag(&self, router: PhysPe, i: u32) -> Result<u64, TopologyError> {
+        self.check(router)?;
+        if let Some(&t) = self.lut_written.get(&(self.dims.index(router), i)) {
+            return Ok(t);
+        }
+        self.routing_tag(router, i).map(|t| t.encode())
+    }
+
+    /// SPUT of R_NET_LUT entry `i` at `router`.
+    pub fn write_lut(&mut self, router: PhysPe, i: u32, tag: u64) -> Result<(), TopologyError> {
+        self.check(router)?;
+        if i >= ni_abi::t3e::router::LUT_ENTRIES {
+            return Err(TopologyError::NoSuchLutEntry(i));
+        }
+        let k = (self.dims.index(router), i);
+        self.lut_written.insert(k, tag);
+        Ok(())
+    }
+
+    /// The SPUT-written LUT entries: (router, entry, tag).
+    pub fn written_lut(&self) -> Vec<(PhysPe, u32, u64)> {
+        self.lut_written
+            .iter()
+            .map(|(&(r, i), &t)| (self.dims.node(r), i, t))
+            .collect()
+    }
+
+    pub fn lut_override(&self, router: PhysPe) -> Result<u64, TopologyError> {
+        self.check(router)?;
+        Ok(self.lut_override[self.dims.index(router)])
+    }
+
+    pub fn set_lut_override(&mut self, router: PhysPe, v: u64) -> Result<(), TopologyError> {
+        self.check(router)?;
+        let i = self.dims.index(router);
+        self.lut_override[i] = v;
+        Ok(())
+    }
+
+    /// The tag router `router` gives a packet for logical PE `lpe`, per its R_LUT_OVERRIDE
+    /// mode (Table 6): 0 the LPE's own entry; 1 and 2 the entry of `lpe >> 2` with bits 0 and
+    /// 8 taken from the LPE (bits 0 and 1, or 1 and 8 as the table prints for mode 2); 3 the
+    /// override register's tag for every packet.
+    pub fn effective_tag(&self, router: PhysPe, lpe: u32) -> Result<RoutingTag, TopologyError> {
+        use ni_abi::t3e::router::{OVERRIDE_MODE_MASK, OVERRIDE_MODE_SHIFT, TAG_MASK};
+        let o = self.lut_override(router)?;
+        let bit = |v: u32, b: u32| ((v >> b) & 1) as u64;
+        let with = |t: u64, b0: u64, b8: u64| (t & !(1 | 1 << 8)) | b0 | b8 << 8;
+        let tag = match (o >> OVERRIDE_MODE_SHIFT) & OVERRIDE_MODE_MASK {
+            0 => self.lut_tag(router, lpe)?,
+            1 => with(self.lut_tag(router, lpe >> 2)?, bit(lpe, 0), bit(lpe, 1)),
+            2 => with(self.lut_tag(router, lpe >> 2)?, bit(lpe, 1), bit(lpe, 8)),
+            _ => o & TAG_MASK,
+        };
+        Ok(RoutingTag::decode(tag))
+    }
+
+    /// Special routing (SSD "Special Routing"): from `start`, the deltas pΔX, pΔY, pΔZ, sΔX,
+    /// sΔY, sΔZ in that order, each one step at a time in its sign's direction. LUTs and
+    /// datelines play no part; mapped-out links and nodes stop the packet.
+    pub fn special_route(&self, start: PhysPe, deltas: [i8; 6]) -> Result<PhysPe, TopologyError> {
+        self.check(start)?;
+        let mut at = start;
+        for (i, &d) in deltas.iter().enumerate() {
+            let axis = Axis::ALL[i % 3];
+            let size = self.dims.size(axis);
+            let steps = d.unsigned_abs() as u32;
+            if steps >= size.max(1) && d != 0 {
+                return Err(TopologyError::BadDelta {
+                    axis,
+                    delta: d,
+                    size,
+                    max: size.saturating_sub(1),
+                });
+            }
+            let sign = if d < 0 { Sign::Minus } else { Sign::Plus };
+            for _ in 0..steps {
+                let dir = Direction::new(sign, axis);
+                let link = self.link(at, dir)?;
+                if self.mapped_out_links.contains(&link) {
+                    return Err(TopologyError::LinkMappedOut(link));
+                }
+                at = self.neighbor(at, dir)?;
+                if self.mapped_out_nodes.contains(&at) {
+                    return Err(TopologyError::NodeMappedOut(at));
+                }
+            }
+        }
+        Ok(at)
     }
 
     /// The link that joins neighbours `a` and `b`, with the direction it leaves `a` in: the
@@ -1057,15 +1203,30 @@ impl Torus {
     /// Router `source`'s whole R_NET_LUT, index = logical PE number.
     pub fn r_net_lut(&self, source: PhysPe) -> Result<Vec<RoutingTag>, TopologyError> {
         (0..self.logical_pes())
-            .map(|lpe| self.routing_tag(source, lpe))
+            .map(|lpe| self.lut_tag(source, lpe).map(RoutingTag::decode))
             .collect()
     }
 
     /// The route a packet from logical PE `from` to logical PE `to` takes.
     pub fn route(&self, from: u32, to: u32, class: PacketClass) -> Result<Route, TopologyError> {
         let source = self.physical(from)?;
-        let tag = self.routing_tag(source, to)?;
-        self.route_tag(source, &tag, class)
+        let expected = self.physical(to)?;
+        let tag = if self.is_pristine() {
+            self.routing_tag(source, to)?
+        } else {
+            self.effective_tag(source, to)?
+        };
+        let r = self.route_tag(source, &tag, class)?;
+        if r.destination != expected {
+            return Err(TopologyError::Misdelivered {
+                tag: tag.encode(),
+                from: source,
+                lpe: to,
+                reached: r.destination,
+                expected,
+            });
+        }
+        Ok(r)
     }
 
     /// Rewrite the LUT so logical PE `lpe` lives on physical node `to`.
@@ -1082,6 +1243,7 @@ impl Torus {
             }),
             _ => {
                 self.lut[lpe as usize] = to;
+                self.lut_written.clear();
                 Ok(())
             }
         }
@@ -1118,6 +1280,7 @@ impl Torus {
             }
         };
         self.mapped_out_nodes.insert(bad);
+        self.lut_written.clear();
         Ok(remap)
     }
 
@@ -1127,6 +1290,7 @@ impl Torus {
         if !self.mapped_out_links.insert(l) {
             return Err(TopologyError::LinkAlreadyMappedOut(l));
         }
+        self.lut_written.clear();
         Ok(l)
     }
 
@@ -1199,6 +1363,15 @@ impl Torus {
             spares: self.spares().iter().map(|p| p.to_string()).collect(),
             mapped_out_nodes: self.mapped_out_nodes().map(|p| p.to_string()).collect(),
             mapped_out_links: self.mapped_out_links().map(|l| l.to_string()).collect(),
+            written_lut: self
+                .written_lut()
+                .into_iter()
+                .map(|(r, index, tag)| ni_abi::control::WrittenLut {
+                    router: r.to_string(),
+                    index,
+                    tag,
+                })
+                .collect(),
         }
     }
 }
@@ -1232,7 +1405,7 @@ impl Walk<'_> {
             self.past_dateline = false;
         }
         let dateline = t.is_dateline(&link);
-        if dateline && passing_through {
+        if dateline {
             if self.past_dateline {
                 return Err(TopologyError::DatelineViolation {
                     node: self.at,
@@ -1565,9 +1738,11 @@ mod tests {
         // Responses move VC1 -> VC3 the same way.
         let r = t.route(0, 2, PacketClass::Response).unwrap();
         assert_eq!(vcs(&r), [1, 3]);
-        // A packet that starts its X travel at the dateline node does not pass through it.
+        // The dateline is the link: a request that starts its X travel at the dateline node
+        // crosses it too and moves to VC2, so no VC0 buffer on the far side of the link is
+        // ever held by a packet that crossed it.
         let r = t.route(1, 2, PacketClass::Request).unwrap();
-        assert_eq!((vcs(&r), r.hops[0].dateline), (vec![0], true));
+        assert_eq!((vcs(&r), r.hops[0].dateline), (vec![2], true));
         // Nor does one that crosses no dateline.
         assert_eq!(vcs(&t.route(2, 0, PacketClass::Request).unwrap()), [0, 0]);
         // The -X channel of the dateline link is a dateline too.

@@ -1,7 +1,8 @@
 /*
- * ni_vfio.h — how the register-level C examples (cm5_registers.c, lanai_packets.c) reach the
- * NI inside a guest without libni: find the PCI function, bind it to vfio-pci, and open it
- * through the VFIO container/group API. Each program then maps the BAR its seed describes.
+ * ni_vfio.h — how the register-level C examples (cm5_registers.c, lanai_packets.c,
+ * t3e_mlink.c) reach the NI inside a guest without libni: find the PCI function, bind it to
+ * vfio-pci, and open it through the VFIO container/group API. Each program then maps the BAR
+ * its seed describes.
  */
 #ifndef NI_VFIO_H
 #define NI_VFIO_H
@@ -16,6 +17,10 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+
+/* The VFIO container ni_vfio_open set up (-1 before): programs that let the NI DMA into their
+ * memory map it here with VFIO_IOMMU_MAP_DMA (t3e_mlink.c). */
+static int ni_vfio_container = -1;
 
 static int ni_vfio_read_hex(const char *path, unsigned *v)
 {
@@ -113,6 +118,7 @@ static int ni_vfio_open(char *addr, size_t n, unsigned vendor_id, unsigned devic
     int dev = ioctl(group, VFIO_GROUP_GET_DEVICE_FD, addr);
     if (dev < 0)
         die("VFIO_GROUP_GET_DEVICE_FD");
+    ni_vfio_container = container;
     return dev;
 }
 
