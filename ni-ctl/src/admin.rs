@@ -47,6 +47,125 @@ pub enum PartitionCommand {
     List,
     /// One partition: the rank -> NI translation, each member's numbers and state.
     Show { name: String },
+    /// Allow (on) or forbid (off, the default) MLINK remote boot in a partition: a member
+    /// that holds itself in reset (its MLINK BOOT register) takes WRITEs anywhere in its
+    /// SRAM and is released by a RESET (METRO §11.3).
+    #[command(name = "remote-boot")]
+    RemoteBoot {
+        name: String,
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DatelineCommand {
+    /// Make the link between POSITION and POSITION+1 (wrapping) of every ring in AXIS a
+    /// dateline: requests that cross it move from VC0 to VC2 (SSD-T90 "R Option").
+    Set {
+        #[arg(value_parser = ["X", "Y", "Z"])]
+        axis: String,
+        position: u32,
+    },
+    /// Remove every dateline of AXIS.
+    Clear {
+        #[arg(value_parser = ["X", "Y", "Z"])]
+        axis: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MlinkCommand {
+    /// Make the next COUNT MLINK operations launched from NI carry a bad header checksum
+    /// (the target answers NACK and does nothing) or a bad data checksum (NACK after a
+    /// WRITE's data is stored; READ and ROP data refused).
+    Fault {
+        #[arg(value_name = "NI")]
+        node: u32,
+        #[arg(value_parser = ["header", "data"])]
+        kind: String,
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+}
+
+pub fn dateline(c: &mut Client, json: bool, cmd: &DatelineCommand) -> Result<()> {
+    let (axis, position) = match cmd {
+        DatelineCommand::Set { axis, position } => (axis.clone(), Some(*position)),
+        DatelineCommand::Clear { axis } => (axis.clone(), None),
+    };
+    let t = match c.call(Request::DatelineSet { axis, position })? {
+        Response::Topology(t) => t,
+        r => return Err(unexpected("dateline", &r)),
+    };
+    if json {
+        return emit_json(&json!({ "datelines": t.datelines }));
+    }
+    let list: Vec<String> = t
+        .datelines
+        .iter()
+        .map(|d| format!("{} {}-{}", d.axis, d.between[0], d.between[1]))
+        .collect();
+    emit(&format!(
+        "datelines: {}\n",
+        if list.is_empty() {
+            "none".to_string()
+        } else {
+            list.join(", ")
+        }
+    ))
+}
+
+pub fn mlink(c: &mut Client, json: bool, cmd: &MlinkCommand) -> Result<()> {
+    let MlinkCommand::Fault { node, kind, count } = cmd;
+    match c.call(Request::MlinkFault {
+        node: *node,
+        kind: kind.clone(),
+        count: Some(*count),
+    })? {
+        Response::Done => {}
+        r => return Err(unexpected("mlink fault", &r)),
+    }
+    if json {
+        return emit_json(&json!({ "node": node, "kind": kind, "count": count }));
+    }
+    emit(&format!(
+        "NI {node}: the next {count} MLINK operation(s) carry a bad {kind} checksum\n"
+    ))
+}
+
+pub fn router(c: &mut Client, json: bool, node: &str) -> Result<()> {
+    let r = match c.call(Request::RouterShow {
+        node: node.to_string(),
+    })? {
+        Response::Router(r) => r,
+        r => return Err(unexpected("router", &r)),
+    };
+    if json {
+        return emit_json(&r);
+    }
+    let mut out = format!(
+        "router {}{}\n  R_SW           {:#018x}\n  R_ORIENT       {:#x}\n  R_LUT_OVERRIDE {:#x} (mode {})\n  R_SGET_RTRN    {:#014x}\n  R_ERR0         {:#018x}\n  R_ERR1         {:#018x}\n\n",
+        r.physical,
+        r.ni.map_or(" (spare node)".to_string(), |n| format!(" (NI {n})")),
+        r.r_sw,
+        r.r_orient,
+        r.r_lut_override,
+        (r.r_lut_override >> ni_abi::t3e::router::OVERRIDE_MODE_SHIFT) & 3,
+        r.r_sget_rtrn,
+        r.r_err0,
+        r.r_err1,
+    );
+    let mut t = Table::new([("LPE", true), ("TAG", false), ("SOURCE", false)]);
+    for e in &r.lut {
+        t.row(vec![
+            e.index.to_string(),
+            format!("{:#012x}", e.tag),
+            if e.written { "SPUT" } else { "computed" }.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    emit(&out)
 }
 
 #[derive(Subcommand, Debug)]
@@ -270,6 +389,23 @@ pub fn partition(c: &mut Client, json: bool, cmd: &PartitionCommand) -> Result<(
             }
             emit(&t.render())
         }
+        PartitionCommand::RemoteBoot { name, state } => {
+            let p = match c.call(Request::PartitionRemoteBoot {
+                name: name.clone(),
+                enabled: state == "on",
+            })? {
+                Response::Partition(p) => p,
+                r => return Err(unexpected("partition remote-boot", &r)),
+            };
+            if json {
+                return emit_json(&p);
+            }
+            emit(&format!(
+                "partition {}: MLINK remote boot {}\n",
+                p.name,
+                if p.remote_boot { "on" } else { "off" }
+            ))
+        }
         PartitionCommand::Show { name } => {
             let p = match c.call(Request::PartitionShow { name: name.clone() })? {
                 Response::Partition(p) => p,
@@ -294,6 +430,9 @@ fn show_text(p: &PartitionInfo) -> String {
         if p.size == 1 { "" } else { "s" },
         p.size.saturating_sub(1)
     );
+    if p.remote_boot {
+        out.push_str("MLINK remote boot: on\n");
+    }
     for r in &p.runs {
         if r.ranks[0] == r.ranks[1] {
             out.push_str(&format!("  rank {} -> NI {}\n", r.ranks[0], r.nodes[0]));

@@ -69,6 +69,19 @@ enum Command {
     /// Diagnostics: ping, loopback, an xnet-style traffic test. Exit status 4 on a fault.
     #[command(subcommand)]
     Diag(admin::DiagCommand),
+    /// One SSD-T90 router's registers (R_SW, R_ORIENT, R_LUT_OVERRIDE, R_SGET_RTRN, R_ERR0,
+    /// R_ERR1) and its R_NET_LUT, marking entries PEs wrote by SPUT. NODE is an NI number or
+    /// a physical PE number (ZZYYXX).
+    Router {
+        #[arg(value_name = "NODE")]
+        node: String,
+    },
+    /// Datelines of the torus (which links move requests from VC0 to VC2).
+    #[command(subcommand)]
+    Dateline(admin::DatelineCommand),
+    /// MLINK fault injection.
+    #[command(subcommand)]
+    Mlink(admin::MlinkCommand),
 }
 
 #[derive(Args, Debug)]
@@ -201,6 +214,9 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Port(p) => admin::port(&mut c, cli.json, p),
         Command::MapOut(m) => admin::map_out(&mut c, cli.json, m),
         Command::Diag(d) => admin::diag(&mut c, cli.json, d),
+        Command::Router { node } => admin::router(&mut c, cli.json, node),
+        Command::Dateline(d) => admin::dateline(&mut c, cli.json, d),
+        Command::Mlink(m) => admin::mlink(&mut c, cli.json, m),
     }
 }
 
@@ -613,6 +629,17 @@ fn topology(c: &mut Client, json: bool) -> Result<()> {
     }
     out.push('\n');
     out.push_str(&table.render());
+    if !t.written_lut.is_empty() {
+        out.push_str(
+            "\nR_NET_LUT entries written by SPUT (ni-ctl router NODE shows a whole LUT):\n",
+        );
+        for w in &t.written_lut {
+            out.push_str(&format!(
+                "  router {} entry {}: tag {:#012x}\n",
+                w.router, w.index, w.tag
+            ));
+        }
+    }
     emit(&out)
 }
 

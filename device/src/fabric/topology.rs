@@ -1754,6 +1754,87 @@ mod tests {
         assert_eq!(vcs(&r), [0, 2]);
     }
 
+    /// SSD "Special Routing": pΔX, pΔY, pΔZ, then sΔX, sΔY, sΔZ, one step at a time; LUTs
+    /// and datelines play no part, map-outs stop the packet.
+    #[test]
+    fn special_routing_consumes_the_deltas_in_order() {
+        let mut t = t242();
+        assert_eq!(t.special_route(PhysPe::ORIGIN, [0; 6]), Ok(PhysPe::ORIGIN));
+        assert_eq!(
+            t.special_route(PhysPe::ORIGIN, [1, 0, 0, 0, 1, 0]),
+            Ok(pe("000101"))
+        );
+        // Negative deltas wrap round the ring; the secondary deltas add to the primary.
+        assert_eq!(
+            t.special_route(PhysPe::ORIGIN, [0, -1, 1, 0, -1, 0]),
+            Ok(pe("010200"))
+        );
+        // A full lap or more, or a step in a dimension of one node, is refused.
+        assert!(matches!(
+            t.special_route(PhysPe::ORIGIN, [0, 4, 0, 0, 0, 0]),
+            Err(TopologyError::BadDelta { max: 3, .. })
+        ));
+        let flat = Torus::new(Dims::new(4, 1, 1).unwrap(), 4).unwrap();
+        assert!(matches!(
+            flat.special_route(PhysPe::ORIGIN, [0, 0, 1, 0, 0, 0]),
+            Err(TopologyError::BadDelta { .. })
+        ));
+        t.map_out_link(PhysPe::ORIGIN, Direction::PLUS_X).unwrap();
+        assert!(matches!(
+            t.special_route(PhysPe::ORIGIN, [1, 0, 0, 0, 0, 0]),
+            Err(TopologyError::LinkMappedOut(_))
+        ));
+    }
+
+    /// Table 6: written entries route as written, override modes 1-3, and a map-out (the
+    /// administrator reprogramming the LUTs) drops what SPUT wrote.
+    #[test]
+    fn written_lut_entries_and_override_modes() {
+        let mut t = Torus::new(Dims::new(4, 1, 1).unwrap(), 4).unwrap();
+        assert!(t.is_pristine());
+        let computed = t.lut_entry(PhysPe::ORIGIN, 2).unwrap();
+        assert_eq!(computed, t.routing_tag(PhysPe::ORIGIN, 2).unwrap().encode());
+        assert_eq!(t.lut_entry(PhysPe::ORIGIN, 100), Ok(0));
+        assert!(t.lut_entry(PhysPe::ORIGIN, 544).is_err());
+        // Send LPE 2's packets to X 3: they arrive at the wrong node.
+        let wrong = RoutingTag::to(pe("000003"), [Sign::Plus; 3]).encode();
+        t.write_lut(PhysPe::ORIGIN, 2, wrong).unwrap();
+        assert!(!t.is_pristine());
+        assert_eq!(t.lut_entry(PhysPe::ORIGIN, 2), Ok(wrong));
+        assert!(matches!(
+            t.route(0, 2, PacketClass::Request),
+            Err(TopologyError::Misdelivered { reached, .. }) if reached == pe("000003")
+        ));
+        // Other routers are untouched.
+        assert_eq!(t.route(1, 2, PacketClass::Request).unwrap().len(), 1);
+        // Mode 3: one tag for every packet.
+        let to2 = RoutingTag::to(pe("000002"), [Sign::Plus; 3]).encode();
+        t.set_lut_override(PhysPe::ORIGIN, 3 << 40 | to2).unwrap();
+        assert_eq!(
+            t.route(0, 2, PacketClass::Request).unwrap().destination,
+            pe("000002")
+        );
+        assert!(t.route(0, 1, PacketClass::Request).is_err());
+        // Mode 1: entry lpe >> 2, tag bit 0 from LPE bit 0 and bit 8 from LPE bit 1.
+        t.set_lut_override(PhysPe::ORIGIN, 1 << 40).unwrap();
+        t.write_lut(PhysPe::ORIGIN, 0, 0x3_0000_0000).unwrap();
+        assert_eq!(
+            t.effective_tag(PhysPe::ORIGIN, 3).unwrap().encode(),
+            0x3_0000_0101
+        );
+        assert_eq!(t.effective_tag(PhysPe::ORIGIN, 1).unwrap().x, 1);
+        // Mode 2 as printed: bit 0 from LPE bit 1, bit 8 from LPE bit 8.
+        t.set_lut_override(PhysPe::ORIGIN, 2 << 40).unwrap();
+        assert_eq!(
+            t.effective_tag(PhysPe::ORIGIN, 2).unwrap().encode(),
+            0x3_0000_0001
+        );
+        t.set_lut_override(PhysPe::ORIGIN, 0).unwrap();
+        t.map_out_link(pe("000002"), Direction::PLUS_X).unwrap();
+        assert!(t.written_lut().is_empty());
+        assert_ne!(t.lut_entry(PhysPe::ORIGIN, 2), Ok(wrong));
+    }
+
     #[test]
     fn a_second_dateline_on_vc2_is_a_violation() {
         let mut t = Torus::new(Dims::new(8, 1, 1).unwrap(), 8).unwrap();
