@@ -534,7 +534,7 @@ impl Ni {
             data.copy_from_slice(&v.to_le_bytes()[..len]);
         } else if (t3e::PAGE..t3e::PAGE + t3e::PAGE_SIZE).contains(&offset) {
             self.width(0, offset, len, &[4, 8])?;
-            if offset % len as u64 != 0 {
+            if !offset.is_multiple_of(len as u64) {
                 return Err(self.misaligned(offset, len));
             }
             let v = self.t3e.read(offset - t3e::PAGE, &mut self.counters);
@@ -544,7 +544,7 @@ impl Ni {
             data.copy_from_slice(&v.unwrap_or(0).to_le_bytes()[..len]);
         } else if (ml::PAGE..ml::PAGE + ml::PAGE_SIZE).contains(&offset) {
             self.width(0, offset, len, &[4])?;
-            if offset % 4 != 0 {
+            if !offset.is_multiple_of(4) {
                 return Err(self.misaligned(offset, len));
             }
             let v = self.mlink.read(offset - ml::PAGE);
@@ -614,7 +614,7 @@ impl Ni {
             }
         } else if (t3e::PAGE..t3e::PAGE + t3e::PAGE_SIZE).contains(&offset) {
             self.width(0, offset, len, &[8])?;
-            if offset % 8 != 0 {
+            if !offset.is_multiple_of(8) {
                 return Err(self.misaligned(offset, len));
             }
             let v = u64::from_le_bytes(data.try_into().expect("8 bytes"));
@@ -625,7 +625,7 @@ impl Ni {
             }
         } else if (ml::PAGE..ml::PAGE + ml::PAGE_SIZE).contains(&offset) {
             self.width(0, offset, len, &[4])?;
-            if offset % 4 != 0 {
+            if !offset.is_multiple_of(4) {
                 return Err(self.misaligned(offset, len));
             }
             let v = u32::from_le_bytes(data.try_into().expect("4 bytes"));

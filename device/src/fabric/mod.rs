@@ -74,6 +74,9 @@ impl Doorbell {
     }
 }
 
+/// A cached route: its hops, or where its failure is logged (router, R_ERR0 bit) if anywhere.
+type RouteResult = Result<u32, Option<(topology::PhysPe, u32)>>;
+
 pub struct Fabric {
     pub state: Mutex<State>,
     pub doorbell: Arc<Doorbell>,
@@ -101,7 +104,7 @@ pub struct State {
     torus_initial: Torus,
     /// Hops of the route from one logical PE to another (`None`: no route avoids what is
     /// mapped out). Filled as pairs first talk, emptied whenever the torus changes.
-    routes: HashMap<(u32, u32), Result<u32, Option<(topology::PhysPe, u32)>>>,
+    routes: HashMap<(u32, u32), RouteResult>,
     /// Partition windows by partition name (`window.rs`); none when `direct` is off, for a
     /// partition larger than `window::MAX_RANKS`, or one created while a member was attached.
     windows: HashMap<String, Arc<window::Window>>,
@@ -672,11 +675,7 @@ impl State {
     }
 
     /// The route's hops, or where its failure is logged (router, R_ERR0 bit) if anywhere.
-    pub(super) fn route_between(
-        &mut self,
-        a: usize,
-        b: usize,
-    ) -> Result<u32, Option<(topology::PhysPe, u32)>> {
+    pub(super) fn route_between(&mut self, a: usize, b: usize) -> RouteResult {
         if a == b {
             return Ok(0);
         }

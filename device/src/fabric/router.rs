@@ -222,6 +222,6 @@ impl State {
 
 fn lut_index(addr: u64) -> Option<u32> {
     let end = r::R_NET_LUT + 8 * r::LUT_ENTRIES as u64;
-    (addr >= r::R_NET_LUT && addr < end && addr % 8 == 0)
+    (addr >= r::R_NET_LUT && addr < end && addr.is_multiple_of(8))
         .then(|| ((addr - r::R_NET_LUT) / 8) as u32)
 }

@@ -147,16 +147,16 @@ impl State {
         let outcome = match c.op {
             op::GET | op::GETV4 | op::GETV8 => {
                 let mut words = [0u64; 8];
-                for i in 0..n {
+                for (word, &iova) in words.iter_mut().zip(&at).take(n) {
                     let mut w = [0u8; 8];
-                    dma.read(at[i], &mut w).map_err(fault)?;
-                    words[i] = u64::from_le_bytes(w);
+                    dma.read(iova, &mut w).map_err(fault)?;
+                    *word = u64::from_le_bytes(w);
                 }
                 Outcome::Values { words, n }
             }
             o if is_put(o) => {
-                for i in 0..n {
-                    dma.write(at[i], &c.words[i].to_le_bytes()).map_err(fault)?;
+                for (w, &iova) in c.words.iter().zip(&at).take(n) {
+                    dma.write(iova, &w.to_le_bytes()).map_err(fault)?;
                 }
                 Outcome::Done
             }

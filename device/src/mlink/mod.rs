@@ -225,20 +225,20 @@ impl Mlink {
         let op = cmd & command::OP_MASK;
         let l = &self.links[i];
         let moves_data = matches!(op, command::READ | command::WRITE | command::ROP);
-        let refused = if !(command::READ..=command::ROP).contains(&op)
-            || cmd & !command::OP_MASK != 0
-        {
-            Some(reason::BAD_COMMAND)
-        } else if moves_data && !(1..=MAX_LEN).contains(&l.len) {
-            Some(reason::LENGTH)
-        } else if moves_data && (l.local % 8 != 0 || l.local as u64 + 8 * l.len as u64 > SRAM_SIZE)
-        {
-            Some(reason::ADDRESS)
-        } else if l.remote % 8 != 0 || l.remote > 0xFF_FFFF {
-            Some(reason::ADDRESS)
-        } else {
-            None
-        };
+        let refused =
+            if !(command::READ..=command::ROP).contains(&op) || cmd & !command::OP_MASK != 0 {
+                Some(reason::BAD_COMMAND)
+            } else if moves_data && !(1..=MAX_LEN).contains(&l.len) {
+                Some(reason::LENGTH)
+            } else if (moves_data
+                && (!l.local.is_multiple_of(8) || l.local as u64 + 8 * l.len as u64 > SRAM_SIZE))
+                || !l.remote.is_multiple_of(8)
+                || l.remote > 0xFF_FFFF
+            {
+                Some(reason::ADDRESS)
+            } else {
+                None
+            };
         if let Some(r) = refused {
             counters.mlink_refused += 1;
             self.end(i, status::REFUSED, r, [0, 0]);

@@ -222,7 +222,7 @@ impl Ereg {
                 .contains(&o) =>
             {
                 let s = &self.segments[((o - t3e::SEGMENT) / t3e::SEGMENT_STRIDE) as usize];
-                if (o - t3e::SEGMENT) % t3e::SEGMENT_STRIDE == 0 {
+                if (o - t3e::SEGMENT).is_multiple_of(t3e::SEGMENT_STRIDE) {
                     s.iova
                 } else {
                     s.word
@@ -256,7 +256,7 @@ impl Ereg {
                 .contains(&o) =>
             {
                 let s = &mut self.segments[((o - t3e::SEGMENT) / t3e::SEGMENT_STRIDE) as usize];
-                if (o - t3e::SEGMENT) % t3e::SEGMENT_STRIDE == 0 {
+                if (o - t3e::SEGMENT).is_multiple_of(t3e::SEGMENT_STRIDE) {
                     s.iova = v;
                 } else {
                     s.word = v;
@@ -292,10 +292,10 @@ impl Ereg {
         }
         let n = block_len(opcode) as u64;
         let k = operands(opcode) as u64;
-        let misaligned = e % n != 0
+        let misaligned = !e.is_multiple_of(n)
             || e + n > E_COUNT as u64
             || self.mo + k > E_COUNT as u64
-            || (opcode == op::CSWAP && self.mo % 2 != 0);
+            || (opcode == op::CSWAP && !self.mo.is_multiple_of(2));
         if misaligned {
             self.refuse(Error::Misaligned, e, opcode, counters);
             return false;

@@ -310,9 +310,12 @@ static const char *cmd_error_text(uint64_t v)
 static const char *ml_state_name(uint32_t s)
 {
     static const char *n[6] = {
-        [NI_MLINK_ST_IDLE] = "IDLE",   [NI_MLINK_ST_BUSY] = "BUSY",
-        [NI_MLINK_ST_ACK] = "ACK",     [NI_MLINK_ST_NACK] = "NACK",
-        [NI_MLINK_ST_ABORTED] = "ABORTED", [NI_MLINK_ST_REFUSED] = "REFUSED",
+        [NI_MLINK_ST_IDLE] = "IDLE",
+        [NI_MLINK_ST_BUSY] = "BUSY",
+        [NI_MLINK_ST_ACK] = "ACK",
+        [NI_MLINK_ST_NACK] = "NACK",
+        [NI_MLINK_ST_ABORTED] = "ABORTED",
+        [NI_MLINK_ST_REFUSED] = "REFUSED",
     };
     return s < 6 && n[s] ? n[s] : "unknown";
 }
@@ -477,8 +480,9 @@ static unsigned t3e_issue(const char *what, uint64_t op, unsigned e, unsigned n)
     }
     uint64_t err1 = e_rd(NI_T3E_CMD_ERROR);
     if (err1 >> 48 != err0 >> 48)
-        fail("%s: refused or failed: %s (ERS of E%u: %s)", what, cmd_error_text(err1), e,
-             ers_name(codes[0]));
+        fail("%s: %s: %s (ERS of E%u: %s)", what,
+             codes[0] == NI_T3E_ERS_FULL_F ? "failed in the network" : "refused at issue",
+             cmd_error_text(err1), e, ers_name(codes[0]));
     for (unsigned i = 1; i < n; i++)
         if (codes[i] != codes[0])
             fail("%s: the block's ERS codes differ: E%u %s, E%u %s", what, e, ers_name(codes[0]),
@@ -552,7 +556,9 @@ static void send_flag(enum flag kind)
     char what[80];
     snprintf(what, sizeof what, "MLINK WRITE of flag %u to rank %" PRIu32, kind, peer);
     sram_wr64(STAGE + 8u * kind, FLAG_VALUE(kind, rank));
-    uint32_t st = mlink_run(what, NI_MLINK_CMD_WRITE, peer, WINDOW + 8u * kind, STAGE + 8u * kind, 1);
+    __sync_synchronize();
+    uint32_t st =
+        mlink_run(what, NI_MLINK_CMD_WRITE, peer, WINDOW + 8u * kind, STAGE + 8u * kind, 1);
     expect_ack(what, st);
 }
 
@@ -957,6 +963,14 @@ static void special_routing(unsigned *sgets)
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
+static const char *describe_id(void)
+{
+    static char s[80];
+    snprintf(s, sizeof s, "ID page: rank %" PRIu32 ", size %" PRIu32, id_rd(NI_LANAI_ID_RANK),
+             id_rd(NI_LANAI_ID_SIZE));
+    return s;
+}
+
 static void parse_deltas(const char *s, int d[6], const char *opt)
 {
     char *end;
@@ -1012,7 +1026,7 @@ int main(int argc, char **argv)
     struct waiter w;
     wait_start(&w, "the NI to be given a partition (ID page size 0)", peer_timeout_ns);
     while (!(size = id_rd(NI_LANAI_ID_SIZE)))
-        wait_more(&w, 1000, describe_link);
+        wait_more(&w, 1000, describe_id);
     rank = id_rd(NI_LANAI_ID_RANK);
     printf("t3e_mlink: rank %" PRIu32 " of %" PRIu32 "\n", rank, size);
     if (size < 2)
@@ -1053,6 +1067,11 @@ int main(int argc, char **argv)
     uint64_t want_tail = rank == 0 ? MQ_TAIL : MQ_TAIL + 1;
     if (MQCW_TAIL(q) != want_tail)
         fail("at the end, %s: expected Tail %" PRIu64, describe_mq(), want_tail);
+    /* Every E-register command answered. */
+    uint64_t outstanding = e_rd(NI_T3E_OUTSTANDING), puts = e_rd(NI_T3E_PUT_COUNT);
+    if (outstanding || puts)
+        fail("at the end, OUTSTANDING %" PRIu64 " and PUT_COUNT %" PRIu64 ": expected 0 and 0",
+             outstanding, puts);
 
     if (rank == 0)
         say("OK (sends %u, rejected %u, resent %u, sget %u, mlink write+read %u bytes)", sends,
