@@ -63,10 +63,11 @@ import json, sys
 nis = {n["node"]: n["counters"] for n in json.load(open(sys.argv[1]))["counters"]}
 ok = True
 # At least: the queue traffic at rank 1's NI (2 stored, 1 rejected, 1 stored again), the SENDs
-# (3 and the one issued again) and MLINK ACKs (NOOPs, flags, WRITE, READ) at rank 0's NI.
+# (3 and the one issued again), the special-routing SPUTs (own and rank 1's R_SGET_RTRN) and
+# SGETs (both R_PHYS) and MLINK ACKs (NOOPs, flags, WRITE, READ) at rank 0's NI.
 at_least = {
     1: {"mq_stored": 3, "mq_rejected": 1},
-    0: {"t3e_sends": 4, "mlink_acks": 3},
+    0: {"t3e_sends": 4, "t3e_sputs": 2, "t3e_sgets": 2, "mlink_acks": 3},
 }
 # Nothing went wrong on either NI: every access of the right width, no E-register command
 # refused or failed, no STORE into a busy register or LOAD of an empty one, every MLINK
@@ -80,8 +81,9 @@ for i in (0, 1):
         ok = False
         continue
     print(f"NI {i}: " + " ".join(f"{k}={c.get(k)}" for k in
-          ["t3e_sends", "mq_sends", "mq_stored", "mq_rejected", "mlink_ops", "mlink_acks",
-           "mlink_nacks", "mlink_refused", "t3e_refused", "t3e_failed", "bad_accesses"]))
+          ["t3e_sends", "t3e_sputs", "t3e_sgets", "mq_sends", "mq_stored", "mq_rejected",
+           "mlink_ops", "mlink_acks", "mlink_nacks", "mlink_unreachable", "t3e_refused",
+           "t3e_failed", "bad_accesses"]))
     for k, v in at_least.get(i, {}).items():
         if not isinstance(c.get(k), int) or c[k] < v:
             print(f"NI {i}: {k} = {c.get(k)}, expected at least {v}", file=sys.stderr)
@@ -93,5 +95,6 @@ for i in (0, 1):
 sys.exit(0 if ok else 1)
 PY
 }
-expect "ni-ctl counters: 3 stored and 1 rejected at NI 1, 4 SENDs and MLINK ACKs from NI 0, no errors" counters_ok
+expect "ni-ctl counters: 3 stored and 1 rejected at NI 1; 4 SENDs, 2 SPUTs, 2 SGETs and MLINK ACKs from NI 0; no errors" \
+    counters_ok
 vm_finish
