@@ -637,6 +637,9 @@ impl Ni {
                 Some(false) => {}
                 None => self.counters.unmapped_register += 1,
             }
+            if self.mlink.take_interrupt() {
+                self.deliver(vector::MLINK);
+            }
         } else {
             self.counters.unmapped_register += 1;
         }

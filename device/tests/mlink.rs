@@ -935,7 +935,7 @@ fn rops_queue_in_the_register_queue_in_order() {
     assert_eq!(rx_read(&mut t, rx::QUEUE_COUNT), 0);
     assert_eq!(rx_read(&mut t, rx::QUEUE_DROPS), 0);
 
-    /// The head entry: handler, source, len, data.
+    // The head entry: handler, source, len, data.
     fn head(t: &mut Client) -> (u32, u32, u32, Vec<u8>) {
         let handler = rx_read(t, rx::QUEUE_HANDLER);
         let source = rx_read(t, rx::QUEUE_SOURCE);

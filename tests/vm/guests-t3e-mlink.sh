@@ -23,11 +23,11 @@ trap 'rm -rf "$bin"' EXIT
 cc -std=c99 -O2 -Wall -Werror -static -I "$NI_REPO/device/abi/include" \
     -o "$bin/t3e_mlink" "$NI_REPO/libni/examples/c/t3e_mlink.c" ||
     ni_die "building libni/examples/c/t3e_mlink.c (static) failed: needs gcc and libc6-dev"
-# The default torus for two NIs is 2x1x1, NI 1 at X = 1: one hop +X from rank 0, back by -X
-# (the program's defaults, spelled out here).
+# The default torus for two NIs is 1x2x1 (ni-ctl topology), NI 1 at Y = 1: one hop +Y from
+# rank 0, back by -Y.
 vm_run --after "\"$NI_CTL\" --json counters >\"\$NI_LOG_DIR/counters.json\"" \
-    "$bin/t3e_mlink" --deltas 1,0,0,0,0,0 --return -1,0,0,0,0,0 \
-    --phys-self 000000 --phys-peer 000001
+    "$bin/t3e_mlink" --deltas 0,1,0,0,0,0 --return 0,-1,0,0,0,0 \
+    --phys-self 000000 --phys-peer 000100
 
 expect "run-guests.sh succeeded (exit $RC)" test "$RC" -eq 0
 for g in 0 1; do
@@ -48,8 +48,8 @@ expect "guest 0: message 2 sent again without reloading, accepted" \
     has '^\[guest0 ni0\] t3e_mlink rank 0: SEND of message 2 again \(no reload\): ERS FULL \(accepted\)$'
 expect "guest 0: R_PHYS of its own router by SGET is 000000" \
     has '^\[guest0 ni0\] t3e_mlink rank 0: R_PHYS of own router \(deltas \(\+0,\+0,\+0,\+0,\+0,\+0\)\): 000000$'
-expect "guest 0: R_PHYS of rank 1's router by special routing is 000001" \
-    has "^\[guest0 ni0\] t3e_mlink rank 0: R_PHYS of rank 1's router \(deltas \(\+1,\+0,\+0,\+0,\+0,\+0\), return \(-1,\+0,\+0,\+0,\+0,\+0\)\): 000001$"
+expect "guest 0: R_PHYS of rank 1's router by special routing is 000100" \
+    has "^\[guest0 ni0\] t3e_mlink rank 0: R_PHYS of rank 1's router \(deltas \(\+0,\+1,\+0,\+0,\+0,\+0\), return \(\+0,-1,\+0,\+0,\+0,\+0\)\): 000100$"
 expect "guest 1: messages 0 and 1 bit for bit, then message 2 after the reset" \
     has '^\[guest1 ni1\] t3e_mlink rank 1: message 2, sent again without reloading, in slot 1 bit for bit '
 expect "guest 0: OK (3 sends, 1 rejected, 1 resent, 2 SGETs, MLINK write+read)" \

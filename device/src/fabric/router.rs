@@ -119,6 +119,9 @@ impl State {
                 false
             }
             r::R_ERR0 => {
+                if v & !r::ERR_DEFINED != 0 {
+                    return Err(Error::BadRouterRegister);
+                }
                 self.routers[i].r_err0 &= !v;
                 false
             }

@@ -92,6 +92,8 @@ pub struct Mlink {
     pub header_faults: u32,
     pub data_faults: u32,
     epoch: u64,
+    /// An operation ended on a link with CONFIG.INTERRUPT: MSI-X vector `MLINK` is due.
+    interrupt: bool,
     outbox: VecDeque<Launch>,
     /// Launches or aborts wait: the fabric's poller looks.
     pub pending: Arc<AtomicBool>,
@@ -115,6 +117,7 @@ impl Mlink {
             header_faults: 0,
             data_faults: 0,
             epoch: 0,
+            interrupt: false,
             outbox: VecDeque::new(),
             pending: Arc::new(AtomicBool::new(false)),
         }
@@ -308,6 +311,7 @@ impl Mlink {
 
     fn end(&mut self, i: usize, state: u32, why: u32, bytes: [u8; 2]) {
         let l = &mut self.links[i];
+        self.interrupt |= l.config & config::INTERRUPT != 0;
         l.status = state
             | why << status::REASON_SHIFT
             | (bytes[0] as u32) << status::BYTES_SHIFT
@@ -337,7 +341,13 @@ impl Mlink {
             l.checksums = (l.checksums & 0xFFFF) | (ck as u32) << 16;
         }
         self.end(x.link, reply.state, reply.reason, reply.bytes);
-        self.links[x.link].config & config::INTERRUPT != 0
+        self.take_interrupt()
+    }
+
+    /// Whether an operation that asked for the completion interrupt ended since last asked
+    /// (a refusal or an abort ends one at the register write).
+    pub fn take_interrupt(&mut self) -> bool {
+        std::mem::take(&mut self.interrupt)
     }
 
     // ---- the receive side, as the fabric sees it at the target ----------------------

@@ -43,11 +43,11 @@
  *   t3e_mlink [--deltas PX,PY,PZ,SX,SY,SZ] [--return PX,PY,PZ,SX,SY,SZ]
  *             [--phys-self HEX] [--phys-peer HEX] [--timeout SECONDS]
  *
- *   --deltas     special-routing deltas from rank 0's node to rank 1's (default 1,0,0,0,0,0:
- *                the default torus for two NIs is 2x1x1 with NI 1 at X = 1)
+ *   --deltas     special-routing deltas from rank 0's node to rank 1's (default 0,1,0,0,0,0:
+ *                the default torus for two NIs is 1x2x1 with NI 1 at Y = 1)
  *   --return     the deltas rank 1's router sends SGET replies back by (default: each of
  *                --deltas negated)
- *   --phys-self, --phys-peer  the R_PHYS values rank 0 expects (default 000000, 000001)
+ *   --phys-self, --phys-peer  the R_PHYS values rank 0 expects (default 000000, 000100)
  *   --timeout    how long to wait for the peer at each step (default 300 s: guests under TCG
  *                boot at very different speeds)
  *   NI_PCI=0000:01:00.0 names the NI (default: the first function with the NI's IDs).
@@ -934,9 +934,9 @@ static uint64_t sget(const char *what, const int d[6], uint64_t reg)
     return e_rd(NI_T3E_E_REGS + 8ull * E_SGET);
 }
 
-static int peer_d[6] = {1, 0, 0, 0, 0, 0}, return_d[6];
+static int peer_d[6] = {0, 1, 0, 0, 0, 0}, return_d[6];
 static int return_given;
-static uint64_t phys_self = 0x000000, phys_peer = 0x000001;
+static uint64_t phys_self = 0x000000, phys_peer = 0x000100;
 
 static void special_routing(unsigned *sgets)
 {
