@@ -1647,7 +1647,7 @@ fn garbage_through_the_mlink_page_harms_nobody() {
             2 => rng.next() as u32 & 0x00FF_FFF8,
             _ => (rng.next() % 4) as u32,
         };
-        if (pick >> 4) % 4 == 0 {
+        if (pick >> 4).is_multiple_of(4) {
             let r = raw.region_read(pci::BAR0_REGION, mlink::PAGE + off, 4);
             if !r.is_error() {
                 assert_eq!(r.body.len(), 16 + 4, "the data of a read at {off:#x}");
