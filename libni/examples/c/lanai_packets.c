@@ -242,37 +242,12 @@ static void open_bar0(void)
     int dev =
         ni_vfio_open(addr, sizeof addr, NI_LANAI_PCI_VENDOR_ID, NI_LANAI_PCI_DEVICE_ID, die);
 
-    /* Memory Space so that BAR0 decodes, Bus Master as a host driver sets it before it starts
-     * Lanai firmware (DMA_CONFIG.DMA_ENABLE mirrors it, §12); vfio-pci leaves the latter
-     * off. Config space is little-endian. */
-    struct vfio_region_info cfg = {.argsz = sizeof cfg, .index = VFIO_PCI_CONFIG_REGION_INDEX};
-    if (ioctl(dev, VFIO_DEVICE_GET_REGION_INFO, &cfg))
-        die("VFIO_DEVICE_GET_REGION_INFO (config space)");
-    uint16_t cmd;
-    if (pread(dev, &cmd, 2, (off_t)(cfg.offset + PCI_COMMAND)) != 2)
-        die("reading the PCI command register");
-    cmd = htole16(le16toh(cmd) | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
-    if (pwrite(dev, &cmd, 2, (off_t)(cfg.offset + PCI_COMMAND)) != 2)
-        die("enabling memory space and bus mastering");
-
-    struct vfio_region_info info = {.argsz = sizeof info, .index = VFIO_PCI_BAR0_REGION_INDEX};
-    if (ioctl(dev, VFIO_DEVICE_GET_REGION_INFO, &info))
-        die("VFIO_DEVICE_GET_REGION_INFO (BAR0)");
-    if (info.size < NI_LANAI_BAR_SIZE) {
-        errno = 0;
-        die("BAR0 is smaller than the Lanai window: not an NI");
-    }
-    /* Unlike BAR2's registers, SRAM cannot be used through pread/pwrite at any useful
-     * speed: packets and RPDs live there. */
-    if (!(info.flags & VFIO_REGION_INFO_FLAG_MMAP)) {
-        errno = 0;
-        die("BAR0 cannot be mmapped");
-    }
-    void *m = mmap(NULL, NI_LANAI_BAR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, dev,
-                   (off_t)info.offset);
-    if (m == MAP_FAILED)
-        die("mmap of BAR0");
-    bar = m;
+    /* Bus Master, as a host driver sets it before it starts Lanai firmware
+     * (DMA_CONFIG.DMA_ENABLE mirrors it, §12). SRAM, unlike BAR2's registers, cannot be used
+     * through pread/pwrite at any useful speed: packets and RPDs live there. */
+    ni_vfio_enable(dev, die);
+    bar = ni_vfio_map_bar0(dev, NI_LANAI_BAR_SIZE, NI_LANAI_BAR_SIZE,
+                           "BAR0 is smaller than the Lanai window: not an NI", die);
     printf("lanai-packets: NI %s, BAR0 mapped\n", addr);
 }
 

@@ -1,21 +1,25 @@
 /*
  * ni_vfio.h — how the register-level C examples (cm5_registers.c, lanai_packets.c,
  * t3e_mlink.c) reach the NI inside a guest without libni: find the PCI function, bind it to
- * vfio-pci, and open it through the VFIO container/group API. Each program then maps the BAR
- * its seed describes.
+ * vfio-pci, open it through the VFIO container/group API, enable it and map BAR0. Each
+ * program then uses the registers its seed describes.
  */
 #ifndef NI_VFIO_H
 #define NI_VFIO_H
 
 #include <dirent.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <linux/pci_regs.h>
 #include <linux/vfio.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* The VFIO container ni_vfio_open set up (-1 before): programs that let the NI DMA into their
@@ -120,6 +124,43 @@ static int ni_vfio_open(char *addr, size_t n, unsigned vendor_id, unsigned devic
         die("VFIO_GROUP_GET_DEVICE_FD");
     ni_vfio_container = container;
     return dev;
+}
+
+/* Turn on Memory Space (so the BARs decode) and Bus Master (the NI writes into this program's
+ * memory; vfio-pci leaves it off). Config space is little-endian. */
+static inline void ni_vfio_enable(int dev, void (*die)(const char *))
+{
+    struct vfio_region_info cfg = {.argsz = sizeof cfg, .index = VFIO_PCI_CONFIG_REGION_INDEX};
+    if (ioctl(dev, VFIO_DEVICE_GET_REGION_INFO, &cfg))
+        die("VFIO_DEVICE_GET_REGION_INFO (config space)");
+    uint16_t cmd;
+    if (pread(dev, &cmd, 2, (off_t)(cfg.offset + PCI_COMMAND)) != 2)
+        die("reading the PCI command register");
+    cmd = htole16(le16toh(cmd) | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    if (pwrite(dev, &cmd, 2, (off_t)(cfg.offset + PCI_COMMAND)) != 2)
+        die("enabling memory space and bus mastering");
+}
+
+/* Map the first `size` bytes of BAR0, which must hold at least `need` bytes (`what` says
+ * what would be missing) and be mmappable. */
+static inline volatile uint8_t *ni_vfio_map_bar0(int dev, uint64_t size, uint64_t need,
+                                                 const char *what, void (*die)(const char *))
+{
+    struct vfio_region_info info = {.argsz = sizeof info, .index = VFIO_PCI_BAR0_REGION_INDEX};
+    if (ioctl(dev, VFIO_DEVICE_GET_REGION_INFO, &info))
+        die("VFIO_DEVICE_GET_REGION_INFO (BAR0)");
+    if (info.size < size || info.size < need) {
+        errno = 0;
+        die(what);
+    }
+    if (!(info.flags & VFIO_REGION_INFO_FLAG_MMAP)) {
+        errno = 0;
+        die("BAR0 cannot be mmapped");
+    }
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, dev, (off_t)info.offset);
+    if (m == MAP_FAILED)
+        die("mmap of BAR0");
+    return m;
 }
 
 #endif /* NI_VFIO_H */
