@@ -9,9 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ni_abi::fastpath::{
-    am_header, op as fop, Completion, Status, AM_HEADER, AM_MAX_PAYLOAD, AM_SLOT,
-};
+use ni_abi::fastpath::{AM_HEADER, AM_MAX_PAYLOAD};
 use ni_abi::mlink::{
     command, reason, status, status_byte0 as s0, BLOCK_TIMEOUT_MS, QUEUE_DATA_MAX,
 };
@@ -244,43 +242,23 @@ impl State {
         handler: u64,
         data: &[u8],
     ) -> Result<(), u32> {
-        let n = &self.nodes[b];
-        let (Some(ring), Some(sram)) = (n.am, n.live_sram()) else {
-            return Err(reason::QUEUE_FULL);
-        };
         if data.len() as u64 > AM_MAX_PAYLOAD {
             return Err(reason::LENGTH);
         }
-        let consumed = sram.load_u32(ni_abi::fastpath::ctrl::AM_HEAD);
-        if n.am_produced.wrapping_sub(consumed) >= ring.entries || !n.am_waiting.is_empty() {
+        // Fast-path ROPs already waiting for the ring go first.
+        if !self.nodes[b].am_waiting.is_empty() {
             return Err(reason::QUEUE_FULL);
         }
-        let slot_index = n.am_produced % ring.entries;
-        let slot = ring.iova + slot_index as u64 * AM_SLOT;
-        let mut header = [0u8; AM_HEADER as usize];
-        header[am_header::SRC_RANK as usize..][..4].copy_from_slice(&src_rank.to_le_bytes());
-        header[am_header::HANDLER as usize..][..8].copy_from_slice(&handler.to_le_bytes());
-        header[am_header::LEN as usize..][..8].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        let (slot_index, slot) = self.am_free_slot(b).ok_or(reason::QUEUE_FULL)?;
+        let len = data.len() as u64;
+        if !self.am_write_header(b, slot, src_rank, handler, len)
+            || read_dma(&self.nodes[b].dma)
+                .write(slot + AM_HEADER, data)
+                .is_err()
         {
-            let dma = read_dma(&n.dma);
-            if dma.write(slot, &header).is_err() || dma.write(slot + AM_HEADER, data).is_err() {
-                return Err(reason::ADDRESS);
-            }
+            return Err(reason::ADDRESS);
         }
-        self.nodes[b].am_produced = self.nodes[b].am_produced.wrapping_add(1);
-        self.nodes[b].counters.rops_delivered += 1;
-        self.complete(
-            b,
-            Completion {
-                opcode: fop::AM_ARRIVED,
-                status: Status::Ok as u16,
-                rank: src_rank,
-                len: data.len() as u64,
-                tag: handler,
-                aux: slot_index as u64,
-                ..Default::default()
-            },
-        );
+        self.am_arrived(b, slot_index, src_rank, handler, len);
         Ok(())
     }
 }

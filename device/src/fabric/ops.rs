@@ -529,27 +529,16 @@ impl State {
     pub(super) fn flush_active_messages(&mut self, b: usize) -> bool {
         let mut work = false;
         loop {
-            let n = &self.nodes[b];
-            let (Some(ring), Some(sram), Some(am)) =
-                (n.am, n.live_sram(), n.am_waiting.front().copied())
-            else {
+            let Some(am) = self.nodes[b].am_waiting.front().copied() else {
                 return work;
             };
-            let consumed = sram.load_u32(ni_abi::fastpath::ctrl::AM_HEAD);
-            if n.am_produced.wrapping_sub(consumed) >= ring.entries {
+            let Some((slot_index, slot)) = self.am_free_slot(b) else {
                 return work;
-            }
-            let slot_index = n.am_produced % ring.entries;
-            let slot = ring.iova + slot_index as u64 * AM_SLOT;
+            };
             self.nodes[b].am_waiting.pop_front();
             self.nodes[am.src].outstanding -= 1;
             work = true;
-            let mut header = [0u8; AM_HEADER as usize];
-            header[am_header::SRC_RANK as usize..][..4].copy_from_slice(&am.src_rank.to_le_bytes());
-            header[am_header::HANDLER as usize..][..8].copy_from_slice(&am.handler.to_le_bytes());
-            header[am_header::LEN as usize..][..8].copy_from_slice(&am.len.to_le_bytes());
-            let wrote = read_dma(&self.nodes[b].dma).write(slot, &header).is_ok();
-            let copied = wrote
+            let copied = self.am_write_header(b, slot, am.src_rank, am.handler, am.len)
                 && self
                     .copy(am.src, am.addr, b, slot + AM_HEADER, am.len)
                     .is_ok();
@@ -566,22 +555,9 @@ impl State {
                 self.fail(am.src, &req, Status::NotRegistered);
                 continue;
             }
-            self.nodes[b].am_produced = self.nodes[b].am_produced.wrapping_add(1);
-            self.nodes[b].counters.rops_delivered += 1;
             let hops = self.hops(am.src, b).unwrap_or(0);
             self.wire(am.src, b, am.len, hops);
-            self.complete(
-                b,
-                Completion {
-                    opcode: op::AM_ARRIVED,
-                    status: Status::Ok as u16,
-                    rank: am.src_rank,
-                    len: am.len,
-                    tag: am.handler,
-                    aux: slot_index as u64,
-                    ..Default::default()
-                },
-            );
+            self.am_arrived(b, slot_index, am.src_rank, am.handler, am.len);
             self.complete(
                 am.src,
                 Completion {
@@ -595,6 +571,60 @@ impl State {
                 },
             );
         }
+    }
+
+    /// The next free slot of NI `b`'s active-message ring, as (index, IOVA): none without a
+    /// ring, or while the client has not consumed the slot the ring would reuse.
+    pub(super) fn am_free_slot(&self, b: usize) -> Option<(u32, u64)> {
+        let n = &self.nodes[b];
+        let (ring, sram) = (n.am?, n.live_sram()?);
+        let consumed = sram.load_u32(ni_abi::fastpath::ctrl::AM_HEAD);
+        if n.am_produced.wrapping_sub(consumed) >= ring.entries {
+            return None;
+        }
+        let index = n.am_produced % ring.entries;
+        Some((index, ring.iova + index as u64 * AM_SLOT))
+    }
+
+    /// Write an active message's slot header at `slot` in NI `b`'s memory.
+    pub(super) fn am_write_header(
+        &self,
+        b: usize,
+        slot: u64,
+        src_rank: u32,
+        handler: u64,
+        len: u64,
+    ) -> bool {
+        let mut header = [0u8; AM_HEADER as usize];
+        header[am_header::SRC_RANK as usize..][..4].copy_from_slice(&src_rank.to_le_bytes());
+        header[am_header::HANDLER as usize..][..8].copy_from_slice(&handler.to_le_bytes());
+        header[am_header::LEN as usize..][..8].copy_from_slice(&len.to_le_bytes());
+        read_dma(&self.nodes[b].dma).write(slot, &header).is_ok()
+    }
+
+    /// Slot `slot_index` of NI `b`'s ring is filled: hand it to the client (AM_ARRIVED).
+    pub(super) fn am_arrived(
+        &mut self,
+        b: usize,
+        slot_index: u32,
+        src_rank: u32,
+        handler: u64,
+        len: u64,
+    ) {
+        self.nodes[b].am_produced = self.nodes[b].am_produced.wrapping_add(1);
+        self.nodes[b].counters.rops_delivered += 1;
+        self.complete(
+            b,
+            Completion {
+                opcode: op::AM_ARRIVED,
+                status: Status::Ok as u16,
+                rank: src_rank,
+                len,
+                tag: handler,
+                aux: slot_index as u64,
+                ..Default::default()
+            },
+        );
     }
 
     fn noop(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
