@@ -732,8 +732,9 @@ pub struct Torus {
     /// and route as written until the administrator's tooling reprograms the LUTs (a
     /// map-out). Entries nobody wrote hold what that tooling computes ([`Torus::routing_tag`]).
     lut_written: BTreeMap<(usize, u32), u64>,
-    /// R_LUT_OVERRIDE per router (mode `<41:40>`, tag `<37:0>`).
-    lut_override: Vec<u64>,
+    /// R_LUT_OVERRIDE (mode `<41:40>`, tag `<37:0>`) of the routers where it is not 0, by
+    /// router index: so whether any is set is known without a walk over every router.
+    lut_override: BTreeMap<usize, u64>,
 }
 
 impl Torus {
@@ -755,7 +756,7 @@ impl Torus {
             mapped_out_nodes: BTreeSet::new(),
             mapped_out_links: BTreeSet::new(),
             lut_written: BTreeMap::new(),
-            lut_override: vec![0; dims.nodes() as usize],
+            lut_override: BTreeMap::new(),
         })
     }
 
@@ -797,9 +798,7 @@ impl Torus {
     /// Every route is the computed shortest one: nothing mapped out, no LUT entry written
     /// by software, no override mode.
     pub fn is_pristine(&self) -> bool {
-        !self.has_map_outs()
-            && self.lut_written.is_empty()
-            && self.lut_override.iter().all(|&o| o == 0)
+        !self.has_map_outs() && self.lut_written.is_empty() && self.lut_override.is_empty()
     }
 
     /// R_NET_LUT entry `i` of router `router` as a PE reads it back: what SPUT wrote, else
@@ -848,13 +847,21 @@ impl Torus {
 
     pub fn lut_override(&self, router: PhysPe) -> Result<u64, TopologyError> {
         self.check(router)?;
-        Ok(self.lut_override[self.dims.index(router)])
+        Ok(self
+            .lut_override
+            .get(&self.dims.index(router))
+            .copied()
+            .unwrap_or(0))
     }
 
     pub fn set_lut_override(&mut self, router: PhysPe, v: u64) -> Result<(), TopologyError> {
         self.check(router)?;
         let i = self.dims.index(router);
-        self.lut_override[i] = v;
+        if v == 0 {
+            self.lut_override.remove(&i);
+        } else {
+            self.lut_override.insert(i, v);
+        }
         Ok(())
     }
 
@@ -1211,11 +1218,7 @@ impl Torus {
     pub fn route(&self, from: u32, to: u32, class: PacketClass) -> Result<Route, TopologyError> {
         let source = self.physical(from)?;
         let expected = self.physical(to)?;
-        let tag = if self.is_pristine() {
-            self.routing_tag(source, to)?
-        } else {
-            self.effective_tag(source, to)?
-        };
+        let tag = self.effective_tag(source, to)?;
         let r = self.route_tag(source, &tag, class)?;
         if r.destination != expected {
             return Err(TopologyError::Misdelivered {
