@@ -114,29 +114,7 @@ fn client(d: &Daemon, i: u32) -> Client {
 fn store_load_and_the_ers_words() {
     let d = Daemon::start(1);
     let mut c = client(&d, 0);
-    assert_eq!(
-        ers_words(&mut c),
-        vec![ALL_FULL; t3e::ERS_WORDS as usize],
-        "every register FULL after reset"
-    );
-    for e in 0..t3e::E_COUNT {
-        assert_eq!(ereg_load(&mut c, e), 0, "E register {e} after reset");
-    }
-    assert_eq!(
-        t3e_read(&mut c, t3e::CMD_CENTRIFUGE),
-        t3e::CENTRIFUGE_DEFAULT
-    );
-    for reg in [t3e::CMD_ERROR, t3e::PUT_COUNT, t3e::OUTSTANDING] {
-        assert_eq!(t3e_read(&mut c, reg), 0, "register {reg:#x} after reset");
-    }
-    for s in 0..t3e::SEGMENTS as u64 {
-        let at = t3e::SEGMENT + t3e::SEGMENT_STRIDE * s;
-        assert_eq!(
-            (t3e_read(&mut c, at), t3e_read(&mut c, at + 8)),
-            (0, 0),
-            "segment {s} undefined after reset"
-        );
-    }
+    assert_reset_state(&mut c);
 
     // STORE then LOAD, at both ends of the file and on both sides of an ERS word boundary.
     let values = [

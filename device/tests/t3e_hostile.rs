@@ -533,29 +533,7 @@ fn garbage_across_the_window_harms_nobody() {
     drop(raw);
     let mut c = d.client(0);
     enable(&mut c);
-    assert_eq!(
-        ers_words(&mut c),
-        vec![ALL_FULL; t3e::ERS_WORDS as usize],
-        "every E register FULL"
-    );
-    for e in 0..t3e::E_COUNT {
-        assert_eq!(ereg_load(&mut c, e), 0, "E register {e}");
-    }
-    assert_eq!(
-        t3e_read(&mut c, t3e::CMD_CENTRIFUGE),
-        t3e::CENTRIFUGE_DEFAULT
-    );
-    for reg in [t3e::CMD_ERROR, t3e::PUT_COUNT, t3e::OUTSTANDING] {
-        assert_eq!(t3e_read(&mut c, reg), 0, "register {reg:#x}");
-    }
-    for s in 0..t3e::SEGMENTS as u64 {
-        let at = t3e::SEGMENT + t3e::SEGMENT_STRIDE * s;
-        assert_eq!(
-            (t3e_read(&mut c, at), t3e_read(&mut c, at + 8)),
-            (0, 0),
-            "segment {s}"
-        );
-    }
+    assert_reset_state(&mut c);
     pair_works(&mut p, &q, 1, 9);
     assert!(d.alive());
 }

@@ -90,6 +90,31 @@ pub fn ers_words(c: &mut Client) -> Vec<u64> {
     (0..t3e::ERS_WORDS).map(|w| ers_word(c, w)).collect()
 }
 
+/// The window as reset leaves it: every E register FULL and 0, the default centrifuge, no
+/// error, nothing in flight, every segment undefined.
+pub fn assert_reset_state(c: &mut Client) {
+    assert_eq!(
+        ers_words(c),
+        vec![ALL_FULL; t3e::ERS_WORDS as usize],
+        "every E register FULL after reset"
+    );
+    for e in 0..t3e::E_COUNT {
+        assert_eq!(ereg_load(c, e), 0, "E register {e} after reset");
+    }
+    assert_eq!(t3e_read(c, t3e::CMD_CENTRIFUGE), t3e::CENTRIFUGE_DEFAULT);
+    for reg in [t3e::CMD_ERROR, t3e::PUT_COUNT, t3e::OUTSTANDING] {
+        assert_eq!(t3e_read(c, reg), 0, "register {reg:#x} after reset");
+    }
+    for s in 0..t3e::SEGMENTS as u64 {
+        let at = t3e::SEGMENT + t3e::SEGMENT_STRIDE * s;
+        assert_eq!(
+            (t3e_read(c, at), t3e_read(c, at + 8)),
+            (0, 0),
+            "segment {s} undefined after reset"
+        );
+    }
+}
+
 /// The CMD_ISSUE value of `op` on E register `e` with `flags`.
 pub fn issue_word(op: u64, e: u32, flags: u64) -> u64 {
     op | flags | ((e as u64) << t3e::ISSUE_EREG_SHIFT)
