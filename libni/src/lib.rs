@@ -145,6 +145,14 @@ pub struct Op {
     rank: u32,
 }
 
+impl Op {
+    /// The operation's id, as [`Ni::drain`] reports it: unique among this `Ni`'s pending
+    /// operations.
+    pub fn id(&self) -> u64 {
+        self.user
+    }
+}
+
 /// A region of this process's memory the NI may read and write, registered under `key`.
 pub struct Region {
     mem: Mem,
@@ -469,6 +477,12 @@ impl Ni {
         Ok(())
     }
 
+    /// This machine's NI PCI function (`NI_PCI`, else the first found), if it has one: what
+    /// [`Ni::attach`] uses in a guest.
+    pub fn find_pci() -> Option<String> {
+        vfio::find()
+    }
+
     /// Attach to the NI whose vfio-user socket is `path`, without waiting for its peers.
     pub fn attach_path(path: &Path) -> Result<Ni> {
         Ni::attach_transport(
@@ -653,6 +667,13 @@ impl Ni {
         self.node
     }
 
+    /// The id of the NI's partition (what tells two partitions' ranks apart).
+    pub fn partition(&self) -> u32 {
+        self.lock()
+            .sram_u32(ctrl::PARTITION)
+            .load(Ordering::Acquire)
+    }
+
     /// Memory of at least `len` bytes the NI can reach, registered for remote read, write
     /// and message-queue access under the next key.
     pub fn alloc(&self, len: usize) -> Result<Region> {
@@ -812,6 +833,27 @@ impl Ni {
         };
         self.run_handlers();
         r?.transpose()
+    }
+
+    /// Take every finished operation at once, as (its [`Op::id`], how it ended), in no
+    /// particular order: one pass for a caller that tracks many operations (the libfabric
+    /// provider) instead of a `test` per operation. What this returns is gone for `test` and
+    /// `wait`. Returns how many it added to `out`.
+    pub fn drain(&self, out: &mut Vec<(u64, Result<Done>)>) -> Result<usize> {
+        let r = {
+            let mut i = self.lock();
+            i.progress().map(|_| {
+                let n = i.done.len();
+                out.extend(
+                    i.done
+                        .drain()
+                        .map(|(user, c)| (user, finish_as(c.opcode, c.rank, c))),
+                );
+                n
+            })
+        };
+        self.run_handlers();
+        r
     }
 
     /// Give up on `op` without waiting: its completion, now or later, is discarded (the NI
@@ -1728,12 +1770,17 @@ impl Drop for Region {
 }
 
 fn finish(op: &Op, c: Completion) -> Result<Done> {
+    finish_as(op.opcode, op.rank, c)
+}
+
+/// A completion as the caller sees it; `rank` names the peer when the completion does not.
+fn finish_as(opcode: u8, rank: u32, c: Completion) -> Result<Done> {
     let status = Status::from_u16(c.status).unwrap_or(Status::BadDescriptor);
     if status != Status::Ok {
         return Err(Error::Failed {
-            op: op_name(op.opcode),
+            op: op_name(opcode),
             status,
-            rank: if c.rank == ANY_RANK { op.rank } else { c.rank },
+            rank: if c.rank == ANY_RANK { rank } else { c.rank },
             len: c.len,
             tag: c.tag,
         });

@@ -1,0 +1,359 @@
+//! Completion queues (`fi_cq_open`): what the engines finished, in the format the
+//! application chose, successes and errors in one order.
+//!
+//! Reading one progresses every endpoint bound to it first (`FI_PROGRESS_MANUAL`: the
+//! application's reads are what move the NI's work along). An empty queue reads `-FI_EAGAIN`,
+//! never 0; an error at the head reads `-FI_EAVAIL` until `fi_cq_readerr` takes it.
+
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::engine::Engine;
+use crate::ffi::errno::*;
+use crate::ffi::*;
+use crate::{container, guard, guard_ssize, Av};
+
+/// One completion, in every format's fields.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Entry {
+    pub context: usize,
+    pub flags: u64,
+    pub len: usize,
+    pub buf: usize,
+    pub data: u64,
+    pub tag: u64,
+    /// The peer's rank (for `fi_cq_readfrom`).
+    pub src: u32,
+}
+
+#[derive(Debug)]
+enum Item {
+    Ok(Entry),
+    Err {
+        e: Entry,
+        olen: usize,
+        err: c_int,
+        prov_errno: c_int,
+    },
+}
+
+pub struct Cq {
+    format: c_int,
+    items: Mutex<VecDeque<Item>>,
+    /// Engines of the endpoints bound to this CQ (progressed by reads).
+    engines: Mutex<Vec<Weak<Mutex<Engine>>>>,
+    /// The AV of the endpoint bound to it, for `fi_cq_readfrom`.
+    pub av: Mutex<Option<Arc<Av>>>,
+}
+
+impl Cq {
+    pub fn push(&self, e: Entry) {
+        self.items.lock().unwrap().push_back(Item::Ok(e));
+    }
+
+    pub fn push_err(&self, e: Entry, olen: usize, err: c_int, prov_errno: c_int) {
+        self.items.lock().unwrap().push_back(Item::Err {
+            e,
+            olen,
+            err,
+            prov_errno,
+        });
+    }
+
+    pub fn bind(&self, engine: &Arc<Mutex<Engine>>) {
+        self.engines.lock().unwrap().push(Arc::downgrade(engine));
+    }
+
+    fn progress(&self) {
+        let engines: Vec<_> = self
+            .engines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for e in engines {
+            e.lock().unwrap().progress();
+        }
+    }
+
+    fn entry_size(&self) -> usize {
+        match self.format {
+            FI_CQ_FORMAT_CONTEXT => 8,
+            FI_CQ_FORMAT_MSG => 24,
+            FI_CQ_FORMAT_DATA => 40,
+            _ => std::mem::size_of::<fi_cq_tagged_entry>(),
+        }
+    }
+
+    /// Copy up to `count` successes into `buf` (and their sources into `src`).
+    ///
+    /// # Safety
+    /// `buf` holds `count` entries of this CQ's format; `src`, if not null, `count` addresses.
+    unsafe fn read(
+        &self,
+        buf: *mut c_void,
+        count: usize,
+        src: *mut fi_addr_t,
+        av: Option<&Av>,
+    ) -> isize {
+        self.progress();
+        let mut items = self.items.lock().unwrap();
+        let size = self.entry_size();
+        let mut n = 0;
+        while n < count {
+            match items.front() {
+                Some(Item::Ok(e)) => {
+                    let t = fi_cq_tagged_entry {
+                        op_context: e.context as *mut c_void,
+                        flags: e.flags,
+                        len: e.len,
+                        buf: e.buf as *mut c_void,
+                        data: e.data,
+                        tag: e.tag,
+                    };
+                    // SAFETY: entry `n` of the caller's array has `size` bytes, a prefix of
+                    // the tagged entry in every format.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            &t as *const _ as *const u8,
+                            (buf as *mut u8).add(n * size),
+                            size,
+                        );
+                        if !src.is_null() {
+                            *src.add(n) = av.map_or(e.src as u64, |a| a.fi_addr_of(e.src));
+                        }
+                    }
+                    items.pop_front();
+                    n += 1;
+                }
+                Some(Item::Err { .. }) if n == 0 => return -(FI_EAVAIL as isize),
+                _ => break,
+            }
+        }
+        if n == 0 {
+            -(FI_EAGAIN as isize)
+        } else {
+            n as isize
+        }
+    }
+
+    /// # Safety
+    /// `out` is a writable `fi_cq_err_entry`.
+    unsafe fn readerr(&self, out: *mut fi_cq_err_entry) -> isize {
+        let mut items = self.items.lock().unwrap();
+        let Some(Item::Err { .. }) = items.front() else {
+            return -(FI_EAGAIN as isize);
+        };
+        let Some(Item::Err {
+            e,
+            olen,
+            err,
+            prov_errno,
+        }) = items.pop_front()
+        else {
+            unreachable!()
+        };
+        // SAFETY: the caller passes a writable entry; its err_data fields are the
+        // application's (1.5+: a buffer it supplies) and we have none to give.
+        unsafe {
+            let o = &mut *out;
+            o.op_context = e.context as *mut c_void;
+            o.flags = e.flags;
+            o.len = e.len;
+            o.buf = e.buf as *mut c_void;
+            o.data = e.data;
+            o.tag = e.tag;
+            o.olen = olen;
+            o.err = err;
+            o.prov_errno = prov_errno;
+            o.err_data_size = 0;
+        }
+        1
+    }
+}
+
+#[repr(C)]
+pub struct CqFid {
+    pub fid: fid_cq,
+    pub cq: Arc<Cq>,
+}
+
+static CQ_FI_OPS: fi_ops = crate::stub::fid_ops!(cq_close, crate::stub::bind, cq_control);
+
+static CQ_OPS: fi_ops_cq = fi_ops_cq {
+    size: std::mem::size_of::<fi_ops_cq>(),
+    read: Some(cq_read),
+    readfrom: Some(cq_readfrom),
+    readerr: Some(cq_readerr),
+    sread: Some(cq_sread),
+    sreadfrom: Some(cq_sreadfrom),
+    signal: Some(cq_signal),
+    strerror: Some(cq_strerror),
+};
+
+/// `fi_cq_open`.
+///
+/// # Safety
+/// `attr` is the application's attribute block or null; `out` is writable.
+pub unsafe fn open(attr: *mut fi_cq_attr, out: *mut *mut fid_cq, context: *mut c_void) -> c_int {
+    // SAFETY: the caller passes a valid attribute block or null.
+    let (format, wait) = match unsafe { attr.as_ref() } {
+        Some(a) => (a.format, a.wait_obj),
+        None => (FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE),
+    };
+    let format = match format {
+        FI_CQ_FORMAT_UNSPEC => FI_CQ_FORMAT_TAGGED,
+        f @ (FI_CQ_FORMAT_CONTEXT | FI_CQ_FORMAT_MSG | FI_CQ_FORMAT_DATA | FI_CQ_FORMAT_TAGGED) => {
+            f
+        }
+        f => {
+            crate::warn(FI_LOG_CQ, &format!("ni: fi_cq_open: unknown format {f}"));
+            return -FI_ENOSYS;
+        }
+    };
+    // No file descriptor or condition variable to hand out: reads poll, sread polls too.
+    if !matches!(wait, FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_YIELD) {
+        crate::warn(
+            FI_LOG_CQ,
+            &format!("ni: fi_cq_open: wait object {wait} not offered (FI_WAIT_NONE, FI_WAIT_UNSPEC or FI_WAIT_YIELD)"),
+        );
+        return -FI_ENOSYS;
+    }
+    let cq = Box::new(CqFid {
+        fid: fid_cq {
+            fid: fid {
+                fclass: FI_CLASS_CQ,
+                context,
+                ops: &CQ_FI_OPS as *const _ as *mut _,
+            },
+            ops: &CQ_OPS as *const _ as *mut _,
+        },
+        cq: Arc::new(Cq {
+            format,
+            items: Mutex::new(VecDeque::new()),
+            engines: Mutex::new(Vec::new()),
+            av: Mutex::new(None),
+        }),
+    });
+    // SAFETY: `out` is writable (caller contract).
+    unsafe { *out = Box::into_raw(cq) as *mut fid_cq };
+    0
+}
+
+unsafe extern "C" fn cq_close(f: *mut fid) -> c_int {
+    guard(|| {
+        // SAFETY: `f` is the fid of a CqFid we boxed in `open`; libfabric closes it once.
+        drop(unsafe { Box::from_raw(f as *mut CqFid) });
+        0
+    })
+}
+
+unsafe extern "C" fn cq_control(_f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
+    if command == FI_GETWAIT {
+        -FI_ENODATA
+    } else {
+        -FI_ENOSYS
+    }
+}
+
+unsafe extern "C" fn cq_read(c: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
+    // SAFETY: `c` is one of our CQs; `buf` holds `count` entries (caller contract).
+    guard_ssize(|| unsafe {
+        container::<CqFid>(c as *mut fid)
+            .cq
+            .read(buf, count, std::ptr::null_mut(), None)
+    })
+}
+
+unsafe extern "C" fn cq_readfrom(
+    c: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+) -> isize {
+    guard_ssize(|| {
+        // SAFETY: `c` is one of our CQs; `buf` and `src` hold `count` entries.
+        unsafe {
+            let cq = container::<CqFid>(c as *mut fid);
+            let av = cq.cq.av.lock().unwrap().clone();
+            cq.cq.read(buf, count, src, av.as_deref())
+        }
+    })
+}
+
+unsafe extern "C" fn cq_readerr(c: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64) -> isize {
+    // SAFETY: `c` is one of our CQs; `buf` a writable error entry.
+    guard_ssize(|| unsafe { container::<CqFid>(c as *mut fid).cq.readerr(buf) })
+}
+
+/// Blocking read: poll (progressing the NI), yielding the CPU between looks.
+unsafe fn sread_inner(
+    c: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+    timeout: c_int,
+) -> isize {
+    let t = Instant::now();
+    loop {
+        // SAFETY: as `cq_readfrom`.
+        let r = unsafe { cq_readfrom(c, buf, count, src) };
+        if r != -(FI_EAGAIN as isize) {
+            return r;
+        }
+        if timeout >= 0 && t.elapsed() >= Duration::from_millis(timeout as u64) {
+            return -(FI_EAGAIN as isize);
+        }
+        std::thread::yield_now();
+    }
+}
+
+unsafe extern "C" fn cq_sread(
+    c: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    // SAFETY: as `cq_readfrom`.
+    unsafe { sread_inner(c, buf, count, std::ptr::null_mut(), timeout) }
+}
+
+unsafe extern "C" fn cq_sreadfrom(
+    c: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+    _cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    // SAFETY: as `cq_readfrom`.
+    unsafe { sread_inner(c, buf, count, src, timeout) }
+}
+
+unsafe extern "C" fn cq_signal(_c: *mut fid_cq) -> c_int {
+    0
+}
+
+unsafe extern "C" fn cq_strerror(
+    _c: *mut fid_cq,
+    _prov_errno: c_int,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
+    const MSG: &[u8] = b"ni: see the FI_LOG_LEVEL=warn line for this operation\0";
+    if !buf.is_null() && len > 0 {
+        let n = MSG.len().min(len);
+        // SAFETY: the caller's buffer holds `len` bytes; we write at most that, NUL-ended.
+        unsafe {
+            std::ptr::copy_nonoverlapping(MSG.as_ptr() as *const c_char, buf, n);
+            *buf.add(n - 1) = 0;
+        }
+        return buf;
+    }
+    MSG.as_ptr() as *const c_char
+}

@@ -1,0 +1,1163 @@
+//! The endpoint's protocol: libfabric's tagged and untagged messages over libni's.
+//!
+//! libfabric's matching (a 64-bit tag under an ignore mask, a directed or any source, peek,
+//! claim, discard, cancel, multi-receive buffers) and its remote CQ data need more than
+//! libni's own tagged receive can say, so the provider matches in software, as PSM, rxm and
+//! every provider over a plain message layer do — and every byte still crosses the NI:
+//!
+//! - **eager** (payload ≤ [`EAGER_MAX`]): one libni send of a [`Header`] plus the payload
+//!   into one of the receiver's [`RX_SLOTS`] pre-posted libni receives (any source, libni tag
+//!   [`EAGER_TAG`]). With a partition window that is libni's own eager path (≤ 4 KiB, no
+//!   device thread); without one the fabric copies it.
+//! - **rendezvous** (larger): the sender stages the payload in registered memory and posts a
+//!   libni send with tag `RNDV_TAG | id`, plus an eager `RTS` header naming `id`. A receiver
+//!   that matched the `RTS` posts a libni receive from that source with that tag into a
+//!   staging buffer no larger than its own receive buffer, so the NI copies the payload once
+//!   and a lying length cannot make it allocate more than it posted.
+//!
+//! Ordering: every header carries a per-(sender → receiver) sequence number. libni keeps one
+//! sender's messages in order and the receiver takes them in sequence order, so MPI's
+//! non-overtaking holds (`FI_ORDER_SAS`).
+//!
+//! Everything a peer writes into a slot is checked (`Header::decode`, lengths against what
+//! the NI reported); a lie is dropped and counted, never trusted for a copy.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use ni::{Done, Error as NiError, Ni, Region, Status};
+
+use crate::cq::{Cq, Entry};
+use crate::ffi::errno::*;
+use crate::ffi::*;
+use crate::{warn, Av};
+
+/// libni tag of every eager slot message.
+pub const EAGER_TAG: u64 = 0x4E49_4649_0000_0000;
+/// libni tag of a rendezvous payload: `RNDV_TAG | id` (id < 2^32).
+pub const RNDV_TAG: u64 = 0x4E49_4652_0000_0000;
+/// One slot: header + eager payload. 4 KiB: libni's eager limit on the window.
+pub const SLOT: usize = 4096;
+pub const HEADER: usize = 40;
+pub const EAGER_MAX: usize = SLOT - HEADER;
+/// Pre-posted eager receives.
+pub const RX_SLOTS: usize = 128;
+/// Eager send buffers (the transmit context's size).
+pub const TX_SLOTS: usize = 256;
+/// The largest message (`max_msg_size`): libni's largest single transfer.
+pub const MAX_MSG: usize = 1 << 30;
+/// Staging regions kept for reuse (bytes), so repeated large messages skip the DMA map.
+const POOL_BYTES: usize = 64 << 20;
+/// Staging regions are allocated in powers of two from here.
+const POOL_MIN: usize = 64 << 10;
+
+const KIND_EAGER: u8 = 1;
+const KIND_RTS: u8 = 2;
+const F_TAGGED: u8 = 1;
+const F_DATA: u8 = 2;
+
+/// What starts every slot message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: u8,
+    pub flags: u8,
+    pub seq: u32,
+    pub tag: u64,
+    pub data: u64,
+    /// Eager: payload bytes that follow. RTS: the message's length.
+    pub len: u64,
+    /// RTS: the rendezvous id.
+    pub id: u64,
+}
+
+impl Header {
+    pub fn encode(&self) -> [u8; HEADER] {
+        let mut b = [0u8; HEADER];
+        b[0] = self.kind;
+        b[1] = self.flags;
+        b[4..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..24].copy_from_slice(&self.data.to_le_bytes());
+        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.id.to_le_bytes());
+        b
+    }
+
+    /// A header a peer wrote, checked against `got`, the bytes the NI says arrived.
+    pub fn decode(b: &[u8], got: u64) -> Result<Header, String> {
+        if b.len() < HEADER || got < HEADER as u64 {
+            return Err(format!("{got} bytes: shorter than a header"));
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let h = Header {
+            kind: b[0],
+            flags: b[1],
+            seq: u32::from_le_bytes(b[4..8].try_into().unwrap()),
+            tag: u64_at(8),
+            data: u64_at(16),
+            len: u64_at(24),
+            id: u64_at(32),
+        };
+        if h.flags & !(F_TAGGED | F_DATA) != 0 {
+            return Err(format!("unknown flags {:#x}", h.flags));
+        }
+        match h.kind {
+            KIND_EAGER if h.len <= EAGER_MAX as u64 && got == HEADER as u64 + h.len => Ok(h),
+            KIND_EAGER => Err(format!("eager length {} in {got} bytes", h.len)),
+            KIND_RTS
+                if got == HEADER as u64
+                    && h.len as usize > EAGER_MAX
+                    && h.len <= MAX_MSG as u64
+                    && h.id <= u32::MAX as u64 =>
+            {
+                Ok(h)
+            }
+            KIND_RTS => Err(format!("rendezvous of {} bytes, id {}", h.len, h.id)),
+            k => Err(format!("unknown kind {k}")),
+        }
+    }
+
+    fn tagged(&self) -> bool {
+        self.flags & F_TAGGED != 0
+    }
+}
+
+/// A user buffer: (address, length) pieces. Addresses are the application's; kept as
+/// integers so the engine is `Send` (the application owns the memory until the completion).
+#[derive(Clone, Debug, Default)]
+pub struct Iov(pub Vec<(usize, usize)>);
+
+impl Iov {
+    pub fn one(ptr: *mut u8, len: usize) -> Iov {
+        if ptr.is_null() || len == 0 {
+            Iov(Vec::new())
+        } else {
+            Iov(vec![(ptr as usize, len)])
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|p| p.1).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn first(&self) -> usize {
+        self.0.first().map_or(0, |p| p.0)
+    }
+
+    /// Scatter `data` into the pieces from their start; returns the bytes written.
+    ///
+    /// # Safety
+    /// The pieces must be writable memory of the application, as posted.
+    unsafe fn scatter(&self, mut data: &[u8]) -> usize {
+        let mut n = 0;
+        for &(p, l) in &self.0 {
+            if data.is_empty() {
+                break;
+            }
+            let k = l.min(data.len());
+            // SAFETY: the caller guarantees the piece is writable for `l` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, k) };
+            data = &data[k..];
+            n += k;
+        }
+        n
+    }
+
+    /// Gather the pieces into `out` (which must hold `self.len()` bytes).
+    ///
+    /// # Safety
+    /// The pieces must be readable memory of the application.
+    unsafe fn gather(&self, out: &mut [u8]) {
+        let mut at = 0;
+        for &(p, l) in &self.0 {
+            // SAFETY: the caller guarantees the piece is readable for `l` bytes.
+            let src = unsafe { std::slice::from_raw_parts(p as *const u8, l) };
+            out[at..at + l].copy_from_slice(src);
+            at += l;
+        }
+    }
+}
+
+/// A posted receive.
+#[derive(Debug)]
+struct Posted {
+    src: Option<u32>,
+    tag: u64,
+    ignore: u64,
+    iov: Iov,
+    context: usize,
+    /// Whether it reports its completion.
+    report: bool,
+    /// `FI_MULTI_RECV`: bytes of the buffer used so far.
+    multi: Option<usize>,
+}
+
+impl Posted {
+    fn matches(&self, src: u32, tagged: bool, tag: u64) -> bool {
+        self.src.is_none_or(|s| s == src)
+            && (!tagged || (tag & !self.ignore) == (self.tag & !self.ignore))
+    }
+}
+
+/// Take posted receive `p` for a message of `len` bytes from `src`: the whole receive, or
+/// (multi-receive) the next piece of its buffer. Returns where the message goes and whether
+/// the receive is used up.
+fn piece(
+    p: &mut Posted,
+    src: u32,
+    hdr: Header,
+    len: usize,
+    min_multi_recv: usize,
+) -> (Delivery, bool) {
+    let mut d = Delivery {
+        iov: Iov::default(),
+        context: p.context,
+        report: p.report,
+        src,
+        hdr,
+        multi_done: false,
+    };
+    match p.multi {
+        Some(used) => {
+            let room = p.iov.len() - used;
+            let take = len.min(room);
+            d.iov = Iov(vec![(p.iov.first() + used, take)]);
+            d.multi_done = room - take < min_multi_recv;
+            p.multi = Some(used + take);
+            let done = d.multi_done;
+            (d, done)
+        }
+        None => {
+            d.iov = std::mem::take(&mut p.iov);
+            (d, true)
+        }
+    }
+}
+
+/// A message that arrived before its receive.
+#[derive(Debug)]
+struct Unexpected {
+    src: u32,
+    hdr: Header,
+    /// Eager: the payload, copied out of its slot (so the slot is posted again at once).
+    payload: Option<Vec<u8>>,
+}
+
+impl Unexpected {
+    fn len(&self) -> usize {
+        self.payload
+            .as_ref()
+            .map_or(self.hdr.len as usize, |p| p.len())
+    }
+}
+
+/// A libni operation the engine waits for.
+enum Pending {
+    /// An eager send (or RTS) from transmit slot `slot`; `user` is what to report.
+    Eager { slot: usize, user: Option<SendDone> },
+    /// A rendezvous payload being sent from `staging`.
+    RndvSend {
+        staging: Region,
+        user: Option<SendDone>,
+    },
+    /// A rendezvous payload being received into `staging` for `to`.
+    RndvRecv {
+        staging: Option<Region>,
+        to: Delivery,
+    },
+}
+
+/// What a finished send reports.
+struct SendDone {
+    /// Whether success is reported (failures are, whenever there is a context to name).
+    report: bool,
+    context: usize,
+    flags: u64,
+    len: usize,
+    dest: u32,
+}
+
+/// Where a received message goes once its bytes are here.
+struct Delivery {
+    iov: Iov,
+    context: usize,
+    report: bool,
+    src: u32,
+    hdr: Header,
+    /// `FI_MULTI_RECV` and this was the buffer's last message.
+    multi_done: bool,
+}
+
+/// Counters of what peers did wrong, and of the engine's work (for `FI_LOG_LEVEL=info`).
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Counters {
+    pub bad_headers: u64,
+    pub out_of_order: u64,
+    pub eager_sent: u64,
+    pub rndv_sent: u64,
+    pub received: u64,
+    pub unexpected: u64,
+}
+
+pub struct Engine {
+    pub ni: Arc<Ni>,
+    pub rank: u32,
+    pub size: u32,
+    pub av: Option<Arc<Av>>,
+    pub tx_cq: Option<Arc<Cq>>,
+    pub rx_cq: Option<Arc<Cq>>,
+    /// Bound with `FI_SELECTIVE_COMPLETION`: only requests flagged `FI_COMPLETION` report.
+    pub tx_selective: bool,
+    pub rx_selective: bool,
+    /// The endpoint's default flags (`fi_info` tx/rx `op_flags`).
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    pub min_multi_recv: usize,
+    pub enabled: bool,
+    rx: Option<Region>,
+    /// libni receive id → rx slot.
+    rx_ops: HashMap<u64, usize>,
+    tx: Option<Region>,
+    tx_free: Vec<usize>,
+    ops: HashMap<u64, Pending>,
+    tx_seq: Vec<u32>,
+    rx_next: Vec<u32>,
+    /// [tagged, untagged]
+    posted: [VecDeque<Posted>; 2],
+    unexpected: [VecDeque<Unexpected>; 2],
+    claimed: HashMap<usize, Unexpected>,
+    next_id: u32,
+    pool: BTreeMap<usize, Vec<Region>>,
+    pool_bytes: usize,
+    batch: Vec<(u64, ni::Result<Done>)>,
+    pub counters: Counters,
+}
+
+/// libni's failure as libfabric's error number.
+pub fn fi_err(e: &NiError) -> i32 {
+    match e {
+        NiError::Failed { status, .. } => match status {
+            Status::PeerDown => FI_EHOSTDOWN,
+            Status::OutOfPartition => FI_EADDRNOTAVAIL,
+            Status::Truncated => FI_ETRUNC,
+            Status::Cancelled => FI_ECANCELED,
+            Status::Timeout => FI_ETIMEDOUT,
+            Status::LinkDown => FI_ENETDOWN,
+            _ => FI_EIO,
+        },
+        NiError::WouldBlock => FI_EAGAIN,
+        NiError::BadArgument(_) => FI_EINVAL,
+        NiError::Memory(_) => FI_ENOMEM,
+        NiError::Timeout(_) => FI_ETIMEDOUT,
+        NiError::Reset | NiError::DaemonGone(_) => FI_ENETDOWN,
+        _ => FI_EIO,
+    }
+}
+
+impl Engine {
+    pub fn new(ni: Arc<Ni>) -> Engine {
+        let (rank, size) = (ni.rank(), ni.size());
+        Engine {
+            ni,
+            rank,
+            size,
+            av: None,
+            tx_cq: None,
+            rx_cq: None,
+            tx_selective: false,
+            rx_selective: false,
+            tx_op_flags: FI_COMPLETION,
+            rx_op_flags: FI_COMPLETION,
+            min_multi_recv: 64,
+            enabled: false,
+            rx: None,
+            rx_ops: HashMap::new(),
+            tx: None,
+            tx_free: Vec::new(),
+            ops: HashMap::new(),
+            tx_seq: vec![0; size as usize],
+            rx_next: vec![0; size as usize],
+            posted: [VecDeque::new(), VecDeque::new()],
+            unexpected: [VecDeque::new(), VecDeque::new()],
+            claimed: HashMap::new(),
+            next_id: 0,
+            pool: BTreeMap::new(),
+            pool_bytes: 0,
+            batch: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// `fi_enable`: register the slots and post every eager receive.
+    pub fn enable(&mut self) -> Result<(), (i32, String)> {
+        if self.enabled {
+            return Ok(());
+        }
+        let alloc = |n: usize| {
+            self.ni.alloc(n * SLOT).map_err(|e| {
+                (
+                    fi_err(&e),
+                    format!("registering {} KiB of slots: {e}", (n * SLOT) >> 10),
+                )
+            })
+        };
+        let rx = alloc(RX_SLOTS)?;
+        let tx = alloc(TX_SLOTS)?;
+        self.rx = Some(rx);
+        self.tx = Some(tx);
+        self.tx_free = (0..TX_SLOTS).rev().collect();
+        for s in 0..RX_SLOTS {
+            self.post_slot(s)
+                .map_err(|e| (fi_err(&e), format!("posting receive slots: {e}")))?;
+        }
+        self.enabled = true;
+        Ok(())
+    }
+
+    fn post_slot(&mut self, s: usize) -> ni::Result<()> {
+        let rx = self.rx.as_ref().expect("enabled");
+        let op = self
+            .ni
+            .irecv(None, rx, s * SLOT..(s + 1) * SLOT, EAGER_TAG, u64::MAX)?;
+        self.rx_ops.insert(op.id(), s);
+        Ok(())
+    }
+
+    pub fn tx_left(&self) -> usize {
+        self.tx_free.len()
+    }
+
+    /// Take what the NI finished and move every message and send along.
+    pub fn progress(&mut self) {
+        if !self.enabled {
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        if let Err(e) = self.ni.drain(&mut batch) {
+            warn(FI_LOG_EP_DATA, &format!("ni: progress: {e}"));
+        }
+        // Arrivals in (source, sequence) order: a batch holds every completion the NI wrote
+        // so far, and libni completes one sender's messages in order.
+        let mut arrivals: Vec<(u32, u32, usize, ni::Result<Done>)> = Vec::new();
+        for (id, r) in batch.drain(..) {
+            if let Some(slot) = self.rx_ops.remove(&id) {
+                let (src, seq) = match &r {
+                    Ok(d) => (d.rank, self.peek_seq(slot)),
+                    Err(_) => (u32::MAX, 0),
+                };
+                arrivals.push((src, seq, slot, r));
+            } else if let Some(p) = self.ops.remove(&id) {
+                self.finish_op(p, r);
+            }
+        }
+        self.batch = batch;
+        arrivals.sort_by_key(|a| (a.0, a.1));
+        for (_, _, slot, r) in arrivals {
+            match r {
+                Ok(d) => self.arrived(slot, d),
+                Err(e) => warn(FI_LOG_EP_DATA, &format!("ni: an eager receive failed: {e}")),
+            }
+            if let Err(e) = self.post_slot(slot) {
+                warn(
+                    FI_LOG_EP_DATA,
+                    &format!("ni: re-posting an eager receive: {e}"),
+                );
+            }
+        }
+    }
+
+    fn slot_bytes(&self, slot: usize, len: usize) -> &[u8] {
+        let rx = self.rx.as_ref().expect("enabled");
+        // SAFETY: the slot's receive completed and it is not posted again until we are done
+        // with these bytes; the NI writes no other slot's range here.
+        unsafe { &rx.as_slice()[slot * SLOT..slot * SLOT + len.min(SLOT)] }
+    }
+
+    fn peek_seq(&self, slot: usize) -> u32 {
+        let b = self.slot_bytes(slot, HEADER);
+        u32::from_le_bytes(b[4..8].try_into().unwrap())
+    }
+
+    fn arrived(&mut self, slot: usize, d: Done) {
+        let src = d.rank;
+        let h = match Header::decode(self.slot_bytes(slot, HEADER), d.len) {
+            Ok(h) if (src as usize) < self.rx_next.len() => h,
+            Ok(_) | Err(_) => {
+                let why = Header::decode(self.slot_bytes(slot, HEADER), d.len)
+                    .err()
+                    .unwrap_or_else(|| "source outside the partition".into());
+                self.counters.bad_headers += 1;
+                warn(
+                    FI_LOG_EP_DATA,
+                    &format!("ni: dropped a message from rank {src}: {why}"),
+                );
+                return;
+            }
+        };
+        let want = self.rx_next[src as usize];
+        if h.seq != want {
+            // Only a peer that does not follow the protocol skips: take its stream from here.
+            self.counters.out_of_order += 1;
+            warn(
+                FI_LOG_EP_DATA,
+                &format!(
+                    "ni: rank {src} sent sequence {} where {want} was due",
+                    h.seq
+                ),
+            );
+        }
+        self.rx_next[src as usize] = h.seq.wrapping_add(1);
+        self.counters.received += 1;
+        let q = if h.tagged() { 0 } else { 1 };
+        let payload = (h.kind == KIND_EAGER)
+            .then(|| self.slot_bytes(slot, HEADER + h.len as usize)[HEADER..].to_vec());
+        let u = Unexpected {
+            src,
+            hdr: h,
+            payload,
+        };
+        if let Some(i) = self.posted[q]
+            .iter()
+            .position(|p| p.matches(src, h.tagged(), h.tag))
+        {
+            let (to, used_up) = piece(&mut self.posted[q][i], src, h, u.len(), self.min_multi_recv);
+            if used_up {
+                self.posted[q].remove(i);
+            }
+            self.deliver_unexpected(to, u);
+        } else {
+            self.counters.unexpected += 1;
+            self.unexpected[q].push_back(u);
+        }
+    }
+
+    /// Copy `payload` (a message of `full` bytes) into `to` and report it.
+    fn deliver(&mut self, to: Delivery, payload: &[u8], full: usize) {
+        // SAFETY: the application owns the posted buffer until this completion.
+        let n = unsafe { to.iov.scatter(payload) };
+        self.complete_recv(&to, n, full);
+    }
+
+    fn complete_recv(&mut self, to: &Delivery, n: usize, full: usize) {
+        let h = &to.hdr;
+        let mut flags = FI_RECV | if h.tagged() { FI_TAGGED } else { FI_MSG };
+        if h.flags & F_DATA != 0 {
+            flags |= FI_REMOTE_CQ_DATA;
+        }
+        if to.multi_done {
+            flags |= FI_MULTI_RECV;
+        }
+        let e = Entry {
+            context: to.context,
+            flags,
+            len: n,
+            buf: to.iov.first(),
+            data: h.data,
+            tag: h.tag,
+            src: to.src,
+        };
+        let Some(cq) = self.rx_cq.clone() else { return };
+        if full > n {
+            // Truncated: always reported (the application must learn it lost bytes).
+            cq.push_err(e, full - n, FI_ETRUNC, 0);
+        } else if to.report {
+            cq.push(e);
+        }
+    }
+
+    fn start_rndv_recv(&mut self, to: Delivery) {
+        let want = to.iov.len().min(to.hdr.len as usize);
+        let staging = match want {
+            0 => None,
+            n => match self.staging(n) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    self.fail_recv(&to, fi_err(&e), &format!("staging {n} bytes: {e}"));
+                    return;
+                }
+            },
+        };
+        let tag = RNDV_TAG | to.hdr.id;
+        let posted = match &staging {
+            Some(r) => self.ni.irecv(Some(to.src), r, 0..want, tag, u64::MAX),
+            None => {
+                // Nothing to keep: take the payload into the zero-length tail of the rx slots.
+                let rx = self.rx.as_ref().expect("enabled");
+                self.ni.irecv(Some(to.src), rx, 0..0, tag, u64::MAX)
+            }
+        };
+        match posted {
+            Ok(op) => {
+                self.ops.insert(op.id(), Pending::RndvRecv { staging, to });
+            }
+            Err(e) => self.fail_recv(&to, fi_err(&e), &format!("rendezvous receive: {e}")),
+        }
+    }
+
+    fn fail_recv(&mut self, to: &Delivery, err: i32, why: &str) {
+        warn(
+            FI_LOG_EP_DATA,
+            &format!("ni: receive from rank {}: {why}", to.src),
+        );
+        if to.context == 0 {
+            return;
+        }
+        if let Some(cq) = self.rx_cq.clone() {
+            cq.push_err(
+                Entry {
+                    context: to.context,
+                    flags: FI_RECV | if to.hdr.tagged() { FI_TAGGED } else { FI_MSG },
+                    len: 0,
+                    buf: 0,
+                    data: to.hdr.data,
+                    tag: to.hdr.tag,
+                    src: to.src,
+                },
+                0,
+                err,
+                0,
+            );
+        }
+    }
+
+    fn finish_op(&mut self, p: Pending, r: ni::Result<Done>) {
+        match p {
+            Pending::Eager { slot, user } => {
+                self.tx_free.push(slot);
+                if let Some(u) = user {
+                    self.complete_send(u, r.map(|_| ()));
+                }
+            }
+            Pending::RndvSend { staging, user } => {
+                self.recycle(staging);
+                if let Some(u) = user {
+                    self.complete_send(u, r.map(|_| ()));
+                }
+            }
+            Pending::RndvRecv { staging, to } => {
+                let full = to.hdr.len as usize;
+                let got = match &r {
+                    Ok(d) => Some(d.len as usize),
+                    // Our staging holds the receive buffer's worth: the rest is truncated.
+                    Err(NiError::Failed {
+                        status: Status::Truncated,
+                        ..
+                    }) => Some(to.iov.len()),
+                    Err(_) => None,
+                };
+                match got {
+                    Some(got) => {
+                        let n = match &staging {
+                            Some(s) => {
+                                // SAFETY: the receive into `s` completed.
+                                let bytes = unsafe { &s.as_slice()[..got.min(s.len())] };
+                                // SAFETY: the application owns the posted buffer until now.
+                                unsafe { to.iov.scatter(bytes) }
+                            }
+                            None => 0,
+                        };
+                        self.complete_recv(&to, n, full);
+                    }
+                    None => {
+                        let e = r.err().unwrap();
+                        self.fail_recv(&to, fi_err(&e), &e.to_string());
+                    }
+                }
+                if let Some(s) = staging {
+                    self.recycle(s);
+                }
+            }
+        }
+    }
+
+    fn complete_send(&mut self, u: SendDone, r: Result<(), NiError>) {
+        let Some(cq) = self.tx_cq.clone() else { return };
+        let e = Entry {
+            context: u.context,
+            flags: u.flags,
+            len: u.len,
+            buf: 0,
+            data: 0,
+            tag: 0,
+            src: u.dest,
+        };
+        match r {
+            Ok(()) => {
+                if u.report {
+                    cq.push(e)
+                }
+            }
+            Err(err) => {
+                warn(
+                    FI_LOG_EP_DATA,
+                    &format!("ni: send to rank {}: {err}", u.dest),
+                );
+                if u.context != 0 {
+                    cq.push_err(e, 0, fi_err(&err), 0);
+                }
+            }
+        }
+    }
+
+    /// A registered buffer of at least `n` bytes, from the pool when one is free.
+    fn staging(&mut self, n: usize) -> ni::Result<Region> {
+        let size = n.max(POOL_MIN).next_power_of_two();
+        if let Some(v) = self.pool.get_mut(&size) {
+            if let Some(r) = v.pop() {
+                self.pool_bytes -= size;
+                return Ok(r);
+            }
+        }
+        self.ni.alloc(size)
+    }
+
+    fn recycle(&mut self, r: Region) {
+        let size = r.len();
+        if size.is_power_of_two() && self.pool_bytes + size <= POOL_BYTES {
+            self.pool_bytes += size;
+            self.pool.entry(size).or_default().push(r);
+        }
+    }
+
+    /// Send `iov` (or, for inject, bytes the caller copies now) to `dest`.
+    /// Returns `-FI_EAGAIN` when no transmit slot is free.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send(
+        &mut self,
+        dest: u32,
+        iov: &Iov,
+        tagged: bool,
+        tag: u64,
+        data: Option<u64>,
+        context: usize,
+        flags: u64,
+        inject: bool,
+    ) -> Result<(), (i32, String)> {
+        if !self.enabled {
+            return Err((FI_EOPBADSTATE, "the endpoint is not enabled".into()));
+        }
+        if dest >= self.size {
+            return Err((
+                FI_EADDRNOTAVAIL,
+                format!("rank {dest} is not in the partition (size {})", self.size),
+            ));
+        }
+        let len = iov.len();
+        if len > MAX_MSG {
+            return Err((
+                FI_EMSGSIZE,
+                format!("{len} bytes: more than max_msg_size {MAX_MSG}"),
+            ));
+        }
+        if self.tx_free.is_empty() {
+            self.progress();
+            if self.tx_free.is_empty() {
+                return Err((FI_EAGAIN, String::new()));
+            }
+        }
+        let report = !inject && (!self.tx_selective || flags & FI_COMPLETION != 0);
+        let user = Some(SendDone {
+            report,
+            context: if inject { 0 } else { context },
+            flags: FI_SEND | if tagged { FI_TAGGED } else { FI_MSG },
+            len,
+            dest,
+        });
+        let seq = self.tx_seq[dest as usize];
+        let mut h = Header {
+            kind: KIND_EAGER,
+            flags: if tagged { F_TAGGED } else { 0 } | if data.is_some() { F_DATA } else { 0 },
+            seq,
+            tag,
+            data: data.unwrap_or(0),
+            len: len as u64,
+            id: 0,
+        };
+        let slot = *self.tx_free.last().unwrap();
+        let tx = self.tx.as_ref().expect("enabled");
+        let at = slot * SLOT;
+        if len <= EAGER_MAX {
+            // SAFETY: free transmit slots belong to us alone, and the caller's buffer is
+            // readable for `len` bytes.
+            unsafe {
+                let s = std::slice::from_raw_parts_mut(tx.as_ptr().add(at), SLOT);
+                s[..HEADER].copy_from_slice(&h.encode());
+                iov.gather(&mut s[HEADER..HEADER + len]);
+            }
+            let op = self
+                .ni
+                .isend(dest, tx, at..at + HEADER + len, EAGER_TAG)
+                .map_err(|e| (fi_err(&e), format!("send to rank {dest}: {e}")))?;
+            self.tx_free.pop();
+            self.tx_seq[dest as usize] = seq.wrapping_add(1);
+            self.ops.insert(op.id(), Pending::Eager { slot, user });
+            self.counters.eager_sent += 1;
+            return Ok(());
+        }
+        // Rendezvous: the payload staged, then its RTS.
+        let staging = self
+            .staging(len)
+            .map_err(|e| (fi_err(&e), format!("staging {len} bytes: {e}")))?;
+        // SAFETY: the staging region is ours until its send completes; the caller's buffer
+        // is readable for `len` bytes.
+        unsafe {
+            iov.gather(std::slice::from_raw_parts_mut(staging.as_ptr(), len));
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        h.kind = KIND_RTS;
+        h.id = id as u64;
+        let data_op = match self.ni.isend(dest, &staging, 0..len, RNDV_TAG | id as u64) {
+            Ok(op) => op,
+            Err(e) => {
+                self.recycle(staging);
+                return Err((fi_err(&e), format!("send to rank {dest}: {e}")));
+            }
+        };
+        let tx = self.tx.as_ref().expect("enabled");
+        tx.write_at(at, &h.encode());
+        let rts = self.ni.isend(dest, tx, at..at + HEADER, EAGER_TAG);
+        self.ops
+            .insert(data_op.id(), Pending::RndvSend { staging, user });
+        match rts {
+            Ok(op) => {
+                self.tx_free.pop();
+                self.tx_seq[dest as usize] = seq.wrapping_add(1);
+                self.ops
+                    .insert(op.id(), Pending::Eager { slot, user: None });
+                self.counters.rndv_sent += 1;
+                Ok(())
+            }
+            // The payload's send stays posted with no RTS: nobody will match it, and it is
+            // reported as this failure instead.
+            Err(e) => Err((fi_err(&e), format!("send to rank {dest}: {e}"))),
+        }
+    }
+
+    /// Post a receive, or match it at once against what already arrived.
+    #[allow(clippy::too_many_arguments)]
+    pub fn recv(
+        &mut self,
+        src: Option<u32>,
+        iov: Iov,
+        tagged: bool,
+        tag: u64,
+        ignore: u64,
+        context: usize,
+        flags: u64,
+    ) -> Result<(), (i32, String)> {
+        if !self.enabled {
+            return Err((FI_EOPBADSTATE, "the endpoint is not enabled".into()));
+        }
+        let report = !self.rx_selective || flags & FI_COMPLETION != 0;
+        let q = if tagged { 0 } else { 1 };
+        let multi = (!tagged && flags & FI_MULTI_RECV != 0).then_some(0);
+        if flags & (FI_PEEK | FI_CLAIM) != 0 {
+            return self.peek_or_claim(src, iov, tagged, tag, ignore, context, flags, report);
+        }
+        self.progress();
+        let mut p = Posted {
+            src,
+            tag,
+            ignore,
+            iov,
+            context,
+            report,
+            multi,
+        };
+        // What already waits, oldest first (a multi-receive buffer may take several).
+        while let Some(i) = self.unexpected[q]
+            .iter()
+            .position(|u| p.matches(u.src, tagged, u.hdr.tag))
+        {
+            let u = self.unexpected[q].remove(i).unwrap();
+            let (to, used_up) = piece(&mut p, u.src, u.hdr, u.len(), self.min_multi_recv);
+            self.deliver_unexpected(to, u);
+            if used_up {
+                return Ok(());
+            }
+        }
+        self.posted[q].push_back(p);
+        Ok(())
+    }
+
+    fn deliver_unexpected(&mut self, to: Delivery, u: Unexpected) {
+        match u.payload {
+            Some(payload) => {
+                let full = payload.len();
+                self.deliver(to, &payload, full);
+            }
+            None => self.start_rndv_recv(to),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn peek_or_claim(
+        &mut self,
+        src: Option<u32>,
+        iov: Iov,
+        tagged: bool,
+        tag: u64,
+        ignore: u64,
+        context: usize,
+        flags: u64,
+        report: bool,
+    ) -> Result<(), (i32, String)> {
+        let q = if tagged { 0 } else { 1 };
+        let blank = Posted {
+            src,
+            tag,
+            ignore,
+            iov: Iov::default(),
+            context,
+            report,
+            multi: None,
+        };
+        let mk = |u: &Unexpected, iov: Iov| Delivery {
+            iov,
+            context,
+            report,
+            src: u.src,
+            hdr: u.hdr,
+            multi_done: false,
+        };
+        if flags & FI_PEEK == 0 {
+            // FI_CLAIM alone: receive (or discard) what an earlier peek claimed.
+            let u = self.claimed.remove(&context).ok_or_else(|| {
+                (
+                    FI_EINVAL,
+                    "FI_CLAIM names a context no FI_PEEK|FI_CLAIM claimed".into(),
+                )
+            })?;
+            if flags & FI_DISCARD != 0 {
+                self.discard(u, context, report);
+            } else {
+                let to = mk(&u, iov);
+                self.deliver_unexpected(to, u);
+            }
+            return Ok(());
+        }
+        self.progress();
+        let Some(i) = self.unexpected[q]
+            .iter()
+            .position(|u| blank.matches(u.src, tagged, u.hdr.tag))
+        else {
+            let cq = self
+                .rx_cq
+                .clone()
+                .ok_or((FI_ENOCQ, "no receive CQ bound".into()))?;
+            cq.push_err(
+                Entry {
+                    context,
+                    flags: FI_RECV | if tagged { FI_TAGGED } else { FI_MSG },
+                    len: 0,
+                    buf: 0,
+                    data: 0,
+                    tag,
+                    src: 0,
+                },
+                0,
+                FI_ENOMSG,
+                0,
+            );
+            return Ok(());
+        };
+        let u = &self.unexpected[q][i];
+        let e = Entry {
+            context,
+            flags: FI_RECV
+                | if tagged { FI_TAGGED } else { FI_MSG }
+                | if u.hdr.flags & F_DATA != 0 {
+                    FI_REMOTE_CQ_DATA
+                } else {
+                    0
+                },
+            len: u.len(),
+            buf: 0,
+            data: u.hdr.data,
+            tag: u.hdr.tag,
+            src: u.src,
+        };
+        if flags & FI_DISCARD != 0 {
+            let u = self.unexpected[q].remove(i).unwrap();
+            self.discard(u, 0, false);
+        } else if flags & FI_CLAIM != 0 {
+            let u = self.unexpected[q].remove(i).unwrap();
+            self.claimed.insert(context, u);
+        }
+        if let Some(cq) = self.rx_cq.clone() {
+            cq.push(e);
+        }
+        Ok(())
+    }
+
+    /// Drop a message: a rendezvous payload is still taken from its sender (into nothing),
+    /// so the sender's send completes.
+    fn discard(&mut self, u: Unexpected, context: usize, report: bool) {
+        let to = Delivery {
+            iov: Iov::default(),
+            context,
+            report,
+            src: u.src,
+            hdr: u.hdr,
+            multi_done: false,
+        };
+        if u.payload.is_some() {
+            if report {
+                if let Some(cq) = self.rx_cq.clone() {
+                    cq.push(Entry {
+                        context,
+                        flags: FI_RECV | if u.hdr.tagged() { FI_TAGGED } else { FI_MSG },
+                        len: 0,
+                        buf: 0,
+                        data: u.hdr.data,
+                        tag: u.hdr.tag,
+                        src: u.src,
+                    });
+                }
+            }
+        } else {
+            let mut to = to;
+            // Discarding is not truncation: report the message as fully taken.
+            to.hdr.len = 0;
+            let id = u.hdr.id;
+            to.hdr.id = id;
+            self.start_rndv_recv(to);
+        }
+    }
+
+    /// `fi_cancel`: a posted receive with `context` is removed and completes with
+    /// `FI_ECANCELED`. Sends cannot be cancelled (they are already in the NI).
+    pub fn cancel(&mut self, context: usize) -> bool {
+        for q in 0..2 {
+            if let Some(i) = self.posted[q].iter().position(|p| p.context == context) {
+                let p = self.posted[q].remove(i).unwrap();
+                if let Some(cq) = self.rx_cq.clone() {
+                    cq.push_err(
+                        Entry {
+                            context,
+                            flags: FI_RECV | if q == 0 { FI_TAGGED } else { FI_MSG },
+                            len: 0,
+                            buf: p.iov.first(),
+                            data: 0,
+                            tag: p.tag,
+                            src: 0,
+                        },
+                        0,
+                        FI_ECANCELED,
+                        0,
+                    );
+                }
+                return true;
+            }
+        }
+        if let Some(u) = self.claimed.remove(&context) {
+            // A claimed message stays the application's to take: put it back first in line.
+            let q = if u.hdr.tagged() { 0 } else { 1 };
+            self.unexpected[q].push_front(u);
+        }
+        false
+    }
+
+    pub fn rx_left(&self) -> usize {
+        RX_SLOTS.saturating_sub(self.posted[0].len() + self.posted[1].len())
+    }
+}
+
+/// Engines are reached from every libfabric call on their endpoint or CQ.
+pub type Shared = Arc<Mutex<Engine>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(kind: u8, len: u64, id: u64) -> Header {
+        Header {
+            kind,
+            flags: F_TAGGED | F_DATA,
+            seq: 7,
+            tag: 0xdead_beef_0000_0001,
+            data: 42,
+            len,
+            id,
+        }
+    }
+
+    #[test]
+    fn a_header_reads_back_as_written() {
+        let h = hdr(KIND_EAGER, 100, 0);
+        assert_eq!(Header::decode(&h.encode(), HEADER as u64 + 100), Ok(h));
+        let r = hdr(KIND_RTS, 1 << 20, 9);
+        assert_eq!(Header::decode(&r.encode(), HEADER as u64), Ok(r));
+    }
+
+    #[test]
+    fn a_header_that_lies_about_its_length_is_refused() {
+        // Eager: the NI delivered fewer (or more) bytes than the header claims.
+        let h = hdr(KIND_EAGER, 100, 0);
+        assert!(Header::decode(&h.encode(), HEADER as u64 + 99).is_err());
+        assert!(Header::decode(&h.encode(), HEADER as u64 + 101).is_err());
+        let big = hdr(KIND_EAGER, EAGER_MAX as u64 + 1, 0);
+        assert!(Header::decode(&big.encode(), (SLOT + 1) as u64).is_err());
+        // RTS: small enough to have been eager, larger than max_msg_size, id out of range,
+        // or payload after it.
+        assert!(Header::decode(&hdr(KIND_RTS, 10, 0).encode(), HEADER as u64).is_err());
+        assert!(Header::decode(
+            &hdr(KIND_RTS, MAX_MSG as u64 + 1, 0).encode(),
+            HEADER as u64
+        )
+        .is_err());
+        assert!(Header::decode(&hdr(KIND_RTS, 1 << 20, 1 << 40).encode(), HEADER as u64).is_err());
+        assert!(Header::decode(&hdr(KIND_RTS, 1 << 20, 1).encode(), HEADER as u64 + 8).is_err());
+        // Unknown kind or flags, short messages.
+        assert!(Header::decode(&hdr(3, 0, 0).encode(), HEADER as u64).is_err());
+        let mut f = hdr(KIND_EAGER, 0, 0);
+        f.flags = 0x80;
+        assert!(Header::decode(&f.encode(), HEADER as u64).is_err());
+        assert!(Header::decode(&[0u8; 8], 8).is_err());
+    }
+
+    #[test]
+    fn matching_follows_the_ignore_mask_and_the_source() {
+        let p = Posted {
+            src: Some(3),
+            tag: 0x1234_0000_0000_00ff,
+            ignore: 0xff,
+            iov: Iov::default(),
+            context: 0,
+            report: true,
+            multi: None,
+        };
+        assert!(p.matches(3, true, 0x1234_0000_0000_0000));
+        assert!(p.matches(3, true, 0x1234_0000_0000_0011));
+        assert!(!p.matches(3, true, 0x1234_0000_0000_0100));
+        assert!(!p.matches(2, true, 0x1234_0000_0000_00ff));
+        // Untagged receives ignore tags; any source takes every rank.
+        assert!(p.matches(3, false, 0));
+        let any = Posted { src: None, ..p };
+        assert!(any.matches(9, true, 0x1234_0000_0000_0000));
+    }
+
+    #[test]
+    fn an_iov_scatters_and_gathers_across_pieces() {
+        let mut a = [0u8; 3];
+        let mut b = [0u8; 4];
+        let iov = Iov(vec![
+            (a.as_mut_ptr() as usize, 3),
+            (b.as_mut_ptr() as usize, 4),
+        ]);
+        assert_eq!(iov.len(), 7);
+        // SAFETY: both arrays live and are writable.
+        let n = unsafe { iov.scatter(&[1, 2, 3, 4, 5]) };
+        assert_eq!(n, 5);
+        assert_eq!((a, b), ([1, 2, 3], [4, 5, 0, 0]));
+        let mut out = [0u8; 7];
+        // SAFETY: both arrays live.
+        unsafe { iov.gather(&mut out) };
+        assert_eq!(out, [1, 2, 3, 4, 5, 0, 0]);
+    }
+}

@@ -1,0 +1,210 @@
+//! `libni-fi.so`: the libfabric provider **ni**, so MPI programs (Open MPI's `mtl ofi`,
+//! MPICH's `ch4:ofi`) and every other libfabric application run over an NI unmodified.
+//!
+//! libfabric loads it at run time from a directory named by `FI_PROVIDER_PATH` (the file
+//! must be called `libni-fi.so`; the workspace's build leaves `libni_fi.so`, see the README)
+//! and calls [`fi_prov_ini`]. The provider offers one endpoint type, `FI_EP_RDM`, with
+//! `FI_TAGGED` and `FI_MSG` (`engine.rs` says how they travel over libni), on one domain per
+//! process: the NI found as libni finds it —
+//!
+//! - `NI_SOCKET`: that NI's vfio-user socket;
+//! - else `NI_RUN_DIR`: the daemon's run directory, NI `niK.sock` where K is the launcher's
+//!   local rank (`OMPI_COMM_WORLD_LOCAL_RANK`, `MPI_LOCALRANKID`, `SLURM_LOCALID`, or
+//!   `NI_FI_NI` to name it), so `mpirun -n N` on a host spreads its ranks over N NIs;
+//! - else, in a guest: the NI's PCI function, through VFIO.
+//!
+//! What goes wrong is said on `FI_LOG_LEVEL=warn` lines (`libfabric:…:ni:…`) and in the
+//! error numbers `fi_strerror` reads out.
+
+pub mod av;
+pub mod cq;
+mod domain;
+pub mod engine;
+mod ep;
+mod eq;
+mod fabric;
+pub mod ffi;
+pub mod info;
+mod stub;
+
+use std::ffi::{c_char, c_int, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+pub use av::Av;
+use ffi::errno::FI_EOTHER;
+use ffi::*;
+
+pub use fabric::fi_prov_ini;
+
+/// The provider's version (`prov_version`): 0.1.
+pub const PROVIDER_VERSION: u32 = fi_version(0, 1);
+/// The libfabric API the provider is written against.
+pub const API_VERSION: u32 = fi_version(1, 17);
+
+/// libfabric's own functions, looked up in the process that loaded us (libfabric is there:
+/// it is what called `fi_prov_ini`). Looked up, not linked, so a missing symbol is a warning
+/// here instead of a `dlopen` that fails without a word.
+struct Core {
+    dupinfo: unsafe extern "C" fn(*const fi_info) -> *mut fi_info,
+    log_enabled: unsafe extern "C" fn(*const fi_provider, c_int, c_int) -> c_int,
+    log: unsafe extern "C" fn(
+        *const fi_provider,
+        c_int,
+        c_int,
+        *const c_char,
+        c_int,
+        *const c_char,
+        ...
+    ),
+}
+
+fn core() -> Option<&'static Core> {
+    static CORE: OnceLock<Option<Core>> = OnceLock::new();
+    CORE.get_or_init(|| {
+        let sym = |name: &std::ffi::CStr, version: &std::ffi::CStr| {
+            // SAFETY: plain symbol lookups in the global namespace; the names are NUL-ended.
+            let mut p =
+                unsafe { libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), version.as_ptr()) };
+            if p.is_null() {
+                // SAFETY: as above.
+                p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+            }
+            (!p.is_null()).then_some(p)
+        };
+        let dupinfo = sym(c"fi_dupinfo", c"FABRIC_1.3")?;
+        let log_enabled = sym(c"fi_log_enabled", c"FABRIC_1.0")?;
+        let log = sym(c"fi_log", c"FABRIC_1.0")?;
+        // SAFETY: these are libfabric's exported functions with the signatures of
+        // fabric.h and providers/fi_log.h.
+        unsafe {
+            Some(Core {
+                dupinfo: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(*const fi_info) -> *mut fi_info,
+                >(dupinfo),
+                log_enabled: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(*const fi_provider, c_int, c_int) -> c_int,
+                >(log_enabled),
+                log: std::mem::transmute::<
+                    *mut libc::c_void,
+                    unsafe extern "C" fn(
+                        *const fi_provider,
+                        c_int,
+                        c_int,
+                        *const c_char,
+                        c_int,
+                        *const c_char,
+                        ...
+                    ),
+                >(log),
+            })
+        }
+    })
+    .as_ref()
+}
+
+/// `fi_dupinfo`: a deep copy of `tmpl` in libfabric's (malloc) memory, which `fi_freeinfo`
+/// frees — the only way an `fi_info` may leave the provider.
+pub(crate) fn dupinfo(tmpl: &fi_info) -> *mut fi_info {
+    match core() {
+        // SAFETY: `tmpl` and everything it points to is valid for the call.
+        Some(c) => unsafe { (c.dupinfo)(tmpl) },
+        None => std::ptr::null_mut(),
+    }
+}
+
+fn log(level: c_int, subsys: c_int, msg: &str) {
+    let prov = fabric::provider();
+    let Some(c) = core() else {
+        return;
+    };
+    if prov.is_null() {
+        return;
+    }
+    // SAFETY: `prov` is our registered provider; fi_log_enabled only reads it.
+    if unsafe { (c.log_enabled)(prov, level, subsys) } == 0 {
+        return;
+    }
+    let msg = CString::new(msg.replace('\0', " ") + "\n").unwrap_or_default();
+    // SAFETY: "%s" with one NUL-ended string argument; func is a NUL-ended literal.
+    unsafe {
+        (c.log)(
+            prov,
+            level,
+            subsys,
+            c"ni".as_ptr(),
+            0,
+            c"%s".as_ptr(),
+            msg.as_ptr(),
+        )
+    };
+}
+
+/// A `FI_LOG_LEVEL=warn` line.
+pub fn warn(subsys: c_int, msg: &str) {
+    log(FI_LOG_WARN, subsys, msg);
+}
+
+/// A `FI_LOG_LEVEL=info` line.
+pub fn info_log(subsys: c_int, msg: &str) {
+    log(FI_LOG_INFO, subsys, msg);
+}
+
+/// Run an entry point; a panic becomes `-FI_EOTHER` and a warning, never an unwind into C.
+pub(crate) fn guard(f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        warn(
+            FI_LOG_CORE,
+            &format!("ni: internal error: {}", panic_text(&p)),
+        );
+        -FI_EOTHER
+    })
+}
+
+pub(crate) fn guard_ssize(f: impl FnOnce() -> isize) -> isize {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        warn(
+            FI_LOG_CORE,
+            &format!("ni: internal error: {}", panic_text(&p)),
+        );
+        -(FI_EOTHER as isize)
+    })
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// The object whose `fid` (its first field) `f` is.
+///
+/// # Safety
+/// `f` must be the fid of a live `T` this provider created, `T` `#[repr(C)]` with the fid
+/// first.
+pub(crate) unsafe fn container<'a, T>(f: *mut fid) -> &'a T {
+    // SAFETY: the caller guarantees `f` points at the start of a live `T`.
+    unsafe { &*(f as *const T) }
+}
+
+/// Write `s` NUL-ended into `buf` of `*len` bytes (as much as fits); `*len` becomes the size
+/// needed. Returns `buf`.
+///
+/// # Safety
+/// `buf` holds `*len` bytes; `len` is writable.
+pub(crate) unsafe fn write_cstr(s: &str, buf: *mut c_char, len: *mut usize) -> *const c_char {
+    // SAFETY: caller contract.
+    unsafe {
+        let room = *len;
+        *len = s.len() + 1;
+        if room > 0 && !buf.is_null() {
+            let n = s.len().min(room - 1);
+            std::ptr::copy_nonoverlapping(s.as_ptr() as *const c_char, buf, n);
+            *buf.add(n) = 0;
+        }
+    }
+    buf
+}
