@@ -11,8 +11,15 @@ step "host packages the tests use (from bookworm)"
 need=()
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v gcc >/dev/null || need+=(gcc)
+# The libfabric provider (libni/fi): its headers for the layout test, fi_info/fi_pingpong,
+# and Open MPI for the MPI programs that run over it.
+[ -e /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
+command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
+command -v mpirun >/dev/null || need+=(openmpi-bin)
+command -v mpicc >/dev/null || need+=(libopenmpi-dev)
 if [ ${#need[@]} -gt 0 ]; then
-  apt-get install -y -t bookworm "${need[@]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -t bookworm "${need[@]}"
 fi
 
 step "cargo fmt --check"
