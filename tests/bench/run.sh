@@ -38,8 +38,9 @@ fi
 if [ "${NIB_NO_BUILD:-0}" = 1 ]; then
   step "NIB_NO_BUILD=1: using the binaries already in $CARGO_TARGET_DIR/release"
 else
-  step "cargo build --release (ni-device, nirun, ni-bench) into $CARGO_TARGET_DIR"
+  step "cargo build --release (ni-device, nirun, ni-bench, libni-fi.so) into $CARGO_TARGET_DIR"
   cargo build --release -q -p ni-device -p libni -p ni-tests --bins
+  cargo build --release -q -p ni-fi
 fi
 
 if command -v mpicc >/dev/null; then

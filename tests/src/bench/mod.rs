@@ -38,8 +38,11 @@ MODE: latency bw msgrate mq put get barrier bcast allreduce, or all (default)
   --placements LIST   split,same,dev-alone (default split,same): split = rank r on cpu
                       r mod ncpu, device unpinned; same = every rank and the device on
                       cpu 0; dev-alone = the device on cpu 0, every rank on the last cpu
-  --baselines LIST    tcp,unix,mpi or none (default all; mpi only where mpirun and mpicc
-                      exist)
+  --baselines LIST    tcp,unix,mpi,mpi-ni or none (default all; mpi only where mpirun and
+                      mpicc exist). mpi: Open MPI over its shared memory (ob1 + vader);
+                      mpi-ni: the same programs with Open MPI's cm PML over the ni
+                      libfabric provider (libni-fi.so beside ni-bench in libfabric/), on a
+                      private ni-device
   --no-ni             baselines only
   --out DIR           results directory (default target/bench)
   --mpi-dir DIR       where the MPI programs are built (default OUT/mpi)
@@ -265,7 +268,12 @@ fn parse(args: &[String]) -> R<Opts> {
     let mut quick = false;
     let mut ranks = None;
     let mut placements = None;
-    let mut baselines = vec!["tcp".to_string(), "unix".into(), "mpi".into()];
+    let mut baselines = vec![
+        "tcp".to_string(),
+        "unix".into(),
+        "mpi".into(),
+        "mpi-ni".into(),
+    ];
     let mut ni = true;
     let mut out = PathBuf::from("target/bench");
     let mut mpi_dir = None;
@@ -298,7 +306,9 @@ fn parse(args: &[String]) -> R<Opts> {
             "--baselines" => {
                 let v = it.next().ok_or("--baselines LIST")?;
                 baselines = list(if v == "none" { "" } else { v }, |s| {
-                    ["tcp", "unix", "mpi"].contains(&s).then(|| s.to_string())
+                    ["tcp", "unix", "mpi", "mpi-ni"]
+                        .contains(&s)
+                        .then(|| s.to_string())
                 })?
             }
             "--no-ni" => ni = false,
@@ -629,6 +639,25 @@ fn build_mpi(dir: &Path) -> R<()> {
     Ok(())
 }
 
+/// The ni libfabric provider's directory (`FI_PROVIDER_PATH`), as the build leaves it
+/// beside ni-bench, and the ni-device to run it on.
+fn provider_dir() -> R<(PathBuf, PathBuf)> {
+    let dir = exe_dir().join("libfabric");
+    let dev = exe_dir().join("ni-device");
+    if !dir.join("libni-fi.so").exists() {
+        return Err(format!(
+            "{} missing (cargo build --release -p ni-fi)",
+            dir.join("libni-fi.so").display()
+        ));
+    }
+    if !dev.exists() {
+        return Err(format!("{} missing", dev.display()));
+    }
+    Ok((dir, dev))
+}
+
+/// Open MPI over its shared memory (`ni` false: ob1 + vader) or over ni (`ni` true: cm +
+/// mtl ofi + the ni provider, each rank on its own NI of a private daemon).
 fn run_mpi(
     o: &Opts,
     dir: &Path,
@@ -636,20 +665,56 @@ fn run_mpi(
     ranks: u32,
     pl: Placement,
     what: &str,
+    ni: bool,
 ) -> Launch {
     let mut c = Command::new("mpirun");
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "--mca",
-        "pml",
-        "ob1",
-        "--mca",
-        "btl",
-        "self,vader",
-    ]);
+    c.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]);
+    let mut daemon = None;
+    if ni {
+        let fail = |e: String| Launch {
+            points: vec![],
+            ok: false,
+            info: json!({"what": what, "error": e}),
+            foreign: 0.0,
+        };
+        let (prov, dev) = match provider_dir() {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        let run_dir = std::env::temp_dir().join(format!("ni-bench-mpi-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&run_dir);
+        let mut d = Command::new(dev);
+        d.args(["-n", &ranks.to_string(), "--run-dir"])
+            .arg(&run_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        pin::pin_command(&mut d, pl.helper_cpus());
+        match d.spawn() {
+            Ok(ch) => {
+                pin::track_group(ch.id());
+                daemon = Some(ch);
+            }
+            Err(e) => return fail(format!("ni-device: {e}")),
+        }
+        let t = Instant::now();
+        while !run_dir.join("control.sock").exists() {
+            if t.elapsed() > Duration::from_secs(10) {
+                if let Some(mut ch) = daemon {
+                    pin::kill_group(ch.id(), libc::SIGKILL);
+                    let _ = ch.wait();
+                }
+                return fail("ni-device did not come up in 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        c.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+            .args(["--mca", "mtl_ofi_provider_include", "ni"])
+            .args(["-x", "FI_PROVIDER_PATH", "-x", "NI_RUN_DIR"])
+            .env("FI_PROVIDER_PATH", prov)
+            .env("NI_RUN_DIR", &run_dir);
+    } else {
+        c.args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]);
+    }
     if pl != Placement::Split {
         // Every rank on one core: Open MPI cannot know (we pin), so ask it to yield as it
         // would if it saw the oversubscription.
@@ -661,7 +726,12 @@ fn run_mpi(
         .env("NIB_PIN", pl.name())
         .envs(o.plan.env());
     pin::pin_command(&mut c, pl.helper_cpus());
-    launch(c, what, o.timeout, None)
+    let l = launch(c, what, o.timeout, None);
+    if let Some(mut d) = daemon {
+        pin::kill_group(d.id(), libc::SIGTERM);
+        let _ = d.wait();
+    }
+    l
 }
 
 fn sh(cmdline: &str) -> String {
@@ -739,6 +809,15 @@ fn run(o: Opts) -> R<()> {
                 false
             }
         };
+    let mpi_ni = mpi
+        && o.baselines.iter().any(|b| b == "mpi-ni")
+        && match provider_dir() {
+            Ok(_) => true,
+            Err(e) => {
+                notes.push(format!("Open MPI over ni skipped: {e}"));
+                false
+            }
+        };
     let maxp = o.ranks.iter().copied().max().unwrap_or(2);
     let placements: Vec<(String, String)> = o
         .placements
@@ -786,8 +865,15 @@ fn run(o: Opts) -> R<()> {
                 if mpi {
                     for r in spec::mpi_runs(mode, &o.sizes) {
                         let what = format!("{mode} mpi {} P={p} {}", r.args[1], pl.name());
-                        let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what);
+                        let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, false);
                         keep(mode, "mpi", pl, l, &mut recs);
+                    }
+                }
+                if mpi_ni {
+                    for r in spec::mpi_runs(mode, &o.sizes) {
+                        let what = format!("{mode} mpi-ni {} P={p} {}", r.args[1], pl.name());
+                        let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, true);
+                        keep(mode, "mpi-ni", pl, l, &mut recs);
                     }
                 }
             }

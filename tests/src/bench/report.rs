@@ -61,7 +61,7 @@ impl Rec {
     }
 }
 
-pub const TRANSPORTS: &[&str] = &["ni", "tcp", "unix", "mpi"];
+pub const TRANSPORTS: &[&str] = &["ni", "tcp", "unix", "mpi", "mpi-ni"];
 
 fn describe(metric: &str) -> &'static str {
     match metric {
