@@ -15,7 +15,10 @@ fn main() {
     let dir = profile_dir.join("libfabric");
     let link = dir.join("libni-fi.so");
     if std::fs::create_dir_all(&dir).is_err() {
-        println!("cargo:warning=cannot create {}: FI_PROVIDER_PATH needs a libni-fi.so symlink", dir.display());
+        println!(
+            "cargo:warning=cannot create {}: FI_PROVIDER_PATH needs a libni-fi.so symlink",
+            dir.display()
+        );
         return;
     }
     let _ = std::fs::remove_file(&link);

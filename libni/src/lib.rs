@@ -856,6 +856,17 @@ impl Ni {
         r
     }
 
+    /// One idle turn of a caller's own polling loop, taken as libni's waits take theirs:
+    /// yield the CPU (host processes) or sleep 1 µs (guests), so the device's poller and a
+    /// peer sharing the core get to run. A caller that polls `drain` without this can starve
+    /// the very thread that would finish its operations.
+    pub fn idle(&self) {
+        match self.backoff {
+            Backoff::Sleep => std::thread::sleep(Duration::from_micros(1)),
+            Backoff::Yield => std::thread::yield_now(),
+        }
+    }
+
     /// Give up on `op` without waiting: its completion, now or later, is discarded (the NI
     /// still carries the operation out: a receive may still fill its buffer).
     pub fn forget(&self, op: Op) {

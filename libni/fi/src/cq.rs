@@ -46,7 +46,14 @@ pub struct Cq {
     engines: Mutex<Vec<Weak<Mutex<Engine>>>>,
     /// The AV of the endpoint bound to it, for `fi_cq_readfrom`.
     pub av: Mutex<Option<Arc<Av>>>,
+    /// Since when reads have found nothing (`idle`).
+    idle_since: Mutex<Option<Instant>>,
 }
+
+/// How long an application may poll an empty CQ before each further empty read gives the
+/// CPU away: a window message from a peer on another core arrives within this, a rendezvous
+/// payload needs the device's poller to run.
+const SPIN: Duration = Duration::from_micros(2);
 
 impl Cq {
     pub fn push(&self, e: Entry) {
@@ -66,16 +73,36 @@ impl Cq {
         self.engines.lock().unwrap().push(Arc::downgrade(engine));
     }
 
-    fn progress(&self) {
-        let engines: Vec<_> = self
-            .engines
+    fn engines(&self) -> Vec<Arc<Mutex<Engine>>> {
+        self.engines
             .lock()
             .unwrap()
             .iter()
             .filter_map(Weak::upgrade)
-            .collect();
-        for e in engines {
+            .collect()
+    }
+
+    fn progress(&self) {
+        for e in self.engines() {
             e.lock().unwrap().progress();
+        }
+    }
+
+    /// Nothing to read: give the CPU away as libni's own waits do, so the device's poller
+    /// (rendezvous payloads, the fabric path) and a peer on the same core run. Applications
+    /// poll an empty CQ in a tight loop (Open MPI's progress does).
+    fn idle(&self) {
+        let since = *self
+            .idle_since
+            .lock()
+            .unwrap()
+            .get_or_insert_with(Instant::now);
+        if since.elapsed() < SPIN {
+            return;
+        }
+        if let Some(e) = self.engines().first() {
+            let ni = e.lock().unwrap().ni.clone();
+            ni.idle();
         }
     }
 
@@ -134,8 +161,11 @@ impl Cq {
             }
         }
         if n == 0 {
+            drop(items);
+            self.idle();
             -(FI_EAGAIN as isize)
         } else {
+            *self.idle_since.lock().unwrap() = None;
             n as isize
         }
     }
@@ -236,6 +266,7 @@ pub unsafe fn open(attr: *mut fi_cq_attr, out: *mut *mut fid_cq, context: *mut c
             items: Mutex::new(VecDeque::new()),
             engines: Mutex::new(Vec::new()),
             av: Mutex::new(None),
+            idle_since: Mutex::new(None),
         }),
     });
     // SAFETY: `out` is writable (caller contract).

@@ -668,7 +668,12 @@ fn run_mpi(
     ni: bool,
 ) -> Launch {
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]);
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ]);
     let mut daemon = None;
     if ni {
         let fail = |e: String| Launch {
