@@ -119,7 +119,7 @@ pub fn status_code(s: Status) -> c_int {
 pub fn code_of(e: &Error) -> c_int {
     match e {
         Error::NoSocket => NI_ENOSOCKET,
-        Error::Attach { .. } => NI_EATTACH,
+        Error::Attach { .. } | Error::Busy(_) => NI_EATTACH,
         Error::Device(_) => NI_EDEVICE,
         // A failure always carries a status other than Ok; be safe if it ever does not.
         Error::Failed { status, .. } => match status_code(*status) {

@@ -63,6 +63,8 @@ pub enum Error {
     NoSocket,
     #[error("cannot attach to the NI at {path}: {reason}")]
     Attach { path: String, reason: String },
+    #[error("the NI at {0} is busy: another process is attached to it (one process per NI; the daemon did not answer within 5 s)")]
+    Busy(String),
     #[error("NI device: {0}")]
     Device(String),
     #[error("{op} to/from rank {rank}: {}{}", .status.describe(), truncation(*.status, *.len, *.tag))]

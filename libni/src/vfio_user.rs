@@ -27,6 +27,9 @@ use ni_abi::vfio_user::command::{
 use ni_abi::vfio_user::flags::ERROR as FLAG_ERROR;
 use ni_abi::vfio_user::HEADER;
 
+/// How long a new client waits for the daemon's first answer before calling the NI busy.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct Device {
     stream: UnixStream,
     id: u16,
@@ -61,7 +64,18 @@ impl Device {
         p.extend_from_slice(&1u16.to_le_bytes());
         p.extend_from_slice(caps);
         p.push(0);
-        d.call(VERSION, &p, &[])?;
+        // The daemon serves one client per NI at a time and queues the next connection: a
+        // handshake with no answer means another process holds this NI.
+        let _ = d.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+        let t = std::time::Instant::now();
+        if let Err(e) = d.call(VERSION, &p, &[]) {
+            return Err(if t.elapsed() >= HANDSHAKE_TIMEOUT {
+                Error::Busy(path.display().to_string())
+            } else {
+                e
+            });
+        }
+        let _ = d.stream.set_read_timeout(None);
         let (_, flags, num_regions, _) = {
             let mut q = Vec::new();
             q.extend_from_slice(&16u32.to_le_bytes());

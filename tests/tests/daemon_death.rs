@@ -87,3 +87,30 @@ fn blocked_receive_fails_within_a_second_of_the_daemons_death_then_reattaches() 
 fn same_over_the_fabric_path() {
     run(Some("direct = false\n"));
 }
+
+/// A second process on an NI that is already attached is told the NI is busy (the daemon
+/// serves one client per NI and queues the next connection unanswered) within seconds,
+/// instead of hanging in the handshake; once the first detaches, the NI attaches again.
+#[test]
+fn a_second_client_on_an_attached_ni_hears_busy_not_silence() {
+    let d = Daemon::start(1);
+    let first = ni::Ni::attach_path(&d.sock(0)).expect("first attach");
+    let t = Instant::now();
+    match ni::Ni::attach_path(&d.sock(0)) {
+        Err(ni::Error::Busy(p)) => assert!(p.ends_with("ni0.sock"), "{p}"),
+        Err(e) => panic!("expected Busy, got {e}"),
+        Ok(_) => panic!("two clients attached to one NI"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    drop(first);
+    // The refused connection was queued behind the first session; the NI serves it (it sees
+    // a client that already left) and then the next attach.
+    let again = (0..50).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        ni::Ni::attach_path(&d.sock(0)).ok()
+    });
+    assert!(
+        again.is_some(),
+        "the NI did not attach again after the first client left"
+    );
+}

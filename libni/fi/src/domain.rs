@@ -38,7 +38,10 @@ fn attach() -> Result<Arc<Attached>, (c_int, String)> {
         Location::Socket(p) => Ni::attach_path(p),
         Location::Pci(a) => Ni::attach_pci(a),
     }
-    .map_err(|e| (-FI_ENODEV, e.to_string()))?;
+    .map_err(|e| match e {
+        ni::Error::Busy(_) => (-FI_EBUSY, e.to_string()),
+        e => (-FI_ENODEV, e.to_string()),
+    })?;
     info_log(
         FI_LOG_DOMAIN,
         &format!(
