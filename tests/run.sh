@@ -37,12 +37,12 @@ cargo test --workspace -q
 # The same point-to-point and collective suites with the direct path off: every message and
 # collective through the daemon's fabric (the default run takes the partition window).
 step "point-to-point and collectives again over the fabric path (ni-device --direct off)"
-NI_TEST_DIRECT=off cargo test -q -p ni-tests --test p2p --test collectives --test direct
+NI_TEST_DIRECT=off cargo test -q -p ni-tests --test p2p --test collectives --test direct --test fi_provider
 
 # And with the window guests use (one file every member maps whole; the default gives each
 # writer its own file): the same layout and protocol, other mappings.
 step "point-to-point and collectives again over a shared window (ni-device --direct shared)"
-NI_TEST_DIRECT=shared cargo test -q -p ni-tests --test p2p --test collectives --test direct
+NI_TEST_DIRECT=shared cargo test -q -p ni-tests --test p2p --test collectives --test direct --test fi_provider
 
 if [ "${NI_SKIP_VM:-0}" = 1 ]; then
   step "VM tests SKIPPED because NI_SKIP_VM=1: QEMU guests were not booted"

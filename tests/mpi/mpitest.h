@@ -5,7 +5,8 @@
  * which prints `FAIL <check> (rank r): watchdog` and exits, so a blocking MPI call that never
  * returns cannot hang the run); fail() records a mismatch with a message on the failing rank;
  * end() sends every rank's verdict to rank 0 over a private communicator (point-to-point,
- * polled with a deadline) and rank 0 prints `PASS <check>` or `FAIL <check>`. Waits that can
+ * polled with a deadline) and rank 0 prints `PASS <check>` or `FAIL <check>`, then releases
+ * the others (so end() is a barrier: no message of one check can meet a receive of the next). Waits that can
  * hang are polled with MPI_Test/MPI_Testall under an MPI_Wtime deadline (wait_all) and abort
  * the job with a FAIL line when the deadline passes. finish() returns the exit status: 1 if any
  * check failed on this rank (rank 0: on any rank), else 0.
@@ -43,10 +44,11 @@ static void t_watchdog(int sig)
     int n = snprintf(msg, sizeof msg, "FAIL %s (rank %d): watchdog: no progress for %u s\n",
                      t_name ? t_name : "?", t_rank, t_check_secs);
     if (n > 0)
-        (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-    (void)!write(1, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+        (void)!write(1, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
     _exit(3);
 }
+
+static void t_args(int argc, char **argv);
 
 static void t_init(int *argc, char ***argv)
 {
@@ -60,6 +62,48 @@ static void t_init(int *argc, char ***argv)
     t_wait_secs = t_check_secs / 2.0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGALRM, t_watchdog);
+    t_args(*argc, *argv);
+}
+
+/* Which groups of checks run: argv `--only a,b` or `--skip a,b` (group ids as main() names
+ * them), for narrowing down a failure; the default is all. */
+static const char *t_only, *t_skip;
+
+static void t_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            t_only = argv[++i];
+        else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc)
+            t_skip = argv[++i];
+        else {
+            if (t_rank == 0)
+                fprintf(stderr, "usage: %s [--only ID,ID...] [--skip ID,ID...]\n", argv[0]);
+            MPI_Finalize();
+            exit(2);
+        }
+    }
+}
+
+static int in_list(const char *list, const char *id)
+{
+    size_t n = strlen(id);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, id, n) == 0)
+            return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Whether the group `id` runs (the same answer on every rank: same argv). */
+static int want(const char *id)
+{
+    if (t_only && !in_list(t_only, id))
+        return 0;
+    return !in_list(t_skip, id);
 }
 
 static void begin(const char *fmt, ...)
@@ -169,10 +213,18 @@ static void end(void)
             t_failed_any = 1;
             printf("FAIL %s (first failing rank: %d)\n", t_name_buf, ok ? bad_rank : 0);
         }
+        /* release the others: no message of the next check can meet a receive of this one */
+        for (int r = 1; r < t_size; r++) {
+            MPI_Request q;
+            MPI_Isend(&all, 1, MPI_INT, r, 1, t_ctl, &q);
+            wait_one(&q, MPI_STATUS_IGNORE, "releasing a rank after the verdict");
+        }
     } else {
-        MPI_Request q;
-        MPI_Isend(&ok, 1, MPI_INT, 0, 0, t_ctl, &q);
-        wait_one(&q, MPI_STATUS_IGNORE, "sending the verdict to rank 0");
+        MPI_Request q[2];
+        int all = 0;
+        MPI_Isend(&ok, 1, MPI_INT, 0, 0, t_ctl, &q[0]);
+        MPI_Irecv(&all, 1, MPI_INT, 0, 1, t_ctl, &q[1]);
+        wait_all(2, q, MPI_STATUSES_IGNORE, "the verdict exchange with rank 0");
     }
     alarm(0);
     t_name = NULL;
