@@ -50,6 +50,11 @@ pub const MAX_MSG: usize = 1 << 30;
 const POOL_BYTES: usize = 64 << 20;
 /// Staging regions are allocated in powers of two from here.
 const POOL_MIN: usize = 64 << 10;
+/// Staging regions alive at once (in use and pooled). Each is a file the daemon maps, and it
+/// takes at most 64 files of one client (`device/src/dma.rs`, `MAX_FILES`); the rest are the
+/// slots and libni's own rings. Past this a send answers `-FI_EAGAIN` and a matched
+/// rendezvous receive waits for a region to come back.
+const STAGING_MAX: usize = 32;
 
 const KIND_EAGER: u8 = 1;
 const KIND_RTS: u8 = 2;
@@ -333,6 +338,10 @@ pub struct Engine {
     next_id: u32,
     pool: BTreeMap<usize, Vec<Region>>,
     pool_bytes: usize,
+    /// Staging regions alive (in use or pooled).
+    staging_live: usize,
+    /// Matched rendezvous receives waiting for a staging region.
+    rndv_waiting: VecDeque<Delivery>,
     batch: Vec<(u64, ni::Result<Done>)>,
     pub counters: Counters,
 }
@@ -387,6 +396,8 @@ impl Engine {
             next_id: 0,
             pool: BTreeMap::new(),
             pool_bytes: 0,
+            staging_live: 0,
+            rndv_waiting: VecDeque::new(),
             batch: Vec::new(),
             counters: Counters::default(),
         }
@@ -455,6 +466,17 @@ impl Engine {
             }
         }
         self.batch = batch;
+        // Receives that waited for a staging region, now that finished ones returned theirs.
+        while self.staging_live < STAGING_MAX || self.pool_bytes > 0 {
+            let Some(to) = self.rndv_waiting.pop_front() else {
+                break;
+            };
+            let before = self.rndv_waiting.len();
+            self.start_rndv_recv(to);
+            if self.rndv_waiting.len() > before {
+                break;
+            }
+        }
         arrivals.sort_by_key(|a| (a.0, a.1));
         for (_, _, slot, r) in arrivals {
             match r {
@@ -574,7 +596,11 @@ impl Engine {
         let staging = match want {
             0 => None,
             n => match self.staging(n) {
-                Ok(r) => Some(r),
+                Ok(Some(r)) => Some(r),
+                Ok(None) => {
+                    self.rndv_waiting.push_back(to);
+                    return;
+                }
                 Err(e) => {
                     self.fail_recv(&to, fi_err(&e), &format!("staging {n} bytes: {e}"));
                     return;
@@ -703,16 +729,27 @@ impl Engine {
         }
     }
 
-    /// A registered buffer of at least `n` bytes, from the pool when one is free.
-    fn staging(&mut self, n: usize) -> ni::Result<Region> {
+    /// A registered buffer of at least `n` bytes, from the pool when one is free; `None`
+    /// when [`STAGING_MAX`] regions are in use.
+    fn staging(&mut self, n: usize) -> ni::Result<Option<Region>> {
         let size = n.max(POOL_MIN).next_power_of_two();
-        if let Some(v) = self.pool.get_mut(&size) {
-            if let Some(r) = v.pop() {
-                self.pool_bytes -= size;
-                return Ok(r);
-            }
+        if let Some(r) = self.pool.get_mut(&size).and_then(Vec::pop) {
+            self.pool_bytes -= size;
+            return Ok(Some(r));
         }
-        self.ni.alloc(size)
+        if self.staging_live >= STAGING_MAX {
+            // Make room by dropping a pooled region of another size.
+            let Some((&other, _)) = self.pool.iter().find(|(_, v)| !v.is_empty()) else {
+                return Ok(None);
+            };
+            let r = self.pool.get_mut(&other).and_then(Vec::pop).unwrap();
+            self.pool_bytes -= r.len();
+            self.staging_live -= 1;
+            drop(r);
+        }
+        let r = self.ni.alloc(size)?;
+        self.staging_live += 1;
+        Ok(Some(r))
     }
 
     fn recycle(&mut self, r: Region) {
@@ -720,6 +757,8 @@ impl Engine {
         if size.is_power_of_two() && self.pool_bytes + size <= POOL_BYTES {
             self.pool_bytes += size;
             self.pool.entry(size).or_default().push(r);
+        } else {
+            self.staging_live -= 1;
         }
     }
 
@@ -799,9 +838,18 @@ impl Engine {
             return Ok(());
         }
         // Rendezvous: the payload staged, then its RTS.
-        let staging = self
+        let mut staging = self
             .staging(len)
             .map_err(|e| (fi_err(&e), format!("staging {len} bytes: {e}")))?;
+        if staging.is_none() {
+            self.progress();
+            staging = self
+                .staging(len)
+                .map_err(|e| (fi_err(&e), format!("staging {len} bytes: {e}")))?;
+        }
+        let Some(staging) = staging else {
+            return Err((FI_EAGAIN, String::new()));
+        };
         // SAFETY: the staging region is ours until its send completes; the caller's buffer
         // is readable for `len` bytes.
         unsafe {
@@ -818,6 +866,10 @@ impl Engine {
                 return Err((fi_err(&e), format!("send to rank {dest}: {e}")));
             }
         };
+        // The staging wait above may have progressed the NI: take the slot now, not the one
+        // that was last free before (it may since be another's).
+        let slot = *self.tx_free.last().unwrap();
+        let at = slot * SLOT;
         let tx = self.tx.as_ref().expect("enabled");
         tx.write_at(at, &h.encode());
         let rts = self.ni.isend(dest, tx, at..at + HEADER, EAGER_TAG);
