@@ -1,15 +1,20 @@
 /* The small harness the MPI tests of tests/mpi share (p2p.c, coll.c).
  *
  * A test program is a sequence of checks. Each check runs on every rank between begin() and
- * end(): begin() names it and arms a watchdog (SIGALRM after MPITEST_CHECK_SECS, default 120 s,
- * which prints `FAIL <check> (rank r): watchdog` and exits, so a blocking MPI call that never
- * returns cannot hang the run); fail() records a mismatch with a message on the failing rank;
- * end() sends every rank's verdict to rank 0 over a private communicator (point-to-point,
- * polled with a deadline) and rank 0 prints `PASS <check>` or `FAIL <check>`, then releases
- * the others (so end() is a barrier: no message of one check can meet a receive of the next). Waits that can
- * hang are polled with MPI_Test/MPI_Testall under an MPI_Wtime deadline (wait_all) and abort
- * the job with a FAIL line when the deadline passes. finish() returns the exit status: 1 if any
- * check failed on this rank (rank 0: on any rank), else 0.
+ * end(). begin() names it and arms a watchdog: SIGALRM after MPITEST_CHECK_SECS (default
+ * 120 s) prints `FAIL <check> (rank r): watchdog: no progress ..., in <where()>` and exits, so
+ * a blocking MPI call that never returns cannot hang the run, and the line says where it hung.
+ * fail() records a mismatch with a message on the failing rank. end() sends every rank's
+ * verdict to rank 0 over a private communicator (point to point, polled under a deadline
+ * longer than the watchdog's, so a rank hanging in the check speaks first), rank 0 prints
+ * `PASS <check>` or `FAIL <check>` and releases the others: end() is a barrier, so no message
+ * of one check can meet a receive of the next. Waits that can hang inside a check are polled
+ * with MPI_Test/MPI_Testall/MPI_Iprobe under an MPI_Wtime deadline (wait_all: half of
+ * MPITEST_CHECK_SECS) and abort the job with a FAIL line when it passes. An MPI error on
+ * MPI_COMM_WORLD (or a communicator made from it that did not choose MPI_ERRORS_RETURN) is a
+ * FAIL line naming the check, then the job ends. finish() returns the exit status: 1 if any
+ * check failed on this rank (rank 0: on any rank), else 0. `--only ID,..` / `--skip ID,..`
+ * choose groups of checks (want()).
  *
  * Payload bytes come from pattern(): a function of (seed, index) so that every message of a
  * test has distinct contents and a byte in the wrong place is caught. */
@@ -35,14 +40,15 @@ static int t_failed_local; /* any check failed on this rank */
 static int t_failed_any;   /* rank 0: any check failed on any rank */
 static int t_checks, t_passed;
 static unsigned t_check_secs = 120;
+static char t_where[120]; /* where in the running check (set by where()), for the watchdog */
 static double t_wait_secs = 60.0;
 
 static void t_watchdog(int sig)
 {
     (void)sig;
-    char msg[320];
-    int n = snprintf(msg, sizeof msg, "FAIL %s (rank %d): watchdog: no progress for %u s\n",
-                     t_name ? t_name : "?", t_rank, t_check_secs);
+    char msg[480];
+    int n = snprintf(msg, sizeof msg, "FAIL %s (rank %d): watchdog: no progress for %u s%s%s\n",
+                     t_name ? t_name : "?", t_rank, t_check_secs, t_where[0] ? ", in " : "", t_where);
     if (n > 0)
         (void)!write(1, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
     _exit(3);
@@ -50,11 +56,30 @@ static void t_watchdog(int sig)
 
 static void t_args(int argc, char **argv);
 
+/* MPI_COMM_WORLD's error handler (and so of every comm made from it that does not set its
+ * own): an MPI error is a FAIL line naming the running check, then the job ends. */
+static void t_mpi_error(MPI_Comm *comm, int *code, ...)
+{
+    (void)comm;
+    char es[MPI_MAX_ERROR_STRING] = "";
+    int len = 0, cls = -1;
+    MPI_Error_string(*code, es, &len);
+    MPI_Error_class(*code, &cls);
+    printf("FAIL %s (rank %d): an MPI call failed: error class %d (%s)\n",
+           t_name ? t_name : "(between checks)", t_rank, cls, es);
+    fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, 6);
+}
+
 static void t_init(int *argc, char ***argv)
 {
     MPI_Init(argc, argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &t_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &t_size);
+    MPI_Errhandler eh;
+    MPI_Comm_create_errhandler(t_mpi_error, &eh);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh);
+    MPI_Errhandler_free(&eh);
     MPI_Comm_dup(MPI_COMM_WORLD, &t_ctl);
     const char *s = getenv("MPITEST_CHECK_SECS");
     if (s && atoi(s) > 0)
@@ -113,8 +138,18 @@ static void begin(const char *fmt, ...)
     vsnprintf(t_name_buf, sizeof t_name_buf, fmt, ap);
     va_end(ap);
     t_name = t_name_buf;
+    t_where[0] = 0;
     t_ok = 1;
     alarm(t_check_secs);
+}
+
+/* Say where in the check we are (the watchdog prints it if this is where it hangs). */
+static inline void where(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_where, sizeof t_where, fmt, ap);
+    va_end(ap);
 }
 
 static void fail(const char *fmt, ...)
@@ -149,6 +184,16 @@ static void fail(const char *fmt, ...)
             fail("%s returned %d (%s)", #call, rc_, es_);                                      \
         }                                                                                      \
     } while (0)
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        MPI_Abort(MPI_COMM_WORLD, 5);
+    }
+    return p;
+}
 
 static void t_timeout(const char *what, double secs)
 {
@@ -194,16 +239,21 @@ static void end(void)
     int ok = t_ok > 0;
     if (!ok)
         t_failed_local = 1;
+    /* Waiting here for a rank that hangs in the check: wait longer than the watchdog gives the
+     * check, so that the hanging rank's watchdog speaks first and names where it hangs. */
+    alarm(0);
+    double secs = t_check_secs + 10.0;
     if (t_rank == 0) {
-        int all = ok, bad_rank = -1;
+        int all = ok, bad_rank = -1, n = t_size - 1;
+        int *v = calloc((size_t)t_size, sizeof *v);
+        MPI_Request *q = xmalloc(sizeof *q * (size_t)t_size);
+        for (int r = 1; r < t_size; r++)
+            MPI_Irecv(&v[r], 1, MPI_INT, r, 0, t_ctl, &q[r - 1]);
+        wait_all_for(n, q, MPI_STATUSES_IGNORE, secs, "the verdicts of the other ranks");
         for (int r = 1; r < t_size; r++) {
-            int v = 0;
-            MPI_Request q;
-            MPI_Irecv(&v, 1, MPI_INT, r, 0, t_ctl, &q);
-            wait_one(&q, MPI_STATUS_IGNORE, "verdict from a rank");
-            if (!v && bad_rank < 0)
+            if (!v[r] && bad_rank < 0)
                 bad_rank = r;
-            all = all && v;
+            all = all && v[r];
         }
         t_checks++;
         if (all) {
@@ -214,19 +264,18 @@ static void end(void)
             printf("FAIL %s (first failing rank: %d)\n", t_name_buf, ok ? bad_rank : 0);
         }
         /* release the others: no message of the next check can meet a receive of this one */
-        for (int r = 1; r < t_size; r++) {
-            MPI_Request q;
-            MPI_Isend(&all, 1, MPI_INT, r, 1, t_ctl, &q);
-            wait_one(&q, MPI_STATUS_IGNORE, "releasing a rank after the verdict");
-        }
+        for (int r = 1; r < t_size; r++)
+            MPI_Isend(&all, 1, MPI_INT, r, 1, t_ctl, &q[r - 1]);
+        wait_all_for(n, q, MPI_STATUSES_IGNORE, secs, "releasing the other ranks");
+        free(q);
+        free(v);
     } else {
         MPI_Request q[2];
         int all = 0;
         MPI_Isend(&ok, 1, MPI_INT, 0, 0, t_ctl, &q[0]);
         MPI_Irecv(&all, 1, MPI_INT, 0, 1, t_ctl, &q[1]);
-        wait_all(2, q, MPI_STATUSES_IGNORE, "the verdict exchange with rank 0");
+        wait_all_for(2, q, MPI_STATUSES_IGNORE, secs, "the verdict exchange with rank 0");
     }
-    alarm(0);
     t_name = NULL;
 }
 
@@ -270,16 +319,6 @@ static int check_bytes(const void *buf, size_t n, uint32_t seed, const char *wha
             return 0;
         }
     return 1;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory (%zu bytes)\n", n);
-        MPI_Abort(MPI_COMM_WORLD, 5);
-    }
-    return p;
 }
 
 static void sleep_ms(int ms)

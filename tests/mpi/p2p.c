@@ -7,8 +7,8 @@
  * carry a guard region that must stay untouched. See mpitest.h for PASS/FAIL and deadlines.
  *
  *   mpirun -n 2|3|4 ... ./p2p        prints `PASS <check>` per check, exits 1 on any FAIL
- *   ./p2p --only order,ssend / --skip order   groups: blocking many any order ssend ring probe
- *                                    mprobe cancel truncate tags vector order backlog */
+ *   ./p2p --only order,ssend / --skip order   groups: blocking many any ssend ring probe mprobe
+ *                                    cancel truncate tags vector self persistent order backlog */
 #include "mpitest.h"
 #include <limits.h>
 
@@ -199,6 +199,7 @@ static void t_order(void)
         for (int i = 0; i < NORDER; i++) {
             sb[i] = xmalloc(order_size(i));
             fill(sb[i], order_size(i), 777000u + (uint32_t)i);
+            where("MPI_Isend %d of %d", i + 1, NORDER);
             MPI_Isend(sb[i], (int)order_size(i), MPI_BYTE, partner, 9, MPI_COMM_WORLD, &rq[i]);
         }
         wait_all(NORDER, rq, MPI_STATUSES_IGNORE, "the 1000 Isends");
@@ -233,10 +234,117 @@ static void t_order(void)
     end();
 }
 
+/* Messages to oneself: with pml cm they go through the MTL and the provider like any other
+ * (there is no self BTL), so rank r sends to rank r over its own NI. Eager and rendezvous
+ * sizes, Isend before Irecv and the other way round, and MPI_Sendrecv with oneself. */
+static void t_self(void)
+{
+    static const size_t sz[] = {0, 8, 4056, 4057, 300000};
+    begin("send to oneself (0, 8, 4056, 4057, 300000 B; Isend first, Irecv first, Sendrecv)");
+    for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) {
+        size_t n = sz[k];
+        unsigned char *sb = xmalloc(n), *rb = xmalloc(n + GUARD);
+        for (int order = 0; order < 2; order++) {
+            uint32_t seed = 1200u + (uint32_t)(k * 2 + order) + (uint32_t)t_rank * 100;
+            fill(sb, n, seed);
+            memset(rb, GUARD_BYTE, n + GUARD);
+            MPI_Request q[2];
+            MPI_Status st[2];
+            if (order == 0) {
+                MPI_OK(MPI_Isend(sb, (int)n, MPI_BYTE, t_rank, 120, MPI_COMM_WORLD, &q[0]));
+                MPI_OK(MPI_Irecv(rb, (int)(n + GUARD), MPI_BYTE, t_rank, 120, MPI_COMM_WORLD, &q[1]));
+            } else {
+                MPI_OK(MPI_Irecv(rb, (int)(n + GUARD), MPI_BYTE, t_rank, 120, MPI_COMM_WORLD, &q[1]));
+                MPI_OK(MPI_Isend(sb, (int)n, MPI_BYTE, t_rank, 120, MPI_COMM_WORLD, &q[0]));
+            }
+            wait_all(2, q, st, "a message to oneself");
+            CHECK(count_of(&st[1], MPI_BYTE) == (int)n && st[1].MPI_SOURCE == t_rank,
+                  "%zu B to self: count %d source %d", n, count_of(&st[1], MPI_BYTE), st[1].MPI_SOURCE);
+            check_bytes(rb, n, seed, "message to oneself");
+            guard_ok(rb + n, GUARD, "message to oneself");
+        }
+        fill(sb, n, 1300u + (uint32_t)k);
+        MPI_Status st;
+        MPI_OK(MPI_Sendrecv(sb, (int)n, MPI_BYTE, t_rank, 121, rb, (int)n, MPI_BYTE, t_rank, 121,
+                            MPI_COMM_WORLD, &st));
+        check_bytes(rb, n, 1300u + (uint32_t)k, "Sendrecv with oneself");
+        free(sb);
+        free(rb);
+    }
+    end();
+}
+
+/* Persistent requests: MPI_Send_init / MPI_Recv_init started 50 times with MPI_Startall, the
+ * buffer refilled between rounds (eager and rendezvous), then freed. Also a struct datatype
+ * of absolute addresses sent from MPI_BOTTOM with MPI_Send and MPI_Isend (MPI 3.1 §4.1.5). */
+static void t_persistent(void)
+{
+    static const size_t sz[2] = {100, 20000};
+    begin("persistent Send_init/Recv_init x50 (100 B, 20000 B), MPI_BOTTOM + absolute struct");
+    if (partner >= 0) {
+        for (int k = 0; k < 2; k++) {
+            size_t n = sz[k];
+            unsigned char *sb = xmalloc(n), *rb = xmalloc(n);
+            MPI_Request q[2];
+            MPI_OK(MPI_Recv_init(rb, (int)n, MPI_BYTE, partner, 130 + k, MPI_COMM_WORLD, &q[0]));
+            MPI_OK(MPI_Send_init(sb, (int)n, MPI_BYTE, partner, 130 + k, MPI_COMM_WORLD, &q[1]));
+            for (int round = 0; round < 50 && t_ok > -5; round++) {
+                uint32_t out = 13000u + (uint32_t)(round * 4 + k * 2 + (is_a ? 0 : 1));
+                uint32_t in = 13000u + (uint32_t)(round * 4 + k * 2 + (is_a ? 1 : 0));
+                fill(sb, n, out);
+                memset(rb, 0, n);
+                MPI_OK(MPI_Startall(2, q));
+                MPI_Status st[2];
+                wait_all(2, q, st, "a round of persistent requests");
+                char what[48];
+                snprintf(what, sizeof what, "round %d, %zu B", round, n);
+                CHECK(count_of(&st[0], MPI_BYTE) == (int)n, "%s: count %d", what, count_of(&st[0], MPI_BYTE));
+                check_bytes(rb, n, in, what);
+            }
+            MPI_Request_free(&q[0]);
+            MPI_Request_free(&q[1]);
+            free(sb);
+            free(rb);
+        }
+        /* MPI_BOTTOM: 5 ints at an absolute address, received the same way */
+        int x[5], y[5] = {-1, -1, -1, -1, -1}, five = 5;
+        for (int i = 0; i < 5; i++)
+            x[i] = t_rank * 1000 + i;
+        MPI_Aint ax, ay;
+        MPI_Get_address(x, &ax);
+        MPI_Get_address(y, &ay);
+        MPI_Datatype it = MPI_INT, tx, ty;
+        MPI_Type_create_struct(1, &five, &ax, &it, &tx);
+        MPI_Type_create_struct(1, &five, &ay, &it, &ty);
+        MPI_Type_commit(&tx);
+        MPI_Type_commit(&ty);
+        for (int nb = 0; nb < 2; nb++) {
+            for (int i = 0; i < 5; i++)
+                y[i] = -1;
+            MPI_Request q[2];
+            MPI_OK(MPI_Irecv(MPI_BOTTOM, 1, ty, partner, 135, MPI_COMM_WORLD, &q[0]));
+            if (nb) {
+                MPI_OK(MPI_Isend(MPI_BOTTOM, 1, tx, partner, 135, MPI_COMM_WORLD, &q[1]));
+                wait_all(2, q, MPI_STATUSES_IGNORE, "MPI_BOTTOM Isend/Irecv");
+            } else {
+                MPI_OK(MPI_Send(MPI_BOTTOM, 1, tx, partner, 135, MPI_COMM_WORLD));
+                wait_one(&q[0], NULL, "MPI_BOTTOM receive");
+            }
+            for (int i = 0; i < 5; i++)
+                CHECK(y[i] == partner * 1000 + i, "MPI_BOTTOM %s: int %d is %d, expected %d",
+                      nb ? "Isend" : "Send", i, y[i], partner * 1000 + i);
+        }
+        MPI_Type_free(&tx);
+        MPI_Type_free(&ty);
+    }
+    end();
+}
+
 /* NBACKLOG rendezvous-sized Isends a -> b all outstanding before b has posted anything: b
- * first waits for a's "all posted" message (another tag), then receives them in order. MPI
- * must complete them all once the receives are posted (progress rule, MPI 3.1 §3.7.4); the
- * sender holds every payload in flight at once. */
+ * first waits for a's "all posted" message (another tag), then receives them in order.
+ * MPI_Isend is nonblocking (MPI 3.1 §3.7.2): each must return without b having posted
+ * anything, and all must complete once the receives are posted (progress, §3.7.4). The sender
+ * holds every payload in flight at once, more than the provider's send queue (256). */
 #define NBACKLOG 200
 static void t_rndv_backlog(void)
 {
@@ -246,9 +354,11 @@ static void t_rndv_backlog(void)
         unsigned char *sb = xmalloc((size_t)NBACKLOG * 8000);
         for (int i = 0; i < NBACKLOG; i++) {
             fill(sb + (size_t)i * 8000, 8000, 880000u + (uint32_t)i);
+            where("MPI_Isend %d of %d (MPI_Isend must return without the receiver)", i + 1, NBACKLOG);
             MPI_OK(MPI_Isend(sb + (size_t)i * 8000, 8000, MPI_BYTE, partner, 88, MPI_COMM_WORLD, &rq[i]));
         }
         int posted = NBACKLOG;
+        where("MPI_Send of the 'all posted' message");
         MPI_OK(MPI_Send(&posted, 1, MPI_INT, partner, 89, MPI_COMM_WORLD));
         wait_all(NBACKLOG, rq, MPI_STATUSES_IGNORE, "the rendezvous Isends");
         free(sb);
@@ -803,8 +913,13 @@ int main(int argc, char **argv)
         t_vector(4);
         t_vector(2000);
     }
-    /* last: these two fail with the provider's staging limit (see tests/mpi/README.md) and a
-     * failed send aborts the job, so they run after everything else has reported */
+    if (want("self"))
+        t_self();
+    if (want("persistent"))
+        t_persistent();
+    /* last: these two keep many rendezvous sends in flight, which the provider may refuse with
+     * a hard error (see tests/mpi/README.md, "Known failure"); a failed send aborts the job,
+     * so they run after everything else has reported */
     if (want("order"))
         t_order();
     if (want("backlog"))
