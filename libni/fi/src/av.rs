@@ -169,7 +169,7 @@ pub unsafe fn open(
         }
     };
     if let Some(a) = a {
-        if !a.name.is_null() || a.flags & (FI_SHARED_AV | FI_SYMMETRIC_EVENT) != 0 {
+        if !a.name.is_null() || a.flags & (FI_SHARED_AV | FI_EVENT) != 0 {
             warn(
                 FI_LOG_AV,
                 "ni: fi_av_open: named, shared or event AVs are not offered",
@@ -204,9 +204,6 @@ pub unsafe fn open(
     unsafe { *out = Box::into_raw(av) as *mut fid_av };
     0
 }
-
-/// `FI_EVENT` on the AV (asynchronous inserts through an EQ): not offered.
-const FI_SYMMETRIC_EVENT: u64 = 1 << 24;
 
 unsafe extern "C" fn av_close(f: *mut fid) -> c_int {
     guard(|| {

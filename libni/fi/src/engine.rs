@@ -566,7 +566,7 @@ impl Engine {
 
     fn complete_recv(&mut self, to: &Delivery, n: usize, full: usize) {
         let h = &to.hdr;
-        let mut flags = FI_RECV | if h.tagged() { FI_TAGGED } else { FI_MSG };
+        let mut flags = recv_flags(h.tagged());
         if h.flags & F_DATA != 0 {
             flags |= FI_REMOTE_CQ_DATA;
         }
@@ -636,7 +636,7 @@ impl Engine {
             cq.push_err(
                 Entry {
                     context: to.context,
-                    flags: FI_RECV | if to.hdr.tagged() { FI_TAGGED } else { FI_MSG },
+                    flags: recv_flags(to.hdr.tagged()),
                     len: 0,
                     buf: 0,
                     data: to.hdr.data,
@@ -1005,7 +1005,7 @@ impl Engine {
             cq.push_err(
                 Entry {
                     context,
-                    flags: FI_RECV | if tagged { FI_TAGGED } else { FI_MSG },
+                    flags: recv_flags(tagged),
                     len: 0,
                     buf: 0,
                     data: 0,
@@ -1063,7 +1063,7 @@ impl Engine {
                 if let Some(cq) = self.rx_cq.clone() {
                     cq.push(Entry {
                         context,
-                        flags: FI_RECV | if u.hdr.tagged() { FI_TAGGED } else { FI_MSG },
+                        flags: recv_flags(u.hdr.tagged()),
                         len: 0,
                         buf: 0,
                         data: u.hdr.data,
@@ -1092,7 +1092,7 @@ impl Engine {
                     cq.push_err(
                         Entry {
                             context,
-                            flags: FI_RECV | if q == 0 { FI_TAGGED } else { FI_MSG },
+                            flags: recv_flags(q == 0),
                             len: 0,
                             buf: p.iov.first(),
                             data: 0,
@@ -1118,6 +1118,11 @@ impl Engine {
     pub fn rx_left(&self) -> usize {
         RX_SLOTS.saturating_sub(self.posted[0].len() + self.posted[1].len())
     }
+}
+
+/// The flags of a receive's completion: `FI_RECV` and which kind of message.
+fn recv_flags(tagged: bool) -> u64 {
+    FI_RECV | if tagged { FI_TAGGED } else { FI_MSG }
 }
 
 /// Engines are reached from every libfabric call on their endpoint or CQ.

@@ -36,6 +36,8 @@ pub const FI_PEEK: u64 = 1 << 19;
 pub const FI_TRIGGER: u64 = 1 << 20;
 pub const FI_FENCE: u64 = 1 << 21;
 pub const FI_COMPLETION: u64 = 1 << 24;
+/// `FI_COMPLETION` by its AV name (asynchronous inserts reported through an EQ).
+pub const FI_EVENT: u64 = FI_COMPLETION;
 pub const FI_INJECT: u64 = 1 << 25;
 pub const FI_INJECT_COMPLETE: u64 = 1 << 26;
 pub const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
@@ -1019,6 +1021,7 @@ pub fn constants() -> Vec<(&'static str, i128)> {
         FI_MORE,
         FI_PEEK,
         FI_COMPLETION,
+        FI_EVENT,
         FI_INJECT,
         FI_INJECT_COMPLETE,
         FI_TRANSMIT_COMPLETE,
