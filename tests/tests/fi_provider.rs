@@ -123,13 +123,25 @@ struct Ran {
 impl Role {
     /// `fi_conformance RANK PEER RDV CASE` on NI `rank`, with `FI_LOG_LEVEL=warn`.
     fn start(d: &Daemon, prov: &Path, rdv: &Path, case: &str, rank: u32, peer: u32) -> Role {
+        Role::start_logging(d, prov, rdv, case, rank, peer, "warn")
+    }
+
+    fn start_logging(
+        d: &Daemon,
+        prov: &Path,
+        rdv: &Path,
+        case: &str,
+        rank: u32,
+        peer: u32,
+        level: &str,
+    ) -> Role {
         let stdout = rdv.with_file_name(format!("{case}.{rank}.stdout"));
         let stderr = rdv.with_file_name(format!("{case}.{rank}.stderr"));
         let mut cmd = on_ni(Command::new(conformance()), d, prov, rank);
         cmd.args([rank.to_string(), peer.to_string()])
             .arg(rdv)
             .arg(case)
-            .env("FI_LOG_LEVEL", "warn")
+            .env("FI_LOG_LEVEL", level)
             .stdout(File::create(&stdout).unwrap())
             .stderr(File::create(&stderr).unwrap());
         let child = cmd.spawn().expect("starting fi_conformance");
@@ -248,10 +260,57 @@ fn tagged_messages_of_every_size_arrive_intact() {
 }
 
 /// fi_endpoint(3) msg_order FI_ORDER_SAS: 1000 same-tag messages, eager and rendezvous
-/// mixed, match the receives in sending order (and the send buffer is reusable at once).
+/// mixed, match the receives in sending order.
 #[test]
 fn same_tag_messages_match_in_sending_order() {
     run_case("order", Warnings::Quiet);
+}
+
+/// fi_msg(3)/fi_tagged(3): accepting a send does not wait for its receiver. 100 rendezvous
+/// sends are accepted before the receiver posts anything — more than the provider stages
+/// ahead (`SEND_EAGER_MAX`), so the rest go on request (RTS with F_CTS) — and then all
+/// arrive intact in reverse order, one dropped by FI_PEEK|FI_DISCARD, every send completing.
+/// The sender's counters (FI_LOG_LEVEL=info at endpoint close) must show both kinds.
+#[test]
+fn sends_are_accepted_before_their_receiver_posts() {
+    let case = "backlog";
+    let d = Daemon::start(2);
+    let root = root_of(&d);
+    let prov = provider_dir(&root);
+    let rdv = root.join(format!("rdv-{case}"));
+    std::fs::create_dir_all(&rdv).unwrap();
+    let roles = [
+        Role::start(&d, &prov, &rdv, case, 0, 1),
+        Role::start_logging(&d, &prov, &rdv, case, 1, 0, "info"),
+    ];
+    let ran: Vec<Ran> = roles.into_iter().map(Role::finish).collect();
+    assert_passed(case, &ran, &d);
+    let closed = ran[1]
+        .stderr
+        .lines()
+        .find(|l| l.contains("endpoint closed"))
+        .unwrap_or_else(|| panic!("no counters at endpoint close:\n{}", report(&ran, &d)));
+    let count = |name: &str| -> u64 {
+        let at = closed.find(&format!("{name}: ")).expect(name) + name.len() + 2;
+        closed[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(count("rndv_sent"), 100, "{closed}");
+    let on_request = count("rndv_on_request");
+    assert!(
+        (1..100).contains(&on_request),
+        "expected some sends staged ahead and the rest on request: {closed}"
+    );
+    assert_eq!(count("bad_headers") + count("stray_cts"), 0, "{closed}");
+    assert!(
+        provider_warnings(&ran[0].stderr).is_empty(),
+        "{}",
+        ran[0].stderr
+    );
 }
 
 /// fi_tagged(3) fi_trecv ignore and src_addr: a receive takes only messages whose tag bits

@@ -14,6 +14,14 @@
 //!   that matched the `RTS` posts a libni receive from that source with that tag into a
 //!   staging buffer no larger than its own receive buffer, so the NI copies the payload once
 //!   and a lying length cannot make it allocate more than it posted.
+//! - **rendezvous on request** (larger, when [`SEND_EAGER_MAX`] staged sends already wait
+//!   for their receivers): the `RTS` carries `F_CTS` and the sender stages nothing yet. The
+//!   receiver that matched it posts its libni receive and answers a `CTS` header; only then
+//!   does the sender stage and send. Staging is registered memory, a file the daemon maps,
+//!   and it holds at most 64 of one client's (`device/src/dma.rs`, `MAX_FILES`): were a send
+//!   to wait for staging while every region waited for receivers the application has not yet
+//!   posted, `MPI_Isend` would wait on its receiver. On request, a region is held only by a
+//!   transfer both sides have agreed to, which the NIs finish without the applications.
 //!
 //! Ordering: every header carries a per-(sender → receiver) sequence number. libni keeps one
 //! sender's messages in order and the receiver takes them in sequence order, so MPI's
@@ -52,14 +60,37 @@ const POOL_BYTES: usize = 64 << 20;
 const POOL_MIN: usize = 64 << 10;
 /// Staging regions alive at once (in use and pooled). Each is a file the daemon maps, and it
 /// takes at most 64 files of one client (`device/src/dma.rs`, `MAX_FILES`); the rest are the
-/// slots and libni's own rings. Past this a send answers `-FI_EAGAIN` and a matched
-/// rendezvous receive waits for a region to come back.
+/// slots and libni's own rings.
 const STAGING_MAX: usize = 32;
+/// Of those, in use at once by staged sends waiting for their receivers (past it a send goes
+/// on request), ...
+pub const SEND_EAGER_MAX: usize = 12;
+/// ... by sends answering a `CTS` (past it a `CTS` waits for one of them to finish), ...
+const SEND_CTS_MAX: usize = 10;
+/// ... and by matched receives (past it a receive waits for one of them to finish). The
+/// classes sum to [`STAGING_MAX`], so a class under its limit always finds a file.
+const RECV_MAX: usize = STAGING_MAX - SEND_EAGER_MAX - SEND_CTS_MAX;
 
 const KIND_EAGER: u8 = 1;
 const KIND_RTS: u8 = 2;
+/// "Send rendezvous `id` now": the receiver of an `F_CTS` RTS posted its receive.
+const KIND_CTS: u8 = 3;
 const F_TAGGED: u8 = 1;
 const F_DATA: u8 = 2;
+/// RTS: the payload is not staged yet; the sender waits for a `CTS`.
+const F_CTS: u8 = 4;
+
+/// What a staging region is held for (each class has its own limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// A send staged before its receiver matched.
+    Eager = 0,
+    /// A send staged after its receiver's `CTS`.
+    Cts = 1,
+    /// A matched receive.
+    Recv = 2,
+}
+const CLASS_MAX: [usize; 3] = [SEND_EAGER_MAX, SEND_CTS_MAX, RECV_MAX];
 
 /// What starts every slot message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,8 +134,11 @@ impl Header {
             len: u64_at(24),
             id: u64_at(32),
         };
-        if h.flags & !(F_TAGGED | F_DATA) != 0 {
+        if h.flags & !(F_TAGGED | F_DATA | F_CTS) != 0 {
             return Err(format!("unknown flags {:#x}", h.flags));
+        }
+        if h.flags & F_CTS != 0 && h.kind != KIND_RTS {
+            return Err(format!("F_CTS on kind {}", h.kind));
         }
         match h.kind {
             KIND_EAGER if h.len <= EAGER_MAX as u64 && got == HEADER as u64 + h.len => Ok(h),
@@ -118,6 +152,8 @@ impl Header {
                 Ok(h)
             }
             KIND_RTS => Err(format!("rendezvous of {} bytes, id {}", h.len, h.id)),
+            KIND_CTS if got == HEADER as u64 && h.len == 0 && h.id <= u32::MAX as u64 => Ok(h),
+            KIND_CTS => Err(format!("CTS of length {}, id {}", h.len, h.id)),
             k => Err(format!("unknown kind {k}")),
         }
     }
@@ -267,6 +303,7 @@ enum Pending {
     /// A rendezvous payload being sent from `staging`.
     RndvSend {
         staging: Region,
+        class: Class,
         user: Option<SendDone>,
     },
     /// A rendezvous payload being received into `staging` for `to`.
@@ -274,6 +311,12 @@ enum Pending {
         staging: Option<Region>,
         to: Delivery,
     },
+}
+
+/// A send on request: its RTS went out; the payload is still the application's.
+struct AwaitCts {
+    iov: Iov,
+    user: Option<SendDone>,
 }
 
 /// What a finished send reports.
@@ -304,6 +347,10 @@ pub struct Counters {
     pub out_of_order: u64,
     pub eager_sent: u64,
     pub rndv_sent: u64,
+    /// Of `rndv_sent`, those sent on request (RTS with `F_CTS`).
+    pub rndv_on_request: u64,
+    /// `CTS` answers naming no send of ours.
+    pub stray_cts: u64,
     pub received: u64,
     pub unexpected: u64,
 }
@@ -340,8 +387,16 @@ pub struct Engine {
     pool_bytes: usize,
     /// Staging regions alive (in use or pooled).
     staging_live: usize,
+    /// Staging regions in use, by [`Class`].
+    in_use: [usize; 3],
     /// Matched rendezvous receives waiting for a staging region.
     rndv_waiting: VecDeque<Delivery>,
+    /// Sends on request waiting for their `CTS`, by (destination, id).
+    await_cts: HashMap<(u32, u32), AwaitCts>,
+    /// Sends whose `CTS` came, waiting for a staging region.
+    cts_ready: VecDeque<(u32, u32, AwaitCts)>,
+    /// `CTS` answers (to rank, id) waiting for a transmit slot.
+    cts_out: VecDeque<(u32, u32)>,
     batch: Vec<(u64, ni::Result<Done>)>,
     pub counters: Counters,
 }
@@ -397,7 +452,11 @@ impl Engine {
             pool: BTreeMap::new(),
             pool_bytes: 0,
             staging_live: 0,
+            in_use: [0; 3],
             rndv_waiting: VecDeque::new(),
+            await_cts: HashMap::new(),
+            cts_ready: VecDeque::new(),
+            cts_out: VecDeque::new(),
             batch: Vec::new(),
             counters: Counters::default(),
         }
@@ -466,17 +525,16 @@ impl Engine {
             }
         }
         self.batch = batch;
-        // Receives that waited for a staging region, now that finished ones returned theirs.
-        while self.staging_live < STAGING_MAX || self.pool_bytes > 0 {
-            let Some(to) = self.rndv_waiting.pop_front() else {
-                break;
-            };
-            let before = self.rndv_waiting.len();
-            self.start_rndv_recv(to);
-            if self.rndv_waiting.len() > before {
+        // What waited for a staging region or a transmit slot, now that finished ones
+        // returned theirs.
+        while let Some(to) = self.rndv_waiting.pop_front() {
+            if let Some(to) = self.try_rndv_recv(to) {
+                self.rndv_waiting.push_front(to);
                 break;
             }
         }
+        self.answer_cts();
+        self.flush_cts();
         arrivals.sort_by_key(|a| (a.0, a.1));
         for (_, _, slot, r) in arrivals {
             match r {
@@ -533,6 +591,22 @@ impl Engine {
             );
         }
         self.rx_next[src as usize] = h.seq.wrapping_add(1);
+        if h.kind == KIND_CTS {
+            match self.await_cts.remove(&(src, h.id as u32)) {
+                Some(a) => {
+                    self.cts_ready.push_back((src, h.id as u32, a));
+                    self.answer_cts();
+                }
+                None => {
+                    self.counters.stray_cts += 1;
+                    warn(
+                        FI_LOG_EP_DATA,
+                        &format!("ni: rank {src} sent a CTS for id {}: no such send", h.id),
+                    );
+                }
+            }
+            return;
+        }
         self.counters.received += 1;
         let q = if h.tagged() { 0 } else { 1 };
         let payload = (h.kind == KIND_EAGER)
@@ -591,19 +665,28 @@ impl Engine {
         }
     }
 
+    /// Take a matched rendezvous's payload into `to` (in turn, after those that wait for a
+    /// staging region).
     fn start_rndv_recv(&mut self, to: Delivery) {
+        if !self.rndv_waiting.is_empty() {
+            self.rndv_waiting.push_back(to);
+        } else if let Some(to) = self.try_rndv_recv(to) {
+            self.rndv_waiting.push_back(to);
+        }
+    }
+
+    /// Post the libni receive of a rendezvous payload (and answer its `CTS` if the sender
+    /// waits for one); gives `to` back when no staging region is free.
+    fn try_rndv_recv(&mut self, to: Delivery) -> Option<Delivery> {
         let want = to.iov.len().min(to.hdr.len as usize);
         let staging = match want {
             0 => None,
-            n => match self.staging(n) {
+            n => match self.staging(n, Class::Recv) {
                 Ok(Some(r)) => Some(r),
-                Ok(None) => {
-                    self.rndv_waiting.push_back(to);
-                    return;
-                }
+                Ok(None) => return Some(to),
                 Err(e) => {
                     self.fail_recv(&to, fi_err(&e), &format!("staging {n} bytes: {e}"));
-                    return;
+                    return None;
                 }
             },
         };
@@ -618,9 +701,101 @@ impl Engine {
         };
         match posted {
             Ok(op) => {
+                if to.hdr.flags & F_CTS != 0 {
+                    self.cts_out.push_back((to.src, to.hdr.id as u32));
+                    self.flush_cts();
+                }
                 self.ops.insert(op.id(), Pending::RndvRecv { staging, to });
             }
-            Err(e) => self.fail_recv(&to, fi_err(&e), &format!("rendezvous receive: {e}")),
+            Err(e) => {
+                if let Some(s) = staging {
+                    self.recycle(s, Class::Recv);
+                }
+                self.fail_recv(&to, fi_err(&e), &format!("rendezvous receive: {e}"));
+            }
+        }
+        None
+    }
+
+    /// Send the `CTS` answers that wait, while transmit slots last.
+    fn flush_cts(&mut self) {
+        while let (Some(&(to, id)), Some(&slot)) = (self.cts_out.front(), self.tx_free.last()) {
+            let h = Header {
+                kind: KIND_CTS,
+                flags: 0,
+                seq: self.tx_seq[to as usize],
+                tag: 0,
+                data: 0,
+                len: 0,
+                id: id as u64,
+            };
+            let tx = self.tx.as_ref().expect("enabled");
+            let at = slot * SLOT;
+            tx.write_at(at, &h.encode());
+            match self.ni.isend(to, tx, at..at + HEADER, EAGER_TAG) {
+                Ok(op) => {
+                    self.tx_free.pop();
+                    self.tx_seq[to as usize] = h.seq.wrapping_add(1);
+                    self.ops
+                        .insert(op.id(), Pending::Eager { slot, user: None });
+                    self.cts_out.pop_front();
+                }
+                // libni's send ring is full: try again on the next progress.
+                Err(NiError::WouldBlock) => break,
+                Err(e) => {
+                    // The sender never learns to send: its receive here is left posted, as
+                    // when its RTS had been lost with the link.
+                    warn(
+                        FI_LOG_EP_DATA,
+                        &format!("ni: CTS to rank {to} for id {id}: {e}"),
+                    );
+                    self.cts_out.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Stage and send the payloads whose `CTS` came, while staging regions last.
+    fn answer_cts(&mut self) {
+        while let Some((dest, id, a)) = self.cts_ready.pop_front() {
+            let len = a.iov.len();
+            let staging = match self.staging(len, Class::Cts) {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    self.cts_ready.push_front((dest, id, a));
+                    return;
+                }
+                Err(e) => {
+                    if let Some(u) = a.user {
+                        self.complete_send(u, Err(e));
+                    }
+                    continue;
+                }
+            };
+            // SAFETY: the staging region is ours until its send completes; the application
+            // keeps the send's buffer until its completion, which has not been reported.
+            unsafe {
+                a.iov
+                    .gather(std::slice::from_raw_parts_mut(staging.as_ptr(), len));
+            }
+            match self.ni.isend(dest, &staging, 0..len, RNDV_TAG | id as u64) {
+                Ok(op) => {
+                    self.ops.insert(
+                        op.id(),
+                        Pending::RndvSend {
+                            staging,
+                            class: Class::Cts,
+                            user: a.user,
+                        },
+                    );
+                }
+                Err(e) => {
+                    self.recycle(staging, Class::Cts);
+                    if let Some(u) = a.user {
+                        self.complete_send(u, Err(e));
+                    }
+                }
+            }
         }
     }
 
@@ -658,8 +833,12 @@ impl Engine {
                     self.complete_send(u, r.map(|_| ()));
                 }
             }
-            Pending::RndvSend { staging, user } => {
-                self.recycle(staging);
+            Pending::RndvSend {
+                staging,
+                class,
+                user,
+            } => {
+                self.recycle(staging, class);
                 if let Some(u) = user {
                     self.complete_send(u, r.map(|_| ()));
                 }
@@ -694,7 +873,7 @@ impl Engine {
                     }
                 }
                 if let Some(s) = staging {
-                    self.recycle(s);
+                    self.recycle(s, Class::Recv);
                 }
             }
         }
@@ -729,16 +908,22 @@ impl Engine {
         }
     }
 
-    /// A registered buffer of at least `n` bytes, from the pool when one is free; `None`
-    /// when [`STAGING_MAX`] regions are in use.
-    fn staging(&mut self, n: usize) -> ni::Result<Option<Region>> {
+    /// A registered buffer of at least `n` bytes for `class`, from the pool when one is free;
+    /// `None` when the class has its limit in use.
+    fn staging(&mut self, n: usize, class: Class) -> ni::Result<Option<Region>> {
+        let c = class as usize;
+        if self.in_use[c] >= CLASS_MAX[c] {
+            return Ok(None);
+        }
         let size = n.max(POOL_MIN).next_power_of_two();
         if let Some(r) = self.pool.get_mut(&size).and_then(Vec::pop) {
             self.pool_bytes -= size;
+            self.in_use[c] += 1;
             return Ok(Some(r));
         }
         if self.staging_live >= STAGING_MAX {
-            // Make room by dropping a pooled region of another size.
+            // Make room by dropping a pooled region of another size (there is one: the
+            // classes' limits sum to STAGING_MAX and this one is under its own).
             let Some((&other, _)) = self.pool.iter().find(|(_, v)| !v.is_empty()) else {
                 return Ok(None);
             };
@@ -749,10 +934,12 @@ impl Engine {
         }
         let r = self.ni.alloc(size)?;
         self.staging_live += 1;
+        self.in_use[c] += 1;
         Ok(Some(r))
     }
 
-    fn recycle(&mut self, r: Region) {
+    fn recycle(&mut self, r: Region, class: Class) {
+        self.in_use[class as usize] -= 1;
         let size = r.len();
         if size.is_power_of_two() && self.pool_bytes + size <= POOL_BYTES {
             self.pool_bytes += size;
@@ -837,44 +1024,62 @@ impl Engine {
             self.counters.eager_sent += 1;
             return Ok(());
         }
-        // Rendezvous: the payload staged, then its RTS.
-        let mut staging = self
-            .staging(len)
+        // Rendezvous: the payload staged now, or (past SEND_EAGER_MAX staged sends waiting
+        // for their receivers) on request.
+        let staging = self
+            .staging(len, Class::Eager)
             .map_err(|e| (fi_err(&e), format!("staging {len} bytes: {e}")))?;
-        if staging.is_none() {
-            self.progress();
-            staging = self
-                .staging(len)
-                .map_err(|e| (fi_err(&e), format!("staging {len} bytes: {e}")))?;
-        }
-        let Some(staging) = staging else {
-            return Err((FI_EAGAIN, String::new()));
-        };
-        // SAFETY: the staging region is ours until its send completes; the caller's buffer
-        // is readable for `len` bytes.
-        unsafe {
-            iov.gather(std::slice::from_raw_parts_mut(staging.as_ptr(), len));
-        }
         let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1);
         h.kind = KIND_RTS;
         h.id = id as u64;
-        let data_op = match self.ni.isend(dest, &staging, 0..len, RNDV_TAG | id as u64) {
-            Ok(op) => op,
-            Err(e) => {
-                self.recycle(staging);
-                return Err((fi_err(&e), format!("send to rank {dest}: {e}")));
+        let (staging, data_op) = match staging {
+            Some(staging) => {
+                // SAFETY: the staging region is ours until its send completes; the caller's
+                // buffer is readable for `len` bytes.
+                unsafe {
+                    iov.gather(std::slice::from_raw_parts_mut(staging.as_ptr(), len));
+                }
+                match self.ni.isend(dest, &staging, 0..len, RNDV_TAG | id as u64) {
+                    Ok(op) => (Some(staging), Some(op)),
+                    Err(e) => {
+                        self.recycle(staging, Class::Eager);
+                        return Err((fi_err(&e), format!("send to rank {dest}: {e}")));
+                    }
+                }
+            }
+            None => {
+                h.flags |= F_CTS;
+                (None, None)
             }
         };
-        // The staging wait above may have progressed the NI: take the slot now, not the one
-        // that was last free before (it may since be another's).
-        let slot = *self.tx_free.last().unwrap();
-        let at = slot * SLOT;
+        self.next_id = self.next_id.wrapping_add(1);
         let tx = self.tx.as_ref().expect("enabled");
         tx.write_at(at, &h.encode());
         let rts = self.ni.isend(dest, tx, at..at + HEADER, EAGER_TAG);
-        self.ops
-            .insert(data_op.id(), Pending::RndvSend { staging, user });
+        match (data_op, staging) {
+            (Some(op), Some(staging)) => {
+                self.ops.insert(
+                    op.id(),
+                    Pending::RndvSend {
+                        staging,
+                        class: Class::Eager,
+                        user,
+                    },
+                );
+            }
+            _ => {
+                if rts.is_ok() {
+                    self.counters.rndv_on_request += 1;
+                    self.await_cts.insert(
+                        (dest, id),
+                        AwaitCts {
+                            iov: iov.clone(),
+                            user,
+                        },
+                    );
+                }
+            }
+        }
         match rts {
             Ok(op) => {
                 self.tx_free.pop();
@@ -884,8 +1089,8 @@ impl Engine {
                 self.counters.rndv_sent += 1;
                 Ok(())
             }
-            // The payload's send stays posted with no RTS: nobody will match it, and it is
-            // reported as this failure instead.
+            // A staged payload's send stays posted with no RTS: nobody will match it, and it
+            // is reported as this failure instead.
             Err(e) => Err((fi_err(&e), format!("send to rank {dest}: {e}"))),
         }
     }
@@ -1170,8 +1375,19 @@ mod tests {
         .is_err());
         assert!(Header::decode(&hdr(KIND_RTS, 1 << 20, 1 << 40).encode(), HEADER as u64).is_err());
         assert!(Header::decode(&hdr(KIND_RTS, 1 << 20, 1).encode(), HEADER as u64 + 8).is_err());
+        // CTS: a length, an id out of range, payload after it; F_CTS on anything but an RTS.
+        assert!(Header::decode(&hdr(KIND_CTS, 0, 7).encode(), HEADER as u64).is_ok());
+        assert!(Header::decode(&hdr(KIND_CTS, 8, 7).encode(), HEADER as u64).is_err());
+        assert!(Header::decode(&hdr(KIND_CTS, 0, 1 << 40).encode(), HEADER as u64).is_err());
+        assert!(Header::decode(&hdr(KIND_CTS, 0, 7).encode(), HEADER as u64 + 8).is_err());
+        let mut c = hdr(KIND_RTS, 1 << 20, 1);
+        c.flags = F_CTS;
+        assert!(Header::decode(&c.encode(), HEADER as u64).is_ok());
+        c.kind = KIND_CTS;
+        c.len = 0;
+        assert!(Header::decode(&c.encode(), HEADER as u64).is_err());
         // Unknown kind or flags, short messages.
-        assert!(Header::decode(&hdr(3, 0, 0).encode(), HEADER as u64).is_err());
+        assert!(Header::decode(&hdr(9, 0, 0).encode(), HEADER as u64).is_err());
         let mut f = hdr(KIND_EAGER, 0, 0);
         f.flags = 0x80;
         assert!(Header::decode(&f.encode(), HEADER as u64).is_err());

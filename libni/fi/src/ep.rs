@@ -162,6 +162,9 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
         // SAFETY: `f` is an EpFid we boxed; closed once.
         let e = unsafe { Box::from_raw(f as *mut EpFid) };
         e.att.ep_open.store(false, Ordering::Release);
+        // What peers did wrong and how messages went, for FI_LOG_LEVEL=info.
+        let c = e.engine.lock().unwrap().counters;
+        crate::info_log(FI_LOG_EP_CTRL, &format!("ni: endpoint closed: {c:?}"));
         0
     })
 }

@@ -19,6 +19,8 @@
  *                   unexpected, payload, tag, len, flags, buf
  *   order           fi_endpoint(3) "msg_order" FI_ORDER_SAS, fi_tagged(3): 1000 same-tag
  *                   messages (eager and rendezvous) match receives in sending order
+ *   backlog         fi_msg(3)/fi_tagged(3): 100 rendezvous sends accepted before the receiver
+ *                   posts anything; received in reverse order, one dropped by FI_DISCARD
  *   ignore_mask     fi_tagged(3) "fi_trecv" (ignore, src_addr), fi_getinfo(3) FI_DIRECTED_RECV
  *   any_source      fi_tagged(3)/fi_msg(3) FI_ADDR_UNSPEC, fi_cq(3) "fi_cq_readfrom"
  *   cq_data         fi_tagged(3)/fi_msg(3) "fi_tsenddata"/"fi_senddata"/FI_REMOTE_CQ_DATA,
@@ -631,21 +633,22 @@ static size_t stream_len(int k)
 /* Receives kept posted by the receiving side of a stream. */
 #define WINDOW 32
 
-/* Send `n` messages of tag `tag`; message k is stream_len(k) bytes: k, then pattern k. One
- * buffer serves every send (fi_msg(3): the buffer is reusable once the call returned). */
+/* Send `n` messages of tag `tag`; message k is stream_len(k) bytes: k, then pattern k. Each
+ * send has its own buffer, overwritten once its completion came (fi_msg(3): only fi_inject
+ * returns the buffer at once; a send may read it until it completes). */
 static void stream_send(int n, uint64_t tag)
 {
     struct fi_context *ctx = xmalloc(n * sizeof *ctx);
-    uint8_t *buf = xmalloc(STREAM_MAX);
+    uint8_t **buf = xmalloc(n * sizeof *buf);
     char *seen = calloc(n, 1);
     CHECK(seen, "out of memory");
     for (int k = 0; k < n; k++) {
         size_t len = stream_len(k);
-        fill(buf, len, 1000 + k);
+        buf[k] = xmalloc(len);
+        fill(buf[k], len, 1000 + k);
         uint32_t seq = k;
-        memcpy(buf, &seq, sizeof seq);
-        RETRY(fi_tsend(g.ep, buf, len, NULL, g.peer_addr, tag, &ctx[k]));
-        memset(buf, 0xAB, len);
+        memcpy(buf[k], &seq, sizeof seq);
+        RETRY(fi_tsend(g.ep, buf[k], len, NULL, g.peer_addr, tag, &ctx[k]));
     }
     for (int done = 0; done < n; done++) {
         struct fi_cq_tagged_entry e;
@@ -655,6 +658,8 @@ static void stream_send(int n, uint64_t tag)
               ctx_name(e.op_context));
         seen[k] = 1;
         check_send(&e, FI_SEND | FI_TAGGED, stream_len(k));
+        memset(buf[k], 0xAB, stream_len(k));
+        free(buf[k]);
     }
     free(seen);
     free(buf);
@@ -713,6 +718,72 @@ static void case_order(void)
         stream_recv(1000, 0x5E0);
     else
         stream_send(1000, 0x5E0);
+}
+
+/* ---- backlog ---------------------------------------------------------------------------- */
+
+static void peek_until(uint64_t tag, void *ctx, uint64_t flags, struct fi_cq_tagged_entry *e);
+static void check_peek(const struct fi_cq_tagged_entry *e, size_t len, uint64_t tag,
+                       uint64_t flags);
+
+#define NBACKLOG 100
+/* Message k of the backlog: rendezvous sizes from the smallest to about 300 KiB. */
+static size_t backlog_len(int k)
+{
+    return EAGER_MAX + 1 + (size_t)k * 3001;
+}
+
+/* fi_msg(3)/fi_tagged(3): a send is a request that completes later; accepting it must not
+ * wait for the receiver, whatever the provider has to hold for it. The higher rank has
+ * NBACKLOG rendezvous sends accepted (RETRY gives each DEADLINE_S of -FI_EAGAIN, and nothing
+ * receives meanwhile) before a barrier; only then does the lower rank post: in reverse order
+ * (matching by tag), dropping message 50 with FI_PEEK|FI_DISCARD (fi_tagged(3)). Every message
+ * but 50 arrives intact; every send completes, 50's too. */
+static void case_backlog(void)
+{
+    if (side == 1) {
+        struct fi_context *ctx = xmalloc(NBACKLOG * sizeof *ctx);
+        uint8_t **buf = xmalloc(NBACKLOG * sizeof *buf);
+        for (int k = 0; k < NBACKLOG; k++) {
+            buf[k] = xmalloc(backlog_len(k));
+            fill(buf[k], backlog_len(k), 7000 + k);
+            RETRY(fi_tsend(g.ep, buf[k], backlog_len(k), NULL, g.peer_addr, 0xBAC000 + k,
+                           &ctx[k]));
+        }
+        barrier();
+        char seen[NBACKLOG] = {0};
+        for (int done = 0; done < NBACKLOG; done++) {
+            struct fi_cq_tagged_entry e;
+            cq_ok(g.txcq, &e, NULL);
+            long k = (struct fi_context *)e.op_context - ctx;
+            CHECK(k >= 0 && k < NBACKLOG && !seen[k], "send completion with a bad context %s",
+                  ctx_name(e.op_context));
+            seen[k] = 1;
+            check_send(&e, FI_SEND | FI_TAGGED, backlog_len(k));
+            free(buf[k]);
+        }
+        free(buf);
+        free(ctx);
+        return;
+    }
+    barrier();
+    uint8_t *buf = xmalloc(backlog_len(NBACKLOG - 1));
+    for (int k = NBACKLOG - 1; k >= 0; k--) {
+        struct fi_context c;
+        struct fi_cq_tagged_entry e;
+        if (k == 50) {
+            peek_until(0xBAC000 + k, &c, FI_DISCARD, &e);
+            check_peek(&e, backlog_len(k), 0xBAC000 + k, FI_RECV | FI_TAGGED);
+            continue;
+        }
+        OK(fi_trecv(g.ep, buf, backlog_len(k), NULL, g.peer_addr, 0xBAC000 + k, 0, &c));
+        cq_ok(g.rxcq, &e, NULL);
+        check_recv(&e, &c, FI_RECV | FI_TAGGED, backlog_len(k), 0xBAC000 + k, buf);
+        char what[32];
+        snprintf(what, sizeof what, "backlog message %d", k);
+        check_fill(buf, backlog_len(k), 7000 + k, what);
+    }
+    free(buf);
 }
 
 /* ---- ignore_mask ------------------------------------------------------------------------ */
@@ -1558,6 +1629,7 @@ static const struct {
     {"getinfo", case_getinfo, 0, 0},
     {"tagged", case_tagged, FI_AV_MAP, 0},
     {"order", case_order, FI_AV_MAP, 0},
+    {"backlog", case_backlog, FI_AV_MAP, 0},
     {"ignore_mask", case_ignore_mask, FI_AV_MAP, 0},
     {"any_source", case_any_source, FI_AV_MAP, 0},
     {"cq_data", case_cq_data, FI_AV_MAP, 0},
