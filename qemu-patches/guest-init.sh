@@ -39,6 +39,11 @@ while read -r m; do
 done <"$mods/order"
 if [ -w /sys/kernel/mm/transparent_hugepage/enabled ]; then
     echo madvise >/sys/kernel/mm/transparent_hugepage/enabled
+    # libni's buffers are memfds: 2 MiB pages for the whole 2 MiB stretches of a file, so
+    # that a buffer of N MiB is N/2 IOMMU mappings, not N*256 (the daemon takes at most 4096
+    # mappings of one client: a 16 MiB message in 4 KiB pages alone would use them all).
+    echo within_size >/sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null ||
+        echo "ni-init: warning: no shmem hugepage control"
 else
     echo "ni-init: warning: no transparent hugepage control"
 fi

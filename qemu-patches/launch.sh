@@ -9,6 +9,8 @@
 #   --script FILE     guest shell script (appended to the initramfs as /ni/cmd.sh)
 #   --add FILE        also put FILE in the guest's /usr/local/bin (repeatable; static binaries)
 #   --initramfs FILE  base initramfs (default $NI_CACHE/initramfs.cpio.gz, built if missing)
+#   --overlay FILE    a cpio (gzip'd or not) unpacked over the base, e.g. mpi-overlay.sh's
+#                     (repeatable, in order)
 #   --log FILE        console log (default $NI_CACHE/logs/guest-<time>-<pid>.log)
 #   --mem MIB         guest RAM, memfd-backed with share=on (default 512)
 #   --smp N           vCPUs (default 1)
@@ -22,7 +24,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-sockets=() adds=() qemu_extra=()
+sockets=() adds=() overlays=() qemu_extra=()
 cmd="" script="" initramfs="" log="" mem=512 smp=1 timeout_s=300 append="" quiet=0
 while (($#)); do
     case "$1" in
@@ -31,6 +33,7 @@ while (($#)); do
         --script) script="${2:?--script needs a file}"; shift 2 ;;
         --add) adds+=("${2:?--add needs a file}"); shift 2 ;;
         --initramfs) initramfs="${2:?--initramfs needs a file}"; shift 2 ;;
+        --overlay) overlays+=("${2:?--overlay needs a file}"); shift 2 ;;
         --log) log="${2:?--log needs a path}"; shift 2 ;;
         --mem) mem="${2:?--mem needs MiB}"; shift 2 ;;
         --smp) smp="${2:?--smp needs a count}"; shift 2 ;;
@@ -38,7 +41,7 @@ while (($#)); do
         --append) append="${2?--append needs arguments}"; shift 2 ;;
         --qemu-arg) qemu_extra+=("${2?--qemu-arg needs an argument}"); shift 2 ;;
         -q|--quiet) quiet=1; shift ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) ni_die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -77,6 +80,12 @@ trap 'rm -rf "$work"' EXIT
 
 # Per-run files go in a second cpio appended to the base one (the kernel unpacks both).
 initrd="$initramfs"
+if ((${#overlays[@]})); then
+    for f in "${overlays[@]}"; do [[ -f $f ]] || ni_die "--overlay file $f not found"; done
+    cat "$initramfs" "${overlays[@]}" >"$work/base-initrd"
+    initramfs="$work/base-initrd"
+    initrd="$initramfs"
+fi
 if [[ -n $script || ${#adds[@]} -gt 0 ]]; then
     mkdir -p "$work/overlay/ni" "$work/overlay/usr/local/bin"
     [[ -z $script ]] || { [[ -f $script ]] || ni_die "script $script not found"; install -m 755 "$script" "$work/overlay/ni/cmd.sh"; }

@@ -19,6 +19,8 @@
 #   --device PATH      ni-device binary (default $NI_DEVICE, else target/release/ni-device,
 #                      built if missing)
 #   --add FILE         another file for the guests' /usr/local/bin (repeatable)
+#   --overlay FILE     a cpio unpacked over every guest's initramfs (launch.sh --overlay;
+#                      e.g. mpi-overlay.sh's Open MPI; repeatable)
 #   --env NAME=VALUE   environment of every rank, guest or host (repeatable)
 #   --guest-env I:NAME=VALUE  environment of guest I only (repeatable)
 #   --net              link guests 0 and 1 by virtio-net (169.254.77.1 and .2/24, QEMU dgram
@@ -46,7 +48,7 @@ set -euo pipefail
 
 guests=2 hosts=0 run_dir="" nodes="" direct=shared device="${NI_DEVICE:-}" net=0 replace=0
 timeout_s=600 mem=512 log_dir="" after="" poweroff="" append=""
-guest_ni=() host_ni=() adds=() envs=() genvs=() on_re=() on_cmd=()
+guest_ni=() host_ni=() adds=() overlays=() envs=() genvs=() on_re=() on_cmd=()
 while (($#)); do
     case "$1" in
         -n|--guests) guests="${2:?$1 needs a number}"; shift 2 ;;
@@ -58,6 +60,7 @@ while (($#)); do
         --direct) direct="${2:?--direct needs isolated, shared or off}"; shift 2 ;;
         --device) device="${2:?--device needs a path}"; shift 2 ;;
         --add) adds+=("${2:?--add needs a file}"); shift 2 ;;
+        --overlay) overlays+=("${2:?--overlay needs a file}"); shift 2 ;;
         --env) envs+=("${2:?--env needs NAME=VALUE}"); shift 2 ;;
         --guest-env) genvs+=("${2:?--guest-env needs I:NAME=VALUE}"); shift 2 ;;
         --net) net=1; shift ;;
@@ -69,7 +72,7 @@ while (($#)); do
         --mem) mem="${2:?--mem needs MiB}"; shift 2 ;;
         --append) append="${2?--append needs arguments}"; shift 2 ;;
         --log-dir) log_dir="${2:?--log-dir needs a directory}"; shift 2 ;;
-        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
         --) shift; break ;;
         -*) ni_die "unknown option '$1' (see --help)" ;;
         *) break ;;
@@ -221,6 +224,7 @@ start_guest() {
         --qemu-arg -pidfile --qemu-arg "$log_dir/guest$i.pid")
     [[ -z $append ]] || args+=(--append "$append")
     for f in "${adds[@]}" "${net_files[@]}"; do args+=(--add "$f"); done
+    for f in "${overlays[@]}"; do args+=(--overlay "$f"); done
     if ((net && slot < 2)); then
         args+=(--qemu-arg -netdev --qemu-arg "dgram,id=ninet,local.type=unix,local.path=$work/net$slot.sock,remote.type=unix,remote.path=$work/net$((1 - slot)).sock"
             --qemu-arg -device --qemu-arg "virtio-net-pci,netdev=ninet,mac=52:54:00:4e:49:0$slot")

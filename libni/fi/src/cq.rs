@@ -42,8 +42,12 @@ enum Item {
 pub struct Cq {
     format: c_int,
     items: Mutex<VecDeque<Item>>,
-    /// Engines of the endpoints bound to this CQ (progressed by reads).
-    engines: Mutex<Vec<Weak<Mutex<Engine>>>>,
+    /// Engines of the endpoints bound to this CQ (progressed by reads): a snapshot replaced
+    /// on bind, so a read clones one `Arc` instead of collecting a `Vec`, and takes no lock
+    /// an endpoint holds while it binds.
+    engines: Mutex<Arc<[Weak<Mutex<Engine>>]>>,
+    /// The NI of the first bound endpoint, for `idle` (one NI per process).
+    ni: std::sync::OnceLock<Weak<ni::Ni>>,
     /// The AV of the endpoint bound to it, for `fi_cq_readfrom`.
     pub av: Mutex<Option<Arc<Av>>>,
     /// Since when reads have found nothing (`idle`).
@@ -69,21 +73,18 @@ impl Cq {
         });
     }
 
-    pub fn bind(&self, engine: &Arc<Mutex<Engine>>) {
-        self.engines.lock().unwrap().push(Arc::downgrade(engine));
-    }
-
-    fn engines(&self) -> Vec<Arc<Mutex<Engine>>> {
-        self.engines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect()
+    /// Called with the engine locked (`fi_ep_bind`), hence `ni` passed in.
+    pub fn bind(&self, engine: &Arc<Mutex<Engine>>, ni: &Arc<ni::Ni>) {
+        let mut g = self.engines.lock().unwrap();
+        let mut v: Vec<_> = g.iter().cloned().collect();
+        v.push(Arc::downgrade(engine));
+        *g = v.into();
+        let _ = self.ni.set(Arc::downgrade(ni));
     }
 
     fn progress(&self) {
-        for e in self.engines() {
+        let engines = self.engines.lock().unwrap().clone();
+        for e in engines.iter().filter_map(Weak::upgrade) {
             e.lock().unwrap().progress();
         }
     }
@@ -100,8 +101,7 @@ impl Cq {
         if since.elapsed() < SPIN {
             return;
         }
-        if let Some(e) = self.engines().first() {
-            let ni = e.lock().unwrap().ni.clone();
+        if let Some(ni) = self.ni.get().and_then(Weak::upgrade) {
             ni.idle();
         }
     }
@@ -264,7 +264,8 @@ pub unsafe fn open(attr: *mut fi_cq_attr, out: *mut *mut fid_cq, context: *mut c
         cq: Arc::new(Cq {
             format,
             items: Mutex::new(VecDeque::new()),
-            engines: Mutex::new(Vec::new()),
+            engines: Mutex::new(Arc::new([])),
+            ni: std::sync::OnceLock::new(),
             av: Mutex::new(None),
             idle_since: Mutex::new(None),
         }),

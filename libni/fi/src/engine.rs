@@ -244,6 +244,20 @@ impl Posted {
     }
 }
 
+impl Delivery {
+    /// A whole message into `iov` (not a piece of a multi-receive buffer).
+    fn whole(iov: Iov, context: usize, report: bool, src: u32, hdr: Header) -> Delivery {
+        Delivery {
+            iov,
+            context,
+            report,
+            src,
+            hdr,
+            multi_done: false,
+        }
+    }
+}
+
 /// Take posted receive `p` for a message of `len` bytes from `src`: the whole receive, or
 /// (multi-receive) the next piece of its buffer. Returns where the message goes and whether
 /// the receive is used up.
@@ -254,14 +268,7 @@ fn piece(
     len: usize,
     min_multi_recv: usize,
 ) -> (Delivery, bool) {
-    let mut d = Delivery {
-        iov: Iov::default(),
-        context: p.context,
-        report: p.report,
-        src,
-        hdr,
-        multi_done: false,
-    };
+    let mut d = Delivery::whole(Iov::default(), p.context, p.report, src, hdr);
     match p.multi {
         Some(used) => {
             let room = p.iov.len() - used;
@@ -1174,14 +1181,7 @@ impl Engine {
             report,
             multi: None,
         };
-        let mk = |u: &Unexpected, iov: Iov| Delivery {
-            iov,
-            context,
-            report,
-            src: u.src,
-            hdr: u.hdr,
-            multi_done: false,
-        };
+        let mk = |u: &Unexpected, iov: Iov| Delivery::whole(iov, context, report, u.src, u.hdr);
         if flags & FI_PEEK == 0 {
             // FI_CLAIM alone: receive (or discard) what an earlier peek claimed.
             let u = self.claimed.remove(&context).ok_or_else(|| {
@@ -1255,14 +1255,7 @@ impl Engine {
     /// Drop a message: a rendezvous payload is still taken from its sender (into nothing),
     /// so the sender's send completes.
     fn discard(&mut self, u: Unexpected, context: usize, report: bool) {
-        let to = Delivery {
-            iov: Iov::default(),
-            context,
-            report,
-            src: u.src,
-            hdr: u.hdr,
-            multi_done: false,
-        };
+        let to = Delivery::whole(Iov::default(), context, report, u.src, u.hdr);
         if u.payload.is_some() {
             if report {
                 if let Some(cq) = self.rx_cq.clone() {
@@ -1279,10 +1272,9 @@ impl Engine {
             }
         } else {
             let mut to = to;
-            // Discarding is not truncation: report the message as fully taken.
+            // Discarding is not truncation: report the message as fully taken (the payload
+            // still crosses, into nothing, so that the sender's send completes).
             to.hdr.len = 0;
-            let id = u.hdr.id;
-            to.hdr.id = id;
             self.start_rndv_recv(to);
         }
     }

@@ -195,7 +195,7 @@ unsafe extern "C" fn ep_bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
                     eng.rx_selective = selective;
                 }
                 *c.cq.av.lock().unwrap() = eng.av.clone();
-                c.cq.bind(&e.engine);
+                c.cq.bind(&e.engine, &eng.ni);
                 e.cqs.lock().unwrap().push(c.cq.clone());
                 0
             }
