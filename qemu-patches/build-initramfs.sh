@@ -110,9 +110,5 @@ install -m 755 "$NI_QEMU_DIR/guest-init.sh" "$stage/init"
 printf 'root:x:0:0:root:/root:/bin/sh\n' >"$stage/etc/passwd"
 printf 'root:x:0:\n' >"$stage/etc/group"
 
-mkdir -p "$(dirname "$out")"
-tmp_out="$(mktemp "$out.XXXXXX")"
-(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet --owner=0:0 | gzip -6) >"$tmp_out"
-chmod 644 "$tmp_out"
-mv "$tmp_out" "$out"
+ni_pack_cpio "$stage" "$out" 6
 ni_log "wrote $out ($(du -h "$out" | cut -f1); ${#extra[@]} extra file(s))"

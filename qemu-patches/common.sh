@@ -20,3 +20,14 @@ ni_require_setup() {
     [[ -f "$NI_CACHE/.setup-stamp" && -x "$NI_ROOTFS/usr/bin/qemu-system-x86_64" && -f "$NI_KERNEL_DIR/vmlinuz" ]] ||
         ni_die "VM cache $NI_CACHE is not set up; run qemu-patches/setup.sh first"
 }
+
+# ni_pack_cpio DIR OUT LEVEL: DIR's tree as a gzip'd (-LEVEL) newc cpio owned by root, written
+# to OUT atomically (the kernel unpacks such archives one after another: base, overlays).
+ni_pack_cpio() {
+    local dir="$1" out="$2" level="$3" tmp
+    mkdir -p "$(dirname "$out")"
+    tmp="$(mktemp "$out.XXXXXX")"
+    (cd "$dir" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet --owner=0:0 | gzip "-$level") >"$tmp"
+    chmod 644 "$tmp"
+    mv "$tmp" "$out"
+}

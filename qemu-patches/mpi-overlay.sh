@@ -90,9 +90,5 @@ while read -r -d '' f; do
     done < <(ldd "$f" 2>/dev/null | sed -n 's/.*=> \(\/[^ ]*\) (0x.*/\1/p')
 done < <(find "$stage" -type f -print0)
 
-mkdir -p "$(dirname "$out")"
-tmp_out="$(mktemp "$out.XXXXXX")"
-(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet --owner=0:0 | gzip -1) >"$tmp_out"
-chmod 644 "$tmp_out"
-mv "$tmp_out" "$out"
+ni_pack_cpio "$stage" "$out" 1
 ni_log "wrote $out ($(du -h "$out" | cut -f1); ${#added[@]} libraries beside the packages)"

@@ -205,9 +205,9 @@ enum Warnings {
     Expected(&'static [&'static str]),
 }
 
-/// Run `case` of fi_conformance on NIs 0 and 1 of a fresh daemon; both must pass, printing
-/// exactly the `warnings` asked for.
-fn run_case(case: &str, warnings: Warnings) {
+/// Run `case` of fi_conformance on NIs 0 and 1 of a fresh daemon (rank 1, the sender of the
+/// one-way cases, logging at `level1`); both must pass.
+fn run_pair(case: &str, level1: &str) -> (Daemon, Vec<Ran>) {
     let d = Daemon::start(2);
     let root = root_of(&d);
     let prov = provider_dir(&root);
@@ -215,10 +215,17 @@ fn run_case(case: &str, warnings: Warnings) {
     std::fs::create_dir_all(&rdv).unwrap();
     let roles = [
         Role::start(&d, &prov, &rdv, case, 0, 1),
-        Role::start(&d, &prov, &rdv, case, 1, 0),
+        Role::start_logging(&d, &prov, &rdv, case, 1, 0, level1),
     ];
     let ran: Vec<Ran> = roles.into_iter().map(Role::finish).collect();
     assert_passed(case, &ran, &d);
+    (d, ran)
+}
+
+/// Run `case` of fi_conformance on NIs 0 and 1 of a fresh daemon; both must pass, printing
+/// exactly the `warnings` asked for.
+fn run_case(case: &str, warnings: Warnings) {
+    let (d, ran) = run_pair(case, "warn");
     match warnings {
         Warnings::Quiet => {
             for r in &ran {
@@ -273,18 +280,7 @@ fn same_tag_messages_match_in_sending_order() {
 /// The sender's counters (FI_LOG_LEVEL=info at endpoint close) must show both kinds.
 #[test]
 fn sends_are_accepted_before_their_receiver_posts() {
-    let case = "backlog";
-    let d = Daemon::start(2);
-    let root = root_of(&d);
-    let prov = provider_dir(&root);
-    let rdv = root.join(format!("rdv-{case}"));
-    std::fs::create_dir_all(&rdv).unwrap();
-    let roles = [
-        Role::start(&d, &prov, &rdv, case, 0, 1),
-        Role::start_logging(&d, &prov, &rdv, case, 1, 0, "info"),
-    ];
-    let ran: Vec<Ran> = roles.into_iter().map(Role::finish).collect();
-    assert_passed(case, &ran, &d);
+    let (d, ran) = run_pair("backlog", "info");
     let closed = ran[1]
         .stderr
         .lines()
