@@ -270,6 +270,16 @@ impl Transport for Device {
     fn map_sram(&mut self) -> Result<Mem> {
         let bar0 = ni_abi::pci::BAR0_REGION;
         let size = self.device.get_region_size(bar0);
+        if size == 0 {
+            // vfio-pci reports an unassigned BAR as empty: the device is an NI (its IDs
+            // matched), the guest kernel found no address room for it.
+            return Err(self.err(format!(
+                "BAR0 is not assigned (0 bytes): the guest kernel gave the NI no address \
+                 window for its {} MiB BAR0; a hot-plugged NI needs room reserved on its \
+                 PCIe root port (QEMU: -device pcie-root-port,...,mem-reserve=64M)",
+                ni_abi::lanai::BAR0_SIZE >> 20
+            )));
+        }
         if size != ni_abi::lanai::BAR0_SIZE {
             return Err(self.err(format!("BAR0 is {size:#x} bytes: not an NI")));
         }
