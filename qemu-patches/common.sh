@@ -31,3 +31,17 @@ ni_pack_cpio() {
     chmod 644 "$tmp"
     mv "$tmp" "$out"
 }
+
+# ni_base_initramfs: prints the default base initramfs's path, (re)building it first when it is
+# missing or older than its inputs (build-initramfs.sh writes it atomically, so guests booting
+# in parallel may both rebuild it).
+ni_base_initramfs() {
+    local out="$NI_CACHE/initramfs.cpio.gz" dep
+    for dep in "$NI_CACHE/.setup-stamp" "$NI_QEMU_DIR/build-initramfs.sh" "$NI_QEMU_DIR/guest-init.sh" "$NI_QEMU_DIR/common.sh"; do
+        if [[ ! -f $out || $dep -nt $out ]]; then
+            "$NI_QEMU_DIR/build-initramfs.sh" -o "$out" >&2 || return 1
+            break
+        fi
+    done
+    printf '%s\n' "$out"
+}

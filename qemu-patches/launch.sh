@@ -52,13 +52,7 @@ done
 ni_require_setup
 
 if [[ -z $initramfs ]]; then
-    # The default base initramfs is (re)built when missing or older than its inputs.
-    initramfs="$NI_CACHE/initramfs.cpio.gz"
-    stale=0
-    for dep in "$NI_CACHE/.setup-stamp" "$NI_QEMU_DIR/build-initramfs.sh" "$NI_QEMU_DIR/guest-init.sh" "$NI_QEMU_DIR/common.sh"; do
-        [[ -f $initramfs && ! $dep -nt $initramfs ]] || stale=1
-    done
-    ((stale == 0)) || "$NI_QEMU_DIR/build-initramfs.sh" -o "$initramfs"
+    initramfs="$(ni_base_initramfs)" || ni_die "building the base initramfs failed"
 fi
 [[ -f $initramfs ]] || ni_die "initramfs $initramfs not found"
 

@@ -31,8 +31,8 @@ lib="${1:?give the provider library (libni_fi.so)}"
 shift
 [[ -f $lib ]] || ni_die "provider library $lib not found (cargo build --release -p ni-fi)"
 ni_require_setup
-base="$NI_CACHE/initramfs.cpio.gz"
-[[ -f $base ]] || ni_die "no base initramfs $base (qemu-patches/build-initramfs.sh)"
+# The base it goes over: what the base has already is left out.
+base="$(ni_base_initramfs)" || ni_die "building the base initramfs failed"
 
 pkgs=(openmpi-bin libopenmpi3 openmpi-common libpmix2 libfabric1)
 missing=()
