@@ -818,15 +818,7 @@ impl Engine {
         }
         if let Some(cq) = self.rx_cq.clone() {
             cq.push_err(
-                Entry {
-                    context: to.context,
-                    flags: recv_flags(to.hdr.tagged()),
-                    len: 0,
-                    buf: 0,
-                    data: to.hdr.data,
-                    tag: to.hdr.tag,
-                    src: to.src,
-                },
+                empty_recv(to.context, to.hdr.tagged(), to.hdr.tag, to.hdr.data, to.src),
                 0,
                 err,
                 0,
@@ -1041,7 +1033,8 @@ impl Engine {
         let id = self.next_id;
         h.kind = KIND_RTS;
         h.id = id as u64;
-        let (staging, data_op) = match staging {
+        // The staged payload and its posted send, both or neither.
+        let staged = match staging {
             Some(staging) => {
                 // SAFETY: the staging region is ours until its send completes; the caller's
                 // buffer is readable for `len` bytes.
@@ -1049,7 +1042,7 @@ impl Engine {
                     iov.gather(std::slice::from_raw_parts_mut(staging.as_ptr(), len));
                 }
                 match self.ni.isend(dest, &staging, 0..len, RNDV_TAG | id as u64) {
-                    Ok(op) => (Some(staging), Some(op)),
+                    Ok(op) => Some((staging, op)),
                     Err(e) => {
                         self.recycle(staging, Class::Eager);
                         return Err((fi_err(&e), format!("send to rank {dest}: {e}")));
@@ -1058,15 +1051,15 @@ impl Engine {
             }
             None => {
                 h.flags |= F_CTS;
-                (None, None)
+                None
             }
         };
         self.next_id = self.next_id.wrapping_add(1);
         let tx = self.tx.as_ref().expect("enabled");
         tx.write_at(at, &h.encode());
         let rts = self.ni.isend(dest, tx, at..at + HEADER, EAGER_TAG);
-        match (data_op, staging) {
-            (Some(op), Some(staging)) => {
+        match staged {
+            Some((staging, op)) => {
                 self.ops.insert(
                     op.id(),
                     Pending::RndvSend {
@@ -1076,18 +1069,17 @@ impl Engine {
                     },
                 );
             }
-            _ => {
-                if rts.is_ok() {
-                    self.counters.rndv_on_request += 1;
-                    self.await_cts.insert(
-                        (dest, id),
-                        AwaitCts {
-                            iov: iov.clone(),
-                            user,
-                        },
-                    );
-                }
+            None if rts.is_ok() => {
+                self.counters.rndv_on_request += 1;
+                self.await_cts.insert(
+                    (dest, id),
+                    AwaitCts {
+                        iov: iov.clone(),
+                        user,
+                    },
+                );
             }
+            None => {}
         }
         match rts {
             Ok(op) => {
@@ -1209,27 +1201,13 @@ impl Engine {
                 .rx_cq
                 .clone()
                 .ok_or((FI_ENOCQ, "no receive CQ bound".into()))?;
-            cq.push_err(
-                Entry {
-                    context,
-                    flags: recv_flags(tagged),
-                    len: 0,
-                    buf: 0,
-                    data: 0,
-                    tag,
-                    src: 0,
-                },
-                0,
-                FI_ENOMSG,
-                0,
-            );
+            cq.push_err(empty_recv(context, tagged, tag, 0, 0), 0, FI_ENOMSG, 0);
             return Ok(());
         };
         let u = &self.unexpected[q][i];
         let e = Entry {
             context,
-            flags: FI_RECV
-                | if tagged { FI_TAGGED } else { FI_MSG }
+            flags: recv_flags(tagged)
                 | if u.hdr.flags & F_DATA != 0 {
                     FI_REMOTE_CQ_DATA
                 } else {
@@ -1261,15 +1239,13 @@ impl Engine {
         if u.payload.is_some() {
             if report {
                 if let Some(cq) = self.rx_cq.clone() {
-                    cq.push(Entry {
+                    cq.push(empty_recv(
                         context,
-                        flags: recv_flags(u.hdr.tagged()),
-                        len: 0,
-                        buf: 0,
-                        data: u.hdr.data,
-                        tag: u.hdr.tag,
-                        src: u.src,
-                    });
+                        u.hdr.tagged(),
+                        u.hdr.tag,
+                        u.hdr.data,
+                        u.src,
+                    ));
                 }
             }
         } else {
@@ -1290,13 +1266,8 @@ impl Engine {
                 if let Some(cq) = self.rx_cq.clone() {
                     cq.push_err(
                         Entry {
-                            context,
-                            flags: recv_flags(q == 0),
-                            len: 0,
                             buf: p.iov.first(),
-                            data: 0,
-                            tag: p.tag,
-                            src: 0,
+                            ..empty_recv(context, q == 0, p.tag, 0, 0)
                         },
                         0,
                         FI_ECANCELED,
@@ -1322,6 +1293,20 @@ impl Engine {
 /// The flags of a receive's completion: `FI_RECV` and which kind of message.
 fn recv_flags(tagged: bool) -> u64 {
     FI_RECV | if tagged { FI_TAGGED } else { FI_MSG }
+}
+
+/// A receive's completion that carries no bytes (failed, cancelled, peeked for nothing,
+/// discarded).
+fn empty_recv(context: usize, tagged: bool, tag: u64, data: u64, src: u32) -> Entry {
+    Entry {
+        context,
+        flags: recv_flags(tagged),
+        len: 0,
+        buf: 0,
+        data,
+        tag,
+        src,
+    }
 }
 
 /// Engines are reached from every libfabric call on their endpoint or CQ.
