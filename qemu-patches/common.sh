@@ -8,6 +8,7 @@ NI_REPO="$(cd "$NI_QEMU_DIR/.." && pwd)"
 NI_CACHE="${NI_CACHE:-$NI_REPO/.cache/vm}"
 NI_ROOTFS="$NI_CACHE/rootfs"
 NI_KERNEL_DIR="$NI_CACHE/kernel"
+NI_PATCHED_QEMU_DIR="$NI_CACHE/qemu-patched"
 # shellcheck disable=SC2034  # used by the scripts that source this file
 # VFIO modules, in load order (file names as shipped by the kernel package, decompressed).
 NI_VFIO_MODULES=(irqbypass vfio vfio_iommu_type1 vfio-pci-core vfio-pci)

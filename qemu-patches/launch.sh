@@ -17,6 +17,8 @@
 #   --timeout SEC     kill the guest after SEC seconds (default 300)
 #   --append ARGS     extra kernel command line arguments
 #   --qemu-arg ARG    extra QEMU argument (repeatable)
+#   --qmp PATH        a QMP socket at PATH (qmp.py plugs and unplugs NIs through it); the
+#                     NIs are devices ni<i> behind root ports ni_rp<i>
 #   -q, --quiet       do not copy the guest command's output to stdout
 # Exit status: the guest command's; 124 on timeout; 125 when no exit marker was seen (boot
 # failure, QEMU error, guest crash). On any non-zero status the console log is printed to stderr.
@@ -25,7 +27,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 sockets=() adds=() overlays=() qemu_extra=()
-cmd="" script="" initramfs="" log="" mem=512 smp=1 timeout_s=300 append="" quiet=0
+cmd="" script="" initramfs="" log="" mem=512 smp=1 timeout_s=300 append="" quiet=0 qmp=""
 while (($#)); do
     case "$1" in
         --socket) sockets+=("${2:?--socket needs a path}"); shift 2 ;;
@@ -40,8 +42,9 @@ while (($#)); do
         --timeout) timeout_s="${2:?--timeout needs seconds}"; shift 2 ;;
         --append) append="${2?--append needs arguments}"; shift 2 ;;
         --qemu-arg) qemu_extra+=("${2?--qemu-arg needs an argument}"); shift 2 ;;
+        --qmp) qmp="${2:?--qmp needs a path}"; shift 2 ;;
         -q|--quiet) quiet=1; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) ni_die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -115,9 +118,10 @@ args=(
 i=0
 for s in "${sockets[@]}"; do
     args+=(-device "pcie-root-port,id=ni_rp$i,chassis=$((i + 1)),slot=$((i + 1))")
-    args+=(-device "{\"driver\":\"vfio-user-pci\",\"bus\":\"ni_rp$i\",\"socket\":{\"path\":\"$s\",\"type\":\"unix\"}}")
+    args+=(-device "{\"driver\":\"vfio-user-pci\",\"id\":\"ni$i\",\"bus\":\"ni_rp$i\",\"socket\":{\"path\":\"$s\",\"type\":\"unix\"}}")
     i=$((i + 1))
 done
+[[ -z $qmp ]] || args+=(-qmp "unix:$qmp,server=on,wait=off")
 args+=("${qemu_extra[@]}")
 
 t0=$SECONDS

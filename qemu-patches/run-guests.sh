@@ -36,7 +36,9 @@
 #   --mem MIB          guest RAM (default 512)
 #   --append ARGS      extra guest kernel command line (e.g. intel_iommu=off)
 #   --log-dir DIR      consoles (guest<i>.log), QEMU output and pid (guest<i>.log.qemu,
-#                      guest<i>.qemu-pid), host output (host<j>.out), daemon log, hook output
+#                      guest<i>.qemu-pid), QMP sockets (guest<i>.qmp: qmp.py plugs and
+#                      unplugs the guest's NI, device ni0 on root port ni_rp0), host output
+#                      (host<j>.out), daemon log, hook output
 #                      (default $NI_CACHE/logs/run-<time>-<pid>; kept)
 # Output: each rank's lines as "[guest0 ni0] ..." / "[host ni2] ...", then a summary line per
 # rank. On failure: the failed guests' consoles and QEMU output, and the daemon log.
@@ -72,7 +74,7 @@ while (($#)); do
         --mem) mem="${2:?--mem needs MiB}"; shift 2 ;;
         --append) append="${2?--append needs arguments}"; shift 2 ;;
         --log-dir) log_dir="${2:?--log-dir needs a directory}"; shift 2 ;;
-        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
         --) shift; break ;;
         -*) ni_die "unknown option '$1' (see --help)" ;;
         *) break ;;
@@ -221,7 +223,7 @@ start_guest() {
     guest_script "$i" "$slot" "${extra[@]}"
     local args=(--quiet --socket "$run_dir/ni$k.sock" --script "$work/guest$i.sh"
         --add "$program" --log "$log_dir/guest$i.log" --timeout "$timeout_s" --mem "$mem"
-        --qemu-arg -pidfile --qemu-arg "$log_dir/guest$i.pid")
+        --qemu-arg -pidfile --qemu-arg "$log_dir/guest$i.pid" --qmp "$log_dir/guest$i.qmp")
     [[ -z $append ]] || args+=(--append "$append")
     for f in "${adds[@]}" "${net_files[@]}"; do args+=(--add "$f"); done
     for f in "${overlays[@]}"; do args+=(--overlay "$f"); done

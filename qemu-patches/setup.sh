@@ -5,6 +5,8 @@
 #     SeaBIOS and pciutils; QEMU runs from it through its own loader (see qemu.sh), nothing is
 #     installed into the host's libc
 #   - $NI_CACHE/kernel: trixie's linux-image-cloud-amd64 vmlinuz and the VFIO modules, decompressed
+#   - $NI_CACHE/qemu-patched: that QEMU with qemu-patches/patches/ applied (patch-qemu.py), used
+#     when NI_QEMU_VARIANT=patched (hot-unplug of NIs needs it; see README.md)
 # Re-runs only when this script or its inputs (mirror, suite, packages) change; --force rebuilds.
 # Environment: NI_CACHE (cache dir), NI_DEBIAN_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
@@ -15,7 +17,7 @@ force=0
 case "${1:-}" in
     --force) force=1 ;;
     "") ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) ni_die "unknown argument '$1' (usage: setup.sh [--force])" ;;
 esac
 
@@ -58,7 +60,7 @@ fi
 # --- stamp: hash of this script, common.sh and the inputs -------------------------------------
 stamp_hash="$(
     {
-        cat "$0" "$NI_QEMU_DIR/common.sh"
+        cat "$0" "$NI_QEMU_DIR/common.sh" "$NI_QEMU_DIR/patch-qemu.py"
         printf '%s\n' "$MIRROR" "$SUITE" "$KERNEL_META" "${ROOTFS_PACKAGES[@]}"
     } | sha256sum | cut -d' ' -f1
 )"
@@ -138,5 +140,14 @@ mv "$kdir" "$NI_KERNEL_DIR"
 qemu_version="$("$NI_QEMU_DIR/qemu.sh" --version | head -n1)"
 "$NI_QEMU_DIR/qemu.sh" -device help 2>/dev/null | grep -q '"vfio-user-pci"' ||
     ni_die "$qemu_version has no vfio-user-pci device"
+# --- patched QEMU (qemu-patches/patches/, applied to the binary: patch-qemu.py says why) -------
+rm -rf "$NI_PATCHED_QEMU_DIR"
+mkdir -p "$NI_PATCHED_QEMU_DIR"
+if python3 "$NI_QEMU_DIR/patch-qemu.py" "$NI_ROOTFS/usr/bin/qemu-system-x86_64" \
+    "$NI_PATCHED_QEMU_DIR/qemu-system-x86_64"; then
+    ni_log "patched QEMU (NI_QEMU_VARIANT=patched): $NI_PATCHED_QEMU_DIR/qemu-system-x86_64"
+else
+    ni_log "note: $qemu_version could not be patched (see above); NI_QEMU_VARIANT=patched is unavailable"
+fi
 printf '%s\n' "$stamp_hash" >"$stamp"
 ni_log "done in $((SECONDS - t0)) s: $qemu_version, guest kernel $kver, cache $NI_CACHE"

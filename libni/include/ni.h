@@ -80,6 +80,7 @@ extern "C" {
 #define NI_ENOMEM (-107)      /* allocating or mapping registered memory failed */
 #define NI_EINTERNAL (-108)   /* a bug inside libni (a caught panic); see ni_last_error() */
 #define NI_EDAEMON (-109)     /* the daemon died (within 1 s of it): restart it, attach again */
+#define NI_EUNPLUGGED (-110)  /* the NI was hot-unplugged (guests): attach again once it is back */
 
 /* ---- Constants ---------------------------------------------------------------------------- */
 

@@ -68,6 +68,8 @@ pub const NI_ENOMEM: c_int = -107;
 pub const NI_EINTERNAL: c_int = -108;
 /// The daemon died (socket closed, or no heartbeat for 800 ms in a guest).
 pub const NI_EDAEMON: c_int = -109;
+/// The NI (a guest's PCI function) is being hot-unplugged: libni let go of it.
+pub const NI_EUNPLUGGED: c_int = -110;
 
 /// `source` of a receive: any rank.
 pub const NI_ANY_SOURCE: i64 = -1;
@@ -86,6 +88,7 @@ fn library_text(code: c_int) -> Option<&'static CStr> {
         NI_ENOMEM => c"cannot allocate or map registered memory",
         NI_EINTERNAL => c"internal error in libni (a bug): see ni_last_error()",
         NI_EDAEMON => c"the NI's daemon is gone: restart ni-device, then attach again",
+        NI_EUNPLUGGED => c"the NI was unplugged (its VMM took the PCI function back): attach again once it is back",
         _ => return None,
     })
 }
@@ -132,6 +135,7 @@ pub fn code_of(e: &Error) -> c_int {
         Error::Reset => NI_ERESET,
         Error::Timeout(_) => NI_ETIMEDOUT,
         Error::DaemonGone(_) => NI_EDAEMON,
+        Error::Unplugged(_) => NI_EUNPLUGGED,
     }
 }
 
@@ -2042,6 +2046,7 @@ mod tests {
         (NI_ENOMEM, "NI_ENOMEM"),
         (NI_EINTERNAL, "NI_EINTERNAL"),
         (NI_EDAEMON, "NI_EDAEMON"),
+        (NI_EUNPLUGGED, "NI_EUNPLUGGED"),
     ];
 
     const HEADER: &str = include_str!("../include/ni.h");
@@ -2366,6 +2371,7 @@ mod tests {
             (Error::Reset, NI_ERESET),
             (Error::Timeout(Duration::from_secs(1)), NI_ETIMEDOUT),
             (Error::DaemonGone("x".into()), NI_EDAEMON),
+            (Error::Unplugged("0000:01:00.0".into()), NI_EUNPLUGGED),
         ];
         for (e, c) in errors {
             assert_eq!(code_of(&e), c, "{e:?}");

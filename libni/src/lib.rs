@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
@@ -90,6 +90,8 @@ pub enum Error {
     Timeout(Duration),
     #[error("the NI's daemon is gone ({0}): restart ni-device, then attach again")]
     DaemonGone(String),
+    #[error("the NI {0} was unplugged: its VMM asked for the PCI function back (hot-unplug) and this process let go of it; attach again once it is plugged back in")]
+    Unplugged(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -222,8 +224,52 @@ struct Liveness {
     last_look: Instant,
     beat: u32,
     beat_seen: Instant,
-    /// Once known dead, dead for good: every later call fails at once.
-    gone: Option<String>,
+    /// Once known dead (or unplugged), for good: every later call fails at once.
+    gone: Option<Gone>,
+}
+
+/// Why an NI can no longer be used.
+#[derive(Clone)]
+enum Gone {
+    Daemon(String),
+    Unplugged(String),
+}
+
+impl Gone {
+    fn error(&self) -> Error {
+        match self {
+            Gone::Daemon(why) => Error::DaemonGone(why.clone()),
+            Gone::Unplugged(what) => Error::Unplugged(what.clone()),
+        }
+    }
+}
+
+/// What is left of a transport whose device was taken away: nothing to reach.
+struct Released(String);
+
+impl Transport for Released {
+    fn map_sram(&mut self) -> Result<Mem> {
+        Err(Error::Unplugged(self.0.clone()))
+    }
+    fn map_window(&mut self, _rank: u32) -> Result<Option<Mem>> {
+        Err(Error::Unplugged(self.0.clone()))
+    }
+    fn region_read(&mut self, _region: u32, _offset: u64, _data: &mut [u8]) -> Result<()> {
+        Err(Error::Unplugged(self.0.clone()))
+    }
+    fn region_write(&mut self, _region: u32, _offset: u64, _data: &[u8]) -> Result<()> {
+        Err(Error::Unplugged(self.0.clone()))
+    }
+    fn dma_map(&mut self, _mem: &Mem) -> Result<()> {
+        Err(Error::Unplugged(self.0.clone()))
+    }
+    /// The container that held the mappings is closed: nothing is mapped any more.
+    fn dma_unmap(&mut self, _iova: u64, _len: u64) -> Result<()> {
+        Ok(())
+    }
+    fn enable_msix(&mut self, _vectors: &[(u32, RawFd)]) -> Result<()> {
+        Err(Error::Unplugged(self.0.clone()))
+    }
 }
 
 impl Liveness {
@@ -307,8 +353,8 @@ impl Inner {
     /// a wait loop: it looks for real at most every 50 ms (`force`: now, before a sleep).
     fn check_alive(&mut self, force: bool) -> Result<()> {
         let a = &mut self.alive;
-        if let Some(why) = &a.gone {
-            return Err(Error::DaemonGone(why.clone()));
+        if let Some(g) = &a.gone {
+            return Err(g.error());
         }
         a.calls += 1;
         if !force && a.calls < 256 {
@@ -320,6 +366,9 @@ impl Inner {
             return Ok(());
         }
         a.last_look = now;
+        if let Some(what) = self.dev.unplug_requested() {
+            return Err(self.let_go(what));
+        }
         let beat = self.sram_u32(ctrl::HEARTBEAT).load(Ordering::Acquire);
         let a = &mut self.alive;
         if beat != a.beat {
@@ -335,11 +384,36 @@ impl Inner {
             }
             None => return Ok(()),
         };
-        self.alive.gone = Some(why.clone());
+        self.alive.gone = Some(Gone::Daemon(why.clone()));
         Err(Error::DaemonGone(why))
     }
 
+    /// The device is being unplugged: drop everything it backs (the SRAM and window
+    /// mappings become private memory, so no pointer dangles; the transport's descriptors
+    /// close), which lets the kernel hand the function back to its VMM.
+    fn let_go(&mut self, what: String) -> Error {
+        let mut mems: Vec<&mut Mem> = vec![&mut self.sram];
+        if let Some(w) = self.win.as_mut() {
+            mems.push(w.mem_mut());
+        }
+        // A mapping that cannot be replaced keeps the function from its VMM; say so.
+        let mut what = what;
+        for m in mems {
+            if let Err(e) = m.forsake() {
+                what.push_str(&format!(
+                    " (still mapped, the unplug waits for this process to exit: {e})"
+                ));
+            }
+        }
+        self.dev = Box::new(Released(what.clone()));
+        self.alive.gone = Some(Gone::Unplugged(what.clone()));
+        Error::Unplugged(what)
+    }
+
     fn check_epoch(&self) -> Result<()> {
+        if let Some(g) = &self.alive.gone {
+            return Err(g.error());
+        }
         if self.sram_u32(ctrl::EPOCH).load(Ordering::Acquire) != self.epoch {
             return Err(Error::Reset);
         }

@@ -146,6 +146,33 @@ impl Mem {
         Ok(mem)
     }
 
+    /// Put private zeroed memory where the mapping was and drop its file: pointers into it
+    /// stay valid, and the file no longer holds what it maps (a device's BAR, which the
+    /// kernel will not give back to its VMM while anything maps it).
+    pub fn forsake(&mut self) -> Result<()> {
+        // SAFETY: replaces exactly this value's own mapping, at its own address and length;
+        // nothing is read from the old pages.
+        let p = unsafe {
+            libc::mmap(
+                self.ptr as *mut libc::c_void,
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::Memory(format!(
+                "replacing a {}-byte mapping: {}",
+                self.len,
+                std::io::Error::last_os_error()
+            )));
+        }
+        self.fd = None;
+        Ok(())
+    }
+
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }

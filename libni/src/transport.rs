@@ -29,6 +29,12 @@ pub(crate) trait Transport: Send {
     fn daemon_gone(&mut self) -> Option<bool> {
         None
     }
+    /// Whether the NI's owner wants it back (a VMM unplugging the PCI function): `Some(why)`.
+    /// The process must then let go of everything the device backs: its mappings and this
+    /// transport.
+    fn unplug_requested(&mut self) -> Option<String> {
+        None
+    }
     /// How waiting should give the CPU away on this path (see [`crate::Backoff`]).
     fn backoff(&self) -> crate::Backoff {
         crate::Backoff::Yield

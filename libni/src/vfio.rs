@@ -35,11 +35,16 @@ const SYSFS_DEVICES: &str = "/sys/bus/pci/devices";
 const VFIO_PCI_DRIVER: &str = "/sys/bus/pci/drivers/vfio-pci";
 /// `VFIO_REGION_INFO_FLAG_MMAP`.
 const REGION_MMAP: u32 = 1 << 2;
+/// `VFIO_PCI_REQ_IRQ_INDEX`: the device request (the kernel wants the device back).
+const VFIO_PCI_REQ_IRQ_INDEX: u32 = 4;
 
 /// An NI opened through VFIO. Fields drop in order: the eventfds, then the device (which
 /// releases its group), then the container (which drops every DMA mapping).
 pub struct Device {
     irq_fds: Vec<EventFd>,
+    /// vfio-pci's device request: signalled when the kernel wants the function back (PCI
+    /// hot-unplug) and waits for every descriptor and mapping of it to be released.
+    req: Option<EventFd>,
     device: VfioDevice,
     container: Arc<VfioContainer>,
     addr: String,
@@ -203,8 +208,22 @@ impl Device {
         let ops: Arc<dyn VfioOps> = container.clone();
         let device = VfioDevice::new(&dev, ops, false)
             .map_err(|e| explain(&format!("opening the VFIO device (group {group})"), e))?;
+        // Without a request channel the kernel blocks the unplug ("No device request channel
+        // registered") until the process exits.
+        let req = match device.get_irq_info(VFIO_PCI_REQ_IRQ_INDEX) {
+            Some(i) if i.count >= 1 => {
+                let ev = EventFd::new(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)
+                    .map_err(|e| fail(format!("eventfd: {e}")))?;
+                device
+                    .enable_irq(VFIO_PCI_REQ_IRQ_INDEX, vec![&ev])
+                    .map_err(|e| explain("SET_IRQS for the device request", e))?;
+                Some(ev)
+            }
+            _ => None,
+        };
         Ok(Device {
             irq_fds: Vec::new(),
+            req,
             device,
             container,
             addr: addr.to_string(),
@@ -265,6 +284,14 @@ impl Transport for Device {
     /// the core: sleeping lets the vCPU halt.
     fn backoff(&self) -> crate::Backoff {
         crate::Backoff::Sleep
+    }
+
+    fn unplug_requested(&mut self) -> Option<String> {
+        // A nonblocking read: the counter is non-zero once the kernel asked.
+        self.req
+            .as_ref()
+            .and_then(|ev| ev.read().ok())
+            .map(|_| self.addr.clone())
     }
 
     fn map_sram(&mut self) -> Result<Mem> {

@@ -48,6 +48,11 @@ pub(crate) struct Change {
 }
 
 impl Window {
+    /// The mapping itself (to let go of it when the device is unplugged).
+    pub fn mem_mut(&mut self) -> &mut Mem {
+        &mut self.mem
+    }
+
     /// Take the mapped window if it is the one the device named (`serial`) and this rank
     /// fits; `None` means: use the fabric path.
     pub fn open(mem: Mem, serial: u32, rank: u32, size: u32) -> Option<Window> {

@@ -426,7 +426,7 @@ pub fn fi_err(e: &NiError) -> i32 {
         NiError::BadArgument(_) => FI_EINVAL,
         NiError::Memory(_) => FI_ENOMEM,
         NiError::Timeout(_) => FI_ETIMEDOUT,
-        NiError::Reset | NiError::DaemonGone(_) => FI_ENETDOWN,
+        NiError::Reset | NiError::DaemonGone(_) | NiError::Unplugged(_) => FI_ENETDOWN,
         _ => FI_EIO,
     }
 }

@@ -20,6 +20,9 @@
 //! - `poweroff` — rank 1 echoes until its guest is powered off; rank 0 must see `peer down`
 //!   within 10 s, then waits for a replacement (`NI_VM_REPLACEMENT=1`) on the freed NI and
 //!   ping-pongs with it
+//! - `unplug` — rank 1 (a guest) echoes until the host unplugs its NI (QMP `device_del`):
+//!   that must fail with `Unplugged`, then it waits for the NI to be plugged back, attaches
+//!   again and ping-pongs with rank 0, which runs `poweroff`'s survivor
 //! - `collectives` — `Ni::barrier` and `Ni::allreduce` (f64 sum of 100003 elements, i64
 //!   min, u64 xor, checked) across every rank
 //! - `attach` — attach alone and print rank, size and node
@@ -433,6 +436,71 @@ fn poweroff(ni: &Ni, scratch: &Region, tally: &mut Tally) {
     println!("survivor: 20 round trips with the replacement guest");
 }
 
+/// Rank 1 of `unplug` (a guest whose NI the host unplugs with QMP `device_del`, then plugs
+/// back with `device_add`; rank 0 runs `poweroff`'s survivor): echo until the NI goes away,
+/// which must fail with `Unplugged` (libni let go of the device when vfio-pci relayed the
+/// unplug), never hang; then wait for the function to come back, attach again and meet the
+/// survivor as a replacement would.
+fn unplug_victim(ni: Ni, scratch: Region, tally: &mut Tally) {
+    let buf = ni.alloc(64 << 10).unwrap();
+    println!("victim: ready");
+    let mut i = 0u64;
+    let err = loop {
+        let r = ni
+            .recv(Some(0), &buf, 0..64 << 10, i, u64::MAX)
+            .and_then(|d| ni.send(0, &buf, 0..d.len as usize, i));
+        match r {
+            Ok(()) => i += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err, ni::Error::Unplugged(_)),
+        "expected the NI to be unplugged, got {err}"
+    );
+    println!("victim: unplugged after {i} round trips: {err}");
+    // Everything after that fails at once, the same way.
+    let again = ni.send(0, &buf, 0..8, 0).unwrap_err();
+    assert!(matches!(again, ni::Error::Unplugged(_)), "then: {again}");
+    drop((buf, scratch, ni));
+    let t = Instant::now();
+    let ni = loop {
+        match Ni::attach() {
+            Ok(ni) => break ni,
+            Err(e) if t.elapsed() < Duration::from_secs(240) => {
+                if std::env::var_os("NI_VM_VERBOSE").is_some() {
+                    println!("victim: not back yet: {e}");
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("the NI did not come back in 240 s: {e}"),
+        }
+    };
+    println!(
+        "victim: attached again to NI {} as rank {} after {:.1} s",
+        ni.node(),
+        ni.rank(),
+        t.elapsed().as_secs_f64()
+    );
+    let scratch = ni.alloc(4096).unwrap();
+    hello(&ni, &scratch, 1, Duration::from_secs(240), tally);
+    let buf = ni.alloc(64 << 10).unwrap();
+    for i in 0..20u64 {
+        let d = ni
+            .recv(Some(0), &buf, 0..64 << 10, 1000 + i, u64::MAX)
+            .unwrap();
+        let mut got = vec![0u8; d.len as usize];
+        buf.read_at(0, &mut got);
+        assert!(
+            got == pattern(d.len as usize, 1000 + i),
+            "round {i} corrupted"
+        );
+        ni.send(0, &buf, 0..d.len as usize, 1000 + i).unwrap();
+    }
+    println!("replacement: 20 round trips done");
+    println!("ok unplug");
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let scenario = args.next().expect("usage: ni-vm-rank SCENARIO [ARGS]");
@@ -477,6 +545,10 @@ fn main() {
     // A replacement guest meets the survivor's second handshake.
     let round = std::env::var_os("NI_VM_REPLACEMENT").is_some() as u64;
     hello(&ni, &scratch, round, Duration::from_secs(240), &mut tally);
+    if scenario == "unplug" && ni.rank() == 1 {
+        unplug_victim(ni, scratch, &mut tally);
+        return;
+    }
     match scenario.as_str() {
         "pingpong" => pingpong(&ni, &mut tally),
         "mq" => mq(&ni, &mut tally),
@@ -496,7 +568,7 @@ fn main() {
                 latency(&ni, n, mode, k);
             }
         }
-        "poweroff" => poweroff(&ni, &scratch, &mut tally),
+        "poweroff" | "unplug" => poweroff(&ni, &scratch, &mut tally),
         "collectives" => collectives(&ni),
         "scribble" => scribble(&ni, &mut tally),
         other => panic!("unknown scenario {other}"),
