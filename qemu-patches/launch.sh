@@ -19,6 +19,9 @@
 #   --qemu-arg ARG    extra QEMU argument (repeatable)
 #   --qmp PATH        a QMP socket at PATH (qmp.py plugs and unplugs NIs through it); the
 #                     NIs are devices ni<i> behind root ports ni_rp<i>
+#   --hotplug-port R  an empty PCIe root port ni_hp<j> for a hot-plugged NI, with mem-reserve=R
+#                     (e.g. 64M; an NI's BARs need 50 MiB) or R=default (the firmware's small
+#                     window, too small for an NI: its BARs stay unassigned) (repeatable)
 #   -q, --quiet       do not copy the guest command's output to stdout
 # Exit status: the guest command's; 124 on timeout; 125 when no exit marker was seen (boot
 # failure, QEMU error, guest crash). On any non-zero status the console log is printed to stderr.
@@ -26,7 +29,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-sockets=() adds=() overlays=() qemu_extra=()
+sockets=() adds=() overlays=() qemu_extra=() hotplug=()
 cmd="" script="" initramfs="" log="" mem=512 smp=1 timeout_s=300 append="" quiet=0 qmp=""
 while (($#)); do
     case "$1" in
@@ -43,8 +46,9 @@ while (($#)); do
         --append) append="${2?--append needs arguments}"; shift 2 ;;
         --qemu-arg) qemu_extra+=("${2?--qemu-arg needs an argument}"); shift 2 ;;
         --qmp) qmp="${2:?--qmp needs a path}"; shift 2 ;;
+        --hotplug-port) hotplug+=("${2:?--hotplug-port needs a mem-reserve size or default}"); shift 2 ;;
         -q|--quiet) quiet=1; shift ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) ni_die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -120,6 +124,15 @@ for s in "${sockets[@]}"; do
     args+=(-device "pcie-root-port,id=ni_rp$i,chassis=$((i + 1)),slot=$((i + 1))")
     args+=(-device "{\"driver\":\"vfio-user-pci\",\"id\":\"ni$i\",\"bus\":\"ni_rp$i\",\"socket\":{\"path\":\"$s\",\"type\":\"unix\"}}")
     i=$((i + 1))
+done
+# Empty root ports for QMP device_add: the firmware sizes a bridge's window at boot from
+# what is behind it, so an empty port gets only what mem-reserve asks for.
+j=0
+for r in "${hotplug[@]}"; do
+    port="pcie-root-port,id=ni_hp$j,chassis=$((i + j + 1)),slot=$((i + j + 1))"
+    [[ $r == default ]] || port+=",mem-reserve=$r"
+    args+=(-device "$port")
+    j=$((j + 1))
 done
 [[ -z $qmp ]] || args+=(-qmp "unix:$qmp,server=on,wait=off")
 args+=("${qemu_extra[@]}")
