@@ -16,6 +16,10 @@
 //!   request names its buffers exactly as on the host path.
 //! - MSI-X: one eventfd per vector through `VFIO_DEVICE_SET_IRQS`; the kernel programs the
 //!   capability and the table itself.
+//! - Hot-unplug: vfio-pci's device request (`VFIO_PCI_REQ_IRQ_INDEX`) is an eventfd too. When
+//!   the VMM unplugs the function the kernel signals it and waits for every descriptor and
+//!   mapping of the device to go; libni's waits look at it with the daemon's heartbeat, then
+//!   let go of everything and fail with `Error::Unplugged`.
 
 use std::fs::{self, File};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
