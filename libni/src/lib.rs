@@ -354,7 +354,16 @@ impl Inner {
     fn check_alive(&mut self, force: bool) -> Result<()> {
         let a = &mut self.alive;
         if let Some(g) = &a.gone {
-            return Err(g.error());
+            // A dead daemon's NI is still a device its VMM may want back (re-plugged onto
+            // a restarted daemon): let go of it when asked.
+            if let Gone::Daemon(why) = g {
+                let why = why.clone();
+                if let Some(what) = self.dev.unplug_requested() {
+                    self.let_go(what);
+                    self.alive.gone = Some(Gone::Daemon(why));
+                }
+            }
+            return Err(self.alive.gone.as_ref().map_or(Error::Reset, Gone::error));
         }
         a.calls += 1;
         if !force && a.calls < 256 {
@@ -384,6 +393,7 @@ impl Inner {
             }
             None => return Ok(()),
         };
+        self.dev.declare_dead();
         self.alive.gone = Some(Gone::Daemon(why.clone()));
         Err(Error::DaemonGone(why))
     }

@@ -126,6 +126,16 @@ impl Device {
                 ni_abi::pci::DEVICE_ID
             )));
         }
+        // `declare_dead` turned this function's resets off: its daemon died, and opening it
+        // would only fail slowly (and hold up the unplug that replaces it).
+        if read_trim(&dev.join("reset_method")).is_some_and(|m| m.is_empty()) {
+            return Err(fail(
+                "its daemon died (libni turned the function's resets off then): the VMM must \
+                 re-plug it (QMP device_del, then device_add of the same socket once ni-device \
+                 runs again; qemu-patches/README.md)"
+                    .into(),
+            ));
+        }
         let group = fs::read_link(dev.join("iommu_group"))
             .ok()
             .and_then(|g| g.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -247,6 +257,9 @@ impl Device {
         let magic = unsafe { &*(sram.ptr().add(ctrl::MAGIC as usize) as *const AtomicU32) };
         let t = Instant::now();
         while magic.load(Ordering::Acquire) != ctrl::MAGIC_VALUE {
+            if let Some(what) = self.unplug_requested() {
+                return Err(Error::Unplugged(what));
+            }
             if t.elapsed() > Duration::from_secs(10) {
                 return Err(self.err("the device never published its fast path".into()));
             }
@@ -288,6 +301,20 @@ impl Transport for Device {
     /// the core: sleeping lets the vCPU halt.
     fn backoff(&self) -> crate::Backoff {
         crate::Backoff::Sleep
+    }
+
+    /// A dead daemon leaves a function whose config space only fails, and vfio-pci resets
+    /// the function when the device is closed: a reset then waits 60 s for a device that
+    /// never becomes ready ("not ready 65535ms after FLR; giving up"), holding a re-plug up
+    /// as long, while QEMU logs every failed config access. So turn this function's resets
+    /// off (its sysfs `reset_method`); a re-plugged NI is a new function with its own.
+    fn declare_dead(&mut self) {
+        let path = Path::new(SYSFS_DEVICES)
+            .join(&self.addr)
+            .join("reset_method");
+        // Best effort: without it (not root, an old kernel) the close is only slower.
+        // "\n", not "": an empty write never reaches the attribute.
+        let _ = sysfs_write(&path, "\n");
     }
 
     fn unplug_requested(&mut self) -> Option<String> {

@@ -40,7 +40,7 @@ expect "the guest's receive failed with unplugged (no hang)" \
 expect "the host rank got peer down within the bound" \
     has '^\[host ni0\] survivor: [0-9]+ round trips, then .*peer down.* [0-9]+ ms after the last one$'
 expect "the guest process attached again to NI 1" \
-    has '^\[guest0 ni1\] victim: attached again to NI 1 as rank 1 after [0-9.]+ s$'
+    has '^\[guest0 ni1\] attached again to NI 1 as rank 1 after [0-9.]+ s$'
 expect "20 checked round trips after the re-plug" \
     has '^\[guest0 ni1\] replacement: 20 round trips done$'
 expect "host: 20 round trips after the re-plug" \

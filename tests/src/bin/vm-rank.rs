@@ -25,6 +25,9 @@
 //!   again and ping-pongs with rank 0, which runs `poweroff`'s survivor
 //! - `collectives` — `Ni::barrier` and `Ni::allreduce` (f64 sum of 100003 elements, i64
 //!   min, u64 xor, checked) across every rank
+//! - `daemon-dies` — block in a receive until the daemon is killed: it must fail with
+//!   `DaemonGone`; with `NI_VM_REATTACH` set, then wait for the NI to be re-plugged onto a
+//!   restarted daemon, attach again and send a checked message to itself through it
 //! - `attach` — attach alone and print rank, size and node
 //! - `scribble` — rank 0 (a guest) maps its BAR3 and BAR4 writable through sysfs and writes
 //!   its own zone full of garbage, then another rank's zone (which its VMM mapped read-only);
@@ -463,25 +466,7 @@ fn unplug_victim(ni: Ni, scratch: Region, tally: &mut Tally) {
     let again = ni.send(0, &buf, 0..8, 0).unwrap_err();
     assert!(matches!(again, ni::Error::Unplugged(_)), "then: {again}");
     drop((buf, scratch, ni));
-    let t = Instant::now();
-    let ni = loop {
-        match Ni::attach() {
-            Ok(ni) => break ni,
-            Err(e) if t.elapsed() < Duration::from_secs(240) => {
-                if std::env::var_os("NI_VM_VERBOSE").is_some() {
-                    println!("victim: not back yet: {e}");
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => panic!("the NI did not come back in 240 s: {e}"),
-        }
-    };
-    println!(
-        "victim: attached again to NI {} as rank {} after {:.1} s",
-        ni.node(),
-        ni.rank(),
-        t.elapsed().as_secs_f64()
-    );
+    let ni = attach_again("the unplugged NI");
     let scratch = ni.alloc(4096).unwrap();
     hello(&ni, &scratch, 1, Duration::from_secs(240), tally);
     let buf = ni.alloc(64 << 10).unwrap();
@@ -537,7 +522,7 @@ fn main() {
         return;
     }
     if scenario == "daemon-dies" {
-        daemon_dies(&ni);
+        daemon_dies(ni);
         return;
     }
     let scratch = ni.alloc(4096).unwrap();
@@ -767,7 +752,7 @@ fn scribble_honest(ni: &Ni, tally: &mut Tally) {
 /// Issue 18 in a guest: block in a receive nobody will match; the test kills the daemon when
 /// it sees `waiting`. A guest has no socket to the daemon (QEMU has), so only the control
 /// page's HEARTBEAT can tell: the receive must fail with `DaemonGone` within about a second.
-fn daemon_dies(ni: &Ni) {
+fn daemon_dies(ni: Ni) {
     let buf = ni.alloc(4096).unwrap();
     println!("waiting");
     let t = Instant::now();
@@ -777,7 +762,49 @@ fn daemon_dies(ni: &Ni) {
         }
         other => panic!("a receive under a dead daemon ended with {other:?}"),
     }
+    if std::env::var_os("NI_VM_REATTACH").is_some() {
+        // The host restarts the daemon and re-plugs the NI (QMP device_del + device_add):
+        // let go, wait for the new function, and use it.
+        drop((buf, ni));
+        let ni = attach_again("the restarted daemon's NI");
+        let buf = ni.alloc(4096).unwrap();
+        let want = pattern(4096, 7);
+        buf.write_at(0, &want);
+        let me = ni.rank();
+        let r = ni.irecv(Some(me), &buf, 2048..4096, 7, u64::MAX).unwrap();
+        ni.send(me, &buf, 0..2048, 7).unwrap();
+        let d = ni.wait(r).unwrap();
+        let mut got = vec![0u8; 2048];
+        buf.read_at(2048, &mut got);
+        assert!(d.len == 2048 && got == want[..2048], "loopback corrupted");
+        println!("loopback through the new daemon: 2048 bytes checked");
+    }
     println!("ok daemon-dies");
+}
+
+/// Attach again once an NI is back (after an unplug, or a re-plug onto a restarted daemon),
+/// trying every 200 ms for up to 240 s.
+fn attach_again(what: &str) -> Ni {
+    let t = Instant::now();
+    let ni = loop {
+        match Ni::attach() {
+            Ok(ni) => break ni,
+            Err(e) if t.elapsed() < Duration::from_secs(240) => {
+                if std::env::var_os("NI_VM_VERBOSE").is_some() {
+                    println!("not back yet: {e}");
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{what} did not come back in 240 s: {e}"),
+        }
+    };
+    println!(
+        "attached again to NI {} as rank {} after {:.1} s",
+        ni.node(),
+        ni.rank(),
+        t.elapsed().as_secs_f64()
+    );
+    ni
 }
 
 /// Barriers and allreduces done in the network, across every rank (guests and host
