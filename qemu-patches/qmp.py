@@ -7,6 +7,9 @@ Usage:
                                         ports ni_rp<i> and its NIs ni<i>)
   qmp.py SOCKET unplug ID               device_del ID, then wait for QEMU's DEVICE_DELETED:
                                         the guest let go of the function and QEMU freed it
+  qmp.py SOCKET replug ID BUS NI_SOCKET unplug, then plug: an NI whose daemon died and was
+                                        restarted comes back (QEMU never reconnects a
+                                        vfio-user device by itself)
   qmp.py SOCKET query                   the NIs (vfio-user-pci devices) QEMU has now
   qmp.py SOCKET raw COMMAND [JSON]      any QMP command with JSON arguments
 Options (before SOCKET): --timeout SEC (default 60) for the connection and for unplug.
@@ -94,16 +97,23 @@ def main(argv):
     path, verb, rest = argv[0], argv[1], argv[2:]
     q = Qmp(path, timeout)
     t0 = time.monotonic()
-    if verb == "plug" and len(rest) == 3:
-        dev_id, bus, ni_socket = rest
-        q.command("device_add", driver="vfio-user-pci", id=dev_id, bus=bus,
-                  socket={"type": "unix", "path": ni_socket})
-        print(f"plugged {dev_id} ({ni_socket}) into {bus}")
-    elif verb == "unplug" and len(rest) == 1:
-        dev_id = rest[0]
+    def unplug(dev_id):
         q.command("device_del", id=dev_id)
         q.wait_event("DEVICE_DELETED", lambda d: d.get("device") == dev_id)
         print(f"unplugged {dev_id} in {time.monotonic() - t0:.1f} s")
+
+    def plug(dev_id, bus, ni_socket):
+        q.command("device_add", driver="vfio-user-pci", id=dev_id, bus=bus,
+                  socket={"type": "unix", "path": ni_socket})
+        print(f"plugged {dev_id} ({ni_socket}) into {bus}")
+
+    if verb == "plug" and len(rest) == 3:
+        plug(*rest)
+    elif verb == "unplug" and len(rest) == 1:
+        unplug(rest[0])
+    elif verb == "replug" and len(rest) == 3:
+        unplug(rest[0])
+        plug(*rest)
     elif verb == "query" and not rest:
         def walk(devs):
             for d in devs:

@@ -17,7 +17,7 @@ force=0
 case "${1:-}" in
     --force) force=1 ;;
     "") ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) ni_die "unknown argument '$1' (usage: setup.sh [--force])" ;;
 esac
 

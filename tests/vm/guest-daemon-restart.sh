@@ -37,9 +37,7 @@ echo \$! >'$run_dir/new.pid'
 for i in \$(seq 100); do [ -S '$run_dir/ni0.sock' ] && '$NI_CTL' --run-dir '$run_dir' status >/dev/null 2>&1 && break; sleep 0.1; done
 echo 'restarted ni-device'"
 # Only once the guest saw the daemon die: re-plug onto the new one.
-replug="set -e
-python3 '$QMP' --timeout 120 \"\$NI_LOG_DIR/guest0.qmp\" unplug ni0
-python3 '$QMP' \"\$NI_LOG_DIR/guest0.qmp\" plug ni0 ni_rp0 '$run_dir/ni0.sock'"
+replug="python3 '$QMP' --timeout 120 \"\$NI_LOG_DIR/guest0.qmp\" replug ni0 ni_rp0 '$run_dir/ni0.sock'"
 NI_QEMU_VARIANT=patched vm_run -n 1 --run-dir "$run_dir" --env NI_VM_REATTACH=1 \
     --on '^waiting$' "$restart" --on '^gone after ' "$replug" \
     "$GUEST_BIN/ni-vm-rank" daemon-dies
