@@ -415,7 +415,7 @@ impl Inner {
                 ));
             }
         }
-        self.dev = Box::new(Released(what.clone()));
+        std::mem::replace(&mut self.dev, Box::new(Released(what.clone()))).release();
         self.alive.gone = Some(Gone::Unplugged(what.clone()));
         Error::Unplugged(what)
     }

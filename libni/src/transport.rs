@@ -29,6 +29,8 @@ pub(crate) trait Transport: Send {
     fn daemon_gone(&mut self) -> Option<bool> {
         None
     }
+    /// Close everything while the NI is being unplugged.
+    fn release(self: Box<Self>) {}
     /// The daemon is known dead: nothing behind this transport will answer again.
     fn declare_dead(&mut self) {}
     /// Whether the NI's owner wants it back (a VMM unplugging the PCI function): `Some(why)`.

@@ -317,6 +317,20 @@ impl Transport for Device {
         let _ = sysfs_write(&path, "\n");
     }
 
+    /// Under an unplug, the function (and its sysfs directory) goes as soon as its last
+    /// descriptor closes; `VfioDevice`'s drop closes its descriptor, then reads that directory
+    /// to find its group, and panics when it is gone. So a second descriptor keeps the
+    /// function until the drop is over. (Its group then cannot leave the container while the
+    /// device is open, so the container's own drop closes it.)
+    fn release(self: Box<Self>) {
+        // SAFETY: dup of the device descriptor we hold; checked, and owned by `hold`.
+        let fd = unsafe { libc::dup(self.device.as_raw_fd()) };
+        // SAFETY: fd is a fresh descriptor we own (when the dup worked).
+        let hold = (fd >= 0).then(|| unsafe { File::from_raw_fd(fd) });
+        drop(self);
+        drop(hold);
+    }
+
     fn unplug_requested(&mut self) -> Option<String> {
         // A nonblocking read: the counter is non-zero once the kernel asked.
         self.req

@@ -47,15 +47,8 @@ expect "host: 20 round trips after the re-plug" \
     has '^\[host ni0\] survivor: 20 round trips with the replacement guest$'
 expect "guest: ok unplug" has '^\[guest0 ni1\] ok unplug$'
 # NI 1 saw two vfio-user clients: the guest's QEMU before the unplug and after the re-plug.
-attaches() {
-    python3 - "$LOG/nodes.json" <<'PY'
-import json, sys
-n = {x["node"]: x for x in json.load(open(sys.argv[1]))["nodes"]}
-print(f"NI 1: attaches={n[1]['attaches']} state={n[1]['state']}")
-sys.exit(0 if n[1]["attaches"] == 2 else 1)
-PY
-}
-expect "NI 1 was attached twice (before the unplug, after the re-plug)" attaches
+expect "NI 1 was attached twice (before the unplug, after the re-plug)" \
+    node_attaches "$LOG/nodes.json" 1 2
 expect "the daemon logged no WARN or ERROR" \
     sh -c "! grep -aE ' (WARN|ERROR) ' '$LOG/daemon.log'"
 

@@ -25,13 +25,6 @@ expect "survivor: 20 round trips with the replacement" \
 expect "survivor: ok poweroff" has '^\[guest0 ni0\] ok poweroff$'
 expect "replacement: ok poweroff" has '^\[guest2 ni1\] ok poweroff$'
 # After the run NI 1 has seen two clients (the killed guest's QEMU and the replacement's).
-attaches() {
-    python3 - "$LOG/nodes.json" <<'PY'
-import json, sys
-n = {x["node"]: x for x in json.load(open(sys.argv[1]))["nodes"]}
-print(f"NI 1: attaches={n[1]['attaches']} state={n[1]['state']}")
-sys.exit(0 if n[1]["attaches"] == 2 else 1)
-PY
-}
-expect "NI 1 was attached twice (the powered-off guest, then its replacement)" attaches
+expect "NI 1 was attached twice (the powered-off guest, then its replacement)" \
+    node_attaches "$LOG/nodes.json" 1 2
 vm_finish

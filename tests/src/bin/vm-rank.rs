@@ -366,19 +366,7 @@ fn poweroff(ni: &Ni, scratch: &Region, tally: &mut Tally) {
     }
     if ni.rank() == 1 {
         println!("replacement: attached to NI {}", ni.node());
-        for i in 0..20u64 {
-            let d = ni
-                .recv(Some(0), &buf, 0..64 << 10, 1000 + i, u64::MAX)
-                .unwrap();
-            let mut got = vec![0u8; d.len as usize];
-            buf.read_at(0, &mut got);
-            assert!(
-                got == pattern(d.len as usize, 1000 + i),
-                "round {i} corrupted"
-            );
-            ni.send(0, &buf, 0..d.len as usize, 1000 + i).unwrap();
-        }
-        println!("replacement: 20 round trips done");
+        echo_as_replacement(ni, &buf);
         return;
     }
     if ni.rank() != 0 {
@@ -439,6 +427,24 @@ fn poweroff(ni: &Ni, scratch: &Region, tally: &mut Tally) {
     println!("survivor: 20 round trips with the replacement guest");
 }
 
+/// What a rank 1 that came back (a replacement guest, a re-plugged NI) does with the
+/// survivor of `poweroff`: check and echo its 20 messages (tags 1000..1020).
+fn echo_as_replacement(ni: &Ni, buf: &Region) {
+    for i in 0..20u64 {
+        let d = ni
+            .recv(Some(0), buf, 0..64 << 10, 1000 + i, u64::MAX)
+            .unwrap();
+        let mut got = vec![0u8; d.len as usize];
+        buf.read_at(0, &mut got);
+        assert!(
+            got == pattern(d.len as usize, 1000 + i),
+            "round {i} corrupted"
+        );
+        ni.send(0, buf, 0..d.len as usize, 1000 + i).unwrap();
+    }
+    println!("replacement: 20 round trips done");
+}
+
 /// Rank 1 of `unplug` (a guest whose NI the host unplugs with QMP `device_del`, then plugs
 /// back with `device_add`; rank 0 runs `poweroff`'s survivor): echo until the NI goes away,
 /// which must fail with `Unplugged` (libni let go of the device when vfio-pci relayed the
@@ -469,20 +475,7 @@ fn unplug_victim(ni: Ni, scratch: Region, tally: &mut Tally) {
     let ni = attach_again("the unplugged NI");
     let scratch = ni.alloc(4096).unwrap();
     hello(&ni, &scratch, 1, Duration::from_secs(240), tally);
-    let buf = ni.alloc(64 << 10).unwrap();
-    for i in 0..20u64 {
-        let d = ni
-            .recv(Some(0), &buf, 0..64 << 10, 1000 + i, u64::MAX)
-            .unwrap();
-        let mut got = vec![0u8; d.len as usize];
-        buf.read_at(0, &mut got);
-        assert!(
-            got == pattern(d.len as usize, 1000 + i),
-            "round {i} corrupted"
-        );
-        ni.send(0, &buf, 0..d.len as usize, 1000 + i).unwrap();
-    }
-    println!("replacement: 20 round trips done");
+    echo_as_replacement(&ni, &ni.alloc(64 << 10).unwrap());
     println!("ok unplug");
 }
 

@@ -103,3 +103,15 @@ for line in sys.stdin:
     print(f"NI {n}: recvs={c.get('recvs')} recv_bytes={c.get('recv_bytes')} send_bytes={c.get('send_bytes')} sends={c.get('sends')} doorbells={c.get('doorbells')} msix_sent={c.get('msix_sent')} resets={c.get('resets')}")
 sys.exit(0 if ok else 1)
 PY
+
+# node_attaches FILE NODE N: `ni-ctl --json nodes` (saved in FILE) shows NI NODE attached N
+# times (one per vfio-user client it has had: a QEMU, its replacement, a re-plug).
+node_attaches() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+n = {x["node"]: x for x in json.load(open(sys.argv[1]))["nodes"]}
+node, want = int(sys.argv[2]), int(sys.argv[3])
+print(f"NI {node}: attaches={n[node]['attaches']} state={n[node]['state']}")
+sys.exit(0 if n[node]["attaches"] == want else 1)
+PY
+}
