@@ -247,28 +247,34 @@ impl Gone {
 /// What is left of a transport whose device was taken away: nothing to reach.
 struct Released(String);
 
+impl Released {
+    fn gone<T>(&self) -> Result<T> {
+        Err(Error::Unplugged(self.0.clone()))
+    }
+}
+
 impl Transport for Released {
     fn map_sram(&mut self) -> Result<Mem> {
-        Err(Error::Unplugged(self.0.clone()))
+        self.gone()
     }
     fn map_window(&mut self, _rank: u32) -> Result<Option<Mem>> {
-        Err(Error::Unplugged(self.0.clone()))
+        self.gone()
     }
     fn region_read(&mut self, _region: u32, _offset: u64, _data: &mut [u8]) -> Result<()> {
-        Err(Error::Unplugged(self.0.clone()))
+        self.gone()
     }
     fn region_write(&mut self, _region: u32, _offset: u64, _data: &[u8]) -> Result<()> {
-        Err(Error::Unplugged(self.0.clone()))
+        self.gone()
     }
     fn dma_map(&mut self, _mem: &Mem) -> Result<()> {
-        Err(Error::Unplugged(self.0.clone()))
+        self.gone()
     }
     /// The container that held the mappings is closed: nothing is mapped any more.
     fn dma_unmap(&mut self, _iova: u64, _len: u64) -> Result<()> {
         Ok(())
     }
     fn enable_msix(&mut self, _vectors: &[(u32, RawFd)]) -> Result<()> {
-        Err(Error::Unplugged(self.0.clone()))
+        self.gone()
     }
 }
 
@@ -352,19 +358,17 @@ impl Inner {
     /// Fail with `DaemonGone` once the daemon is known dead. Cheap enough for every round of
     /// a wait loop: it looks for real at most every 50 ms (`force`: now, before a sleep).
     fn check_alive(&mut self, force: bool) -> Result<()> {
-        let a = &mut self.alive;
-        if let Some(g) = &a.gone {
+        if let Some(g) = self.alive.gone.clone() {
             // A dead daemon's NI is still a device its VMM may want back (re-plugged onto
-            // a restarted daemon): let go of it when asked.
-            if let Gone::Daemon(why) = g {
-                let why = why.clone();
+            // a restarted daemon): let go of it when asked, and stay `DaemonGone`.
+            if matches!(g, Gone::Daemon(_)) {
                 if let Some(what) = self.dev.unplug_requested() {
                     self.let_go(what);
-                    self.alive.gone = Some(Gone::Daemon(why));
                 }
             }
-            return Err(self.alive.gone.as_ref().map_or(Error::Reset, Gone::error));
+            return Err(g.error());
         }
+        let a = &mut self.alive;
         a.calls += 1;
         if !force && a.calls < 256 {
             return Ok(());
@@ -376,7 +380,9 @@ impl Inner {
         }
         a.last_look = now;
         if let Some(what) = self.dev.unplug_requested() {
-            return Err(self.let_go(what));
+            let what = self.let_go(what);
+            self.alive.gone = Some(Gone::Unplugged(what.clone()));
+            return Err(Error::Unplugged(what));
         }
         let beat = self.sram_u32(ctrl::HEARTBEAT).load(Ordering::Acquire);
         let a = &mut self.alive;
@@ -400,8 +406,9 @@ impl Inner {
 
     /// The device is being unplugged: drop everything it backs (the SRAM and window
     /// mappings become private memory, so no pointer dangles; the transport's descriptors
-    /// close), which lets the kernel hand the function back to its VMM.
-    fn let_go(&mut self, what: String) -> Error {
+    /// close), which lets the kernel hand the function back to its VMM. Returns `what`, with
+    /// what could not be let go of.
+    fn let_go(&mut self, what: String) -> String {
         let mut mems: Vec<&mut Mem> = vec![&mut self.sram];
         if let Some(w) = self.win.as_mut() {
             mems.push(w.mem_mut());
@@ -416,8 +423,7 @@ impl Inner {
             }
         }
         std::mem::replace(&mut self.dev, Box::new(Released(what.clone()))).release();
-        self.alive.gone = Some(Gone::Unplugged(what.clone()));
-        Error::Unplugged(what)
+        what
     }
 
     fn check_epoch(&self) -> Result<()> {
