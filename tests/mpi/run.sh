@@ -109,6 +109,28 @@ trap 'exit 130' INT TERM
 
 record() { RESULTS+=("$1|$2|$3|$4|$5|$6"); }
 
+# verdict PROG N PATH SECS PASS_DETAIL [FAIL_PREFIX]: record PASS with PASS_DETAIL when the
+# caller's `why` is empty; else set FAILED and record FAIL with FAIL_PREFIX and the reasons
+# (status 1).
+verdict() {
+    if [ ${#why[@]} -eq 0 ]; then
+        record "$1" "$2" "$3" PASS "$4" "$5"
+        return 0
+    fi
+    FAILED=1
+    record "$1" "$2" "$3" FAIL "$4" "${6:+$6; }$(IFS=';'; echo "${why[*]}")"
+    return 1
+}
+
+# counters_verdict RUNDIR N MIN_BYTES DIRECT: check_counters into `digest`, its failures into
+# the caller's `why`; prints the digest's first line.
+counters_verdict() {
+    if digest=$(check_counters "$@"); then :; else
+        why+=("$(echo "$digest" | grep 'COUNTERS FAIL' | sed 's/COUNTERS FAIL: //' | paste -sd';')")
+    fi
+    echo "    $(echo "$digest" | head -1)"
+}
+
 # ---------------------------------------------------------------------------------------------
 # start_daemon LABEL N DIRECT -> sets RUNDIR and DAEMON_PID
 start_daemon() {
@@ -223,10 +245,7 @@ run_prog() {
     [ "$pass" -gt 0 ] || why+=("no PASS line")
     [ "$fail" -eq 0 ] || why+=("$fail FAIL line(s)")
     [ -n "$total" ] || why+=("no final summary line")
-    if digest=$(check_counters "$RUNDIR" "$n" "$min_bytes" "$direct"); then :; else
-        why+=("$(echo "$digest" | grep 'COUNTERS FAIL' | sed 's/COUNTERS FAIL: //' | paste -sd';')")
-    fi
-    echo "    $(echo "$digest" | head -1)"
+    counters_verdict "$RUNDIR" "$n" "$min_bytes" "$direct"
     stop_daemon
     if [ ${#why[@]} -eq 0 ]; then
         record "$prog" "$n" "$path" PASS "$secs" "$total checks; $(echo "$digest" | head -1)"
@@ -261,12 +280,7 @@ prove_path() {
     for ((k = 0; k < n; k++)); do
         grep -q "mtl:ofi:provider: ni$k\$" "$log" || why+=("no rank on provider ni (domain ni$k)")
     done
-    if [ ${#why[@]} -eq 0 ]; then
-        record "coll --only comms" $n "verbose selection" PASS "$secs" "pml cm, mtl ofi, provider ni0..ni$((n - 1))"
-    else
-        FAILED=1
-        record "coll --only comms" $n "verbose selection" FAIL "$secs" "$(IFS=';'; echo "${why[*]}")"
-    fi
+    verdict "coll --only comms" $n "verbose selection" "$secs" "pml cm, mtl ofi, provider ni0..ni$((n - 1))" || true
 
     step "path: FI_PROVIDER_PATH without libni-fi.so must make mpirun FAIL (no fallback)"
     label=noprov
@@ -287,12 +301,8 @@ prove_path() {
     ! grep -q '^PASS ' "$log" || why+=("PASS lines without the ni provider")
     grep -q 'PML cm cannot be selected' "$log" || why+=("not the expected reason (PML cm cannot be selected)")
     [ "$attaches" = 0 ] || why+=("$attaches attach(es) to the NIs")
-    if [ ${#why[@]} -eq 0 ]; then
+    if verdict p2p $n "no provider (empty dir)" "$secs" "mpirun failed as required (exit $rc)"; then
         echo "    ==> failed as it must (exit $rc: PML cm cannot be selected; no NI attached)"
-        record p2p $n "no provider (empty dir)" PASS "$secs" "mpirun failed as required (exit $rc)"
-    else
-        FAILED=1
-        record p2p $n "no provider (empty dir)" FAIL "$secs" "$(IFS=';'; echo "${why[*]}")"
     fi
 }
 
@@ -350,17 +360,9 @@ run_mpi4py() {
     if grep -aq '^Timeout (' "$log"; then
         why+=("a test hung: $(grep -a -A1 '^Timeout (' "$log" | grep -ao 'File "[^"]*", line [0-9]* in [A-Za-z_0-9]*' | head -1)")
     fi
-    if digest=$(check_counters "$RUNDIR" $n 1 isolated); then :; else
-        why+=("$(echo "$digest" | grep 'COUNTERS FAIL' | sed 's/COUNTERS FAIL: //' | paste -sd';')")
-    fi
-    echo "    $(echo "$digest" | head -1)"
+    counters_verdict "$RUNDIR" $n 1 isolated
     stop_daemon
-    if [ ${#why[@]} -eq 0 ]; then
-        record "mpi4py $label" $n "window (--direct isolated)" PASS "$secs" "${s0% seconds=*}"
-    else
-        FAILED=1
-        record "mpi4py $label" $n "window (--direct isolated)" FAIL "$secs" "${s0% seconds=*}; $(IFS=';'; echo "${why[*]}")"
-    fi
+    verdict "mpi4py $label" $n "window (--direct isolated)" "$secs" "${s0% seconds=*}" "${s0% seconds=*}" || true
 }
 
 # =============================================================================================

@@ -10,12 +10,10 @@ set -euo pipefail
 
 vm_prepare
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/ni-dies.XXXXXX")"
-device="${NI_DEVICE:-$NI_REPO/target/release/ni-device}"
-"$device" --nodes 1 --run-dir "$run_dir" --direct shared 2>"$run_dir/daemon.log" &
-dpid=$!
+vm_daemon "$run_dir" 1 "$run_dir/daemon.log"
+dpid=$DAEMON_PID
 disown "$dpid"  # its SIGKILL is the test, not news for the shell
 trap 'kill -KILL $dpid 2>/dev/null || true; rm -rf "$run_dir"' EXIT
-for _ in $(seq 100); do [[ -S $run_dir/control.sock ]] && break; sleep 0.1; done
 vm_run -n 1 --run-dir "$run_dir" --on '^waiting$' "kill -KILL $dpid" "$GUEST_BIN/ni-vm-rank" daemon-dies
 expect "the guest rank exited 0" test "$RC" -eq 0
 expect "the daemon was killed while the rank waited" sh -c "! kill -0 $dpid 2>/dev/null"

@@ -13,12 +13,8 @@ set -euo pipefail
 
 vm_prepare
 run_dir="$(mktemp -d "${TMPDIR:-/tmp}/ni-restart.XXXXXX")"
-device="${NI_DEVICE:-$NI_REPO/target/release/ni-device}"
-if [[ ! -x $device ]]; then
-    (cd "$NI_REPO" && cargo build --release -q -p ni-device) || ni_die "building ni-device failed"
-fi
-"$device" --nodes 1 --run-dir "$run_dir" --direct shared 2>"$run_dir/daemon.log" &
-dpid=$!
+vm_daemon "$run_dir" 1 "$run_dir/daemon.log"
+dpid=$DAEMON_PID
 disown "$dpid" # its SIGKILL is the test, not news for the shell
 cleanup() {
     kill -KILL "$dpid" 2>/dev/null || true
@@ -27,12 +23,11 @@ cleanup() {
     rm -rf "$run_dir"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do [[ -S $run_dir/control.sock ]] && break; sleep 0.1; done
 QMP="$NI_QEMU_DIR/qmp.py"
 restart="set -e
 kill -KILL $dpid
 while kill -0 $dpid 2>/dev/null; do sleep 0.05; done
-setsid '$device' --nodes 1 --run-dir '$run_dir' --direct shared 2>'$run_dir/daemon2.log' </dev/null >/dev/null &
+setsid '$DAEMON_BIN' --nodes 1 --run-dir '$run_dir' --direct shared 2>'$run_dir/daemon2.log' </dev/null >/dev/null &
 echo \$! >'$run_dir/new.pid'
 for i in \$(seq 100); do [ -S '$run_dir/ni0.sock' ] && '$NI_CTL' --run-dir '$run_dir' status >/dev/null 2>&1 && break; sleep 0.1; done
 echo 'restarted ni-device'"

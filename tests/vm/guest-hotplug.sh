@@ -12,15 +12,8 @@ set -euo pipefail
 
 vm_prepare
 run="$LOG/run"
-mkdir -p "$run"
-device="${NI_DEVICE:-$NI_REPO/target/release/ni-device}"
-if [[ ! -x $device ]]; then
-    (cd "$NI_REPO" && cargo build --release -q -p ni-device) || ni_die "building ni-device failed"
-fi
-"$device" --nodes 2 --run-dir "$run" --direct shared >"$LOG/daemon.log" 2>&1 &
-dpid=$!
-trap 'kill "$dpid" 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [[ -S $run/ni1.sock ]] && break; sleep 0.1; done
+vm_daemon "$run" 2 "$LOG/daemon.log"
+trap 'kill "$DAEMON_PID" 2>/dev/null || true' EXIT
 cat >"$LOG/guest.sh" <<'GUEST'
 echo "READY-FOR-PLUG"
 for i in $(seq 600); do [ "$(lspci -n -d 1234:4e49 | wc -l)" -ge 2 ] && break; sleep 0.2; done

@@ -55,10 +55,8 @@ expect "the daemon logged no WARN or ERROR" \
 # Stock QEMU: the same device_del aborts it (the reason for the patch). Idle guest, no libni.
 stock_log="$LOG/stock"
 mkdir -p "$stock_log"
-NI_DEVICE_BIN="${NI_DEVICE:-$NI_REPO/target/release/ni-device}"
-"$NI_DEVICE_BIN" --nodes 1 --run-dir "$stock_log/run" >"$stock_log/daemon.log" 2>&1 &
-dpid=$!
-for _ in $(seq 100); do [[ -S $stock_log/run/ni0.sock ]] && break; sleep 0.1; done
+vm_daemon "$stock_log/run" 1 "$stock_log/daemon.log"
+dpid=$DAEMON_PID
 NI_QEMU_VARIANT=stock "$NI_QEMU_DIR/launch.sh" -q --socket "$stock_log/run/ni0.sock" \
     --qmp "$stock_log/qmp.sock" --log "$stock_log/guest.log" --timeout 120 \
     --cmd 'echo NI-UP; sleep 100' >/dev/null 2>&1 &

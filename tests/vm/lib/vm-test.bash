@@ -5,6 +5,7 @@
 #   vm_run ARGS...       run-guests.sh --log-dir $LOG ARGS; output in $OUT, status in $RC
 #   expect WHAT CMD...   one assertion; has REGEX: grep -E the last run's output
 #   vm_finish            "N passed, N failed"; on failure the consoles and the daemon log
+#   vm_daemon RUN N LOG  a daemon of this test's own (for tests that drive it themselves)
 # Environment: NI_VM_TIMEOUT (per guest, default 600 s), NI_CTL, NI_DEVICE, NI_CACHE.
 # shellcheck source-path=SCRIPTDIR source=../../../qemu-patches/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../../../qemu-patches/common.sh"
@@ -36,6 +37,25 @@ vm_prepare() {
     mkdir -p "$NI_CACHE/logs"
     LOG="$NI_CACHE/logs/$(basename "$0" .sh)-$(date +%Y%m%d-%H%M%S)-$$"
     export GUEST_BIN NI_CTL LOG
+}
+
+# vm_daemon RUN_DIR NODES LOG: start ni-device (NI_DEVICE, else target/release/ni-device,
+# built if missing) with --direct shared on RUN_DIR, output to LOG; DAEMON_BIN is the binary,
+# DAEMON_PID the process. Returns once the control socket and every NI's socket exist.
+vm_daemon() {
+    local run="$1" nodes="$2" log="$3"
+    DAEMON_BIN="${NI_DEVICE:-$NI_REPO/target/release/ni-device}"
+    if [[ ! -x $DAEMON_BIN ]]; then
+        (cd "$NI_REPO" && cargo build --release -q -p ni-device) || ni_die "building ni-device failed"
+    fi
+    mkdir -p "$run"
+    "$DAEMON_BIN" --nodes "$nodes" --run-dir "$run" --direct shared >"$log" 2>&1 &
+    DAEMON_PID=$!
+    for _ in $(seq 100); do
+        [[ -S $run/control.sock && -S $run/ni$((nodes - 1)).sock ]] && return 0
+        sleep 0.1
+    done
+    ni_die "ni-device did not serve $run within 10 s (log: $log)"
 }
 
 vm_run() {

@@ -633,6 +633,30 @@ static size_t stream_len(int k)
 /* Receives kept posted by the receiving side of a stream. */
 #define WINDOW 32
 
+/* Take the `n` send completions of tagged sends posted with contexts ctx[0..n) from buffers
+ * buf[0..n) of len(k) bytes: each context exactly once, each with its length. A buffer is the
+ * provider's until its completion (fi_msg(3)); it is scribbled on, then freed, so a provider
+ * that still read it would send garbage. Frees buf and ctx too. */
+static void reap_sends(struct fi_context *ctx, uint8_t **buf, int n, size_t (*len)(int))
+{
+    char *seen = calloc(n, 1);
+    CHECK(seen, "out of memory");
+    for (int done = 0; done < n; done++) {
+        struct fi_cq_tagged_entry e;
+        cq_ok(g.txcq, &e, NULL);
+        long k = (struct fi_context *)e.op_context - ctx;
+        CHECK(k >= 0 && k < n && !seen[k], "send completion with a bad context %s",
+              ctx_name(e.op_context));
+        seen[k] = 1;
+        check_send(&e, FI_SEND | FI_TAGGED, len(k));
+        memset(buf[k], 0xAB, len(k));
+        free(buf[k]);
+    }
+    free(seen);
+    free(buf);
+    free(ctx);
+}
+
 /* Send `n` messages of tag `tag`; message k is stream_len(k) bytes: k, then pattern k. Each
  * send has its own buffer, overwritten once its completion came (fi_msg(3): only fi_inject
  * returns the buffer at once; a send may read it until it completes). */
@@ -640,8 +664,6 @@ static void stream_send(int n, uint64_t tag)
 {
     struct fi_context *ctx = xmalloc(n * sizeof *ctx);
     uint8_t **buf = xmalloc(n * sizeof *buf);
-    char *seen = calloc(n, 1);
-    CHECK(seen, "out of memory");
     for (int k = 0; k < n; k++) {
         size_t len = stream_len(k);
         buf[k] = xmalloc(len);
@@ -650,20 +672,7 @@ static void stream_send(int n, uint64_t tag)
         memcpy(buf[k], &seq, sizeof seq);
         RETRY(fi_tsend(g.ep, buf[k], len, NULL, g.peer_addr, tag, &ctx[k]));
     }
-    for (int done = 0; done < n; done++) {
-        struct fi_cq_tagged_entry e;
-        cq_ok(g.txcq, &e, NULL);
-        long k = (struct fi_context *)e.op_context - ctx;
-        CHECK(k >= 0 && k < n && !seen[k], "send completion with a bad context %s",
-              ctx_name(e.op_context));
-        seen[k] = 1;
-        check_send(&e, FI_SEND | FI_TAGGED, stream_len(k));
-        memset(buf[k], 0xAB, stream_len(k));
-        free(buf[k]);
-    }
-    free(seen);
-    free(buf);
-    free(ctx);
+    reap_sends(ctx, buf, n, stream_len);
 }
 
 /* Receive the `n` messages of stream_send, keeping WINDOW receives posted: the k-th posted
@@ -751,19 +760,7 @@ static void case_backlog(void)
                            &ctx[k]));
         }
         barrier();
-        char seen[NBACKLOG] = {0};
-        for (int done = 0; done < NBACKLOG; done++) {
-            struct fi_cq_tagged_entry e;
-            cq_ok(g.txcq, &e, NULL);
-            long k = (struct fi_context *)e.op_context - ctx;
-            CHECK(k >= 0 && k < NBACKLOG && !seen[k], "send completion with a bad context %s",
-                  ctx_name(e.op_context));
-            seen[k] = 1;
-            check_send(&e, FI_SEND | FI_TAGGED, backlog_len(k));
-            free(buf[k]);
-        }
-        free(buf);
-        free(ctx);
+        reap_sends(ctx, buf, NBACKLOG, backlog_len);
         return;
     }
     barrier();
