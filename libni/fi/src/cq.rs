@@ -42,14 +42,21 @@ enum Item {
 pub struct Cq {
     format: c_int,
     items: Mutex<VecDeque<Item>>,
-    /// Engines of the endpoints bound to this CQ (progressed by reads): a snapshot replaced
-    /// on bind, so a read clones one `Arc` instead of collecting a `Vec`, and takes no lock
-    /// an endpoint holds while it binds.
-    engines: Mutex<Arc<[Weak<Mutex<Engine>>]>>,
-    /// The NI of the first bound endpoint, for `idle` (one NI per process).
-    ni: std::sync::OnceLock<Weak<ni::Ni>>,
+    pub bound: Bound,
     /// The AV of the endpoint bound to it, for `fi_cq_readfrom`.
     pub av: Mutex<Option<Arc<Av>>>,
+}
+
+/// The endpoints a CQ or counter moves along when it is read (`FI_PROGRESS_MANUAL`), and
+/// how long reads have found nothing.
+#[derive(Default)]
+pub struct Bound {
+    /// Engines of the endpoints bound (progressed by reads): a snapshot replaced on bind, so
+    /// a read clones one `Arc` instead of collecting a `Vec`, and takes no lock an endpoint
+    /// holds while it binds.
+    engines: Mutex<Option<Arc<[Weak<Mutex<Engine>>]>>>,
+    /// The NI of the first bound endpoint, for `idle` (one NI per process).
+    ni: std::sync::OnceLock<Weak<ni::Ni>>,
     /// Since when reads have found nothing (`idle`).
     idle_since: Mutex<Option<Instant>>,
 }
@@ -58,6 +65,43 @@ pub struct Cq {
 /// CPU away: a window message from a peer on another core arrives within this, a rendezvous
 /// payload needs the device's poller to run.
 const SPIN: Duration = Duration::from_micros(2);
+
+impl Bound {
+    /// Called with the engine locked (`fi_ep_bind`), hence `ni` passed in.
+    pub fn bind(&self, engine: &Arc<Mutex<Engine>>, ni: &Arc<ni::Ni>) {
+        let mut g = self.engines.lock().unwrap();
+        let mut v: Vec<_> = g.iter().flat_map(|a| a.iter().cloned()).collect();
+        v.push(Arc::downgrade(engine));
+        *g = Some(v.into());
+        let _ = self.ni.set(Arc::downgrade(ni));
+    }
+
+    pub fn progress(&self) {
+        let engines = self.engines.lock().unwrap().clone();
+        for e in engines.iter().flat_map(|a| a.iter()).filter_map(Weak::upgrade) {
+            e.lock().unwrap().progress();
+        }
+    }
+
+    /// A read found something (`empty` false), or nothing: then, past `SPIN`, give the CPU
+    /// away as libni's own waits do, so the device's poller (rendezvous payloads, the
+    /// fabric path) and a peer on the same core run. Applications poll an empty CQ in a
+    /// tight loop (Open MPI's progress does).
+    pub fn note(&self, empty: bool) {
+        let mut since = self.idle_since.lock().unwrap();
+        if !empty {
+            *since = None;
+            return;
+        }
+        let since = *since.get_or_insert_with(Instant::now);
+        if since.elapsed() < SPIN {
+            return;
+        }
+        if let Some(ni) = self.ni.get().and_then(Weak::upgrade) {
+            ni.idle();
+        }
+    }
+}
 
 impl Cq {
     pub fn push(&self, e: Entry) {
@@ -71,39 +115,6 @@ impl Cq {
             err,
             prov_errno,
         });
-    }
-
-    /// Called with the engine locked (`fi_ep_bind`), hence `ni` passed in.
-    pub fn bind(&self, engine: &Arc<Mutex<Engine>>, ni: &Arc<ni::Ni>) {
-        let mut g = self.engines.lock().unwrap();
-        let mut v: Vec<_> = g.iter().cloned().collect();
-        v.push(Arc::downgrade(engine));
-        *g = v.into();
-        let _ = self.ni.set(Arc::downgrade(ni));
-    }
-
-    fn progress(&self) {
-        let engines = self.engines.lock().unwrap().clone();
-        for e in engines.iter().filter_map(Weak::upgrade) {
-            e.lock().unwrap().progress();
-        }
-    }
-
-    /// Nothing to read: give the CPU away as libni's own waits do, so the device's poller
-    /// (rendezvous payloads, the fabric path) and a peer on the same core run. Applications
-    /// poll an empty CQ in a tight loop (Open MPI's progress does).
-    fn idle(&self) {
-        let since = *self
-            .idle_since
-            .lock()
-            .unwrap()
-            .get_or_insert_with(Instant::now);
-        if since.elapsed() < SPIN {
-            return;
-        }
-        if let Some(ni) = self.ni.get().and_then(Weak::upgrade) {
-            ni.idle();
-        }
     }
 
     fn entry_size(&self) -> usize {
@@ -126,7 +137,7 @@ impl Cq {
         src: *mut fi_addr_t,
         av: Option<&Av>,
     ) -> isize {
-        self.progress();
+        self.bound.progress();
         let mut items = self.items.lock().unwrap();
         let size = self.entry_size();
         let mut n = 0;
@@ -160,12 +171,11 @@ impl Cq {
                 _ => break,
             }
         }
+        drop(items);
+        self.bound.note(n == 0);
         if n == 0 {
-            drop(items);
-            self.idle();
             -(FI_EAGAIN as isize)
         } else {
-            *self.idle_since.lock().unwrap() = None;
             n as isize
         }
     }
@@ -264,10 +274,8 @@ pub unsafe fn open(attr: *mut fi_cq_attr, out: *mut *mut fid_cq, context: *mut c
         cq: Arc::new(Cq {
             format,
             items: Mutex::new(VecDeque::new()),
-            engines: Mutex::new(Arc::new([])),
-            ni: std::sync::OnceLock::new(),
+            bound: Bound::default(),
             av: Mutex::new(None),
-            idle_since: Mutex::new(None),
         }),
     });
     // SAFETY: `out` is writable (caller contract).

@@ -81,7 +81,7 @@ static DOMAIN_OPS: fi_ops_domain = fi_ops_domain {
     cq_open: Some(cq_open),
     endpoint: Some(crate::ep::open),
     scalable_ep: Some(crate::stub::domain_ep),
-    cntr_open: Some(crate::stub::cntr_open),
+    cntr_open: Some(crate::cntr::open),
     poll_open: Some(crate::stub::poll_open),
     stx_ctx: Some(crate::stub::stx_ctx),
     srx_ctx: Some(crate::stub::srx_ctx),
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn open(
     guard(|| {
         // SAFETY: the application's info (or null).
         if let Some(i) = unsafe { info.as_ref() } {
-            if let Err(why) = info::check_hints(crate::API_VERSION, i) {
+            if let Err(why) = info::check_hints(crate::api_version(), i) {
                 warn(FI_LOG_DOMAIN, &format!("ni: fi_domain: {why}"));
                 return -FI_EINVAL;
             }

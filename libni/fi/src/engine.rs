@@ -374,6 +374,8 @@ pub struct Engine {
     /// Bound with `FI_SELECTIVE_COMPLETION`: only requests flagged `FI_COMPLETION` report.
     pub tx_selective: bool,
     pub rx_selective: bool,
+    /// Counters bound to the endpoint (`fi_ep_bind` of a counter).
+    pub cntrs: crate::cntr::Bindings,
     /// The endpoint's default flags (`fi_info` tx/rx `op_flags`).
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
@@ -443,6 +445,7 @@ impl Engine {
             rx_cq: None,
             tx_selective: false,
             rx_selective: false,
+            cntrs: Default::default(),
             tx_op_flags: FI_COMPLETION,
             rx_op_flags: FI_COMPLETION,
             min_multi_recv: 64,
@@ -665,6 +668,7 @@ impl Engine {
             tag: h.tag,
             src: to.src,
         };
+        crate::cntr::count(&self.cntrs.recv, full <= n);
         let Some(cq) = self.rx_cq.clone() else { return };
         if full > n {
             // Truncated: always reported (the application must learn it lost bytes).
@@ -813,6 +817,7 @@ impl Engine {
             FI_LOG_EP_DATA,
             &format!("ni: receive from rank {}: {why}", to.src),
         );
+        crate::cntr::count(&self.cntrs.recv, false);
         if to.context == 0 {
             return;
         }
@@ -881,6 +886,7 @@ impl Engine {
     }
 
     fn complete_send(&mut self, u: SendDone, r: Result<(), NiError>) {
+        crate::cntr::count(&self.cntrs.send, r.is_ok());
         let Some(cq) = self.tx_cq.clone() else { return };
         let e = Entry {
             context: u.context,

@@ -195,7 +195,7 @@ unsafe extern "C" fn ep_bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
                     eng.rx_selective = selective;
                 }
                 *c.cq.av.lock().unwrap() = eng.av.clone();
-                c.cq.bind(&e.engine, &eng.ni);
+                c.cq.bound.bind(&e.engine, &eng.ni);
                 e.cqs.lock().unwrap().push(c.cq.clone());
                 0
             }
@@ -208,12 +208,28 @@ unsafe extern "C" fn ep_bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
                 }
                 0
             }
+            FI_CLASS_CNTR => {
+                // SAFETY: a counter fid of ours.
+                let c = unsafe { container::<crate::cntr::CntrFid>(b) };
+                const KINDS: u64 =
+                    FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+                if flags & KINDS == 0 || flags & !KINDS != 0 {
+                    warn(
+                        FI_LOG_EP_CTRL,
+                        &format!("ni: fi_ep_bind: a counter binds for FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ or FI_REMOTE_WRITE, not flags {flags:#x}"),
+                    );
+                    return -FI_EBADFLAGS;
+                }
+                eng.cntrs.bind(&c.cntr, flags);
+                c.cntr.bound.bind(&e.engine, &eng.ni);
+                0
+            }
             // No events reach an EQ from an RDM endpoint with synchronous AVs: bound, idle.
             FI_CLASS_EQ => 0,
             c => {
                 warn(
                     FI_LOG_EP_CTRL,
-                    &format!("ni: fi_ep_bind: cannot bind class {c} (CQ, AV and EQ only)"),
+                    &format!("ni: fi_ep_bind: cannot bind class {c} (CQ, counter, AV and EQ only)"),
                 );
                 -FI_ENOSYS
             }

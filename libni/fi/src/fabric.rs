@@ -25,7 +25,7 @@ pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
     }
     let p = Box::into_raw(Box::new(fi_provider {
         version: crate::PROVIDER_VERSION,
-        fi_version: crate::API_VERSION,
+        fi_version: crate::api_version(),
         context: fi_context {
             internal: [std::ptr::null_mut(); 4],
         },
@@ -130,7 +130,7 @@ unsafe extern "C" fn fabric_open(
                     ops: &FABRIC_FI_OPS as *const _ as *mut _,
                 },
                 ops: &FABRIC_OPS as *const _ as *mut _,
-                api_version: crate::API_VERSION,
+                api_version: crate::api_version(),
             },
         });
         // SAFETY: `out` is writable.

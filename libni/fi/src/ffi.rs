@@ -280,7 +280,19 @@ pub struct fi_domain_attr {
     pub max_err_data: usize,
     pub mr_cnt: usize,
     pub tclass: u32,
+    // libfabric 1.20 and 2.x appended these (fabric(7), "ABI 1.7" to "ABI 1.9"). A 1.17
+    // core copies only the fields before them; a 2.x core's `fi_dupinfo` copies its whole
+    // struct out of ours, so they must be here (zero: no limit offered) or it reads past
+    // our template.
+    pub max_ep_auth_key: usize,
+    pub max_group_id: u32,
+    pub max_cntr_value: u64,
+    pub max_err_cntr_value: u64,
 }
+
+/// The size of `fi_domain_attr` up to libfabric 1.19 (the installed 1.17 headers' size):
+/// what the layout test compares with `sizeof(struct fi_domain_attr)` there.
+pub const DOMAIN_ATTR_1_17_SIZE: usize = std::mem::offset_of!(fi_domain_attr, max_ep_auth_key);
 
 #[repr(C)]
 pub struct fi_fabric_attr {
@@ -513,7 +525,12 @@ pub struct fi_ops_domain {
         unsafe extern "C" fn(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int,
     >,
     pub cntr_open: Option<
-        unsafe extern "C" fn(*mut fid_domain, *mut c_void, *mut *mut c_void, *mut c_void) -> c_int,
+        unsafe extern "C" fn(
+            *mut fid_domain,
+            *mut fi_cntr_attr,
+            *mut *mut fid_cntr,
+            *mut c_void,
+        ) -> c_int,
     >,
     pub poll_open:
         Option<unsafe extern "C" fn(*mut fid_domain, *mut c_void, *mut *mut c_void) -> c_int>,
@@ -818,6 +835,34 @@ pub struct fi_cq_attr {
 }
 
 #[repr(C)]
+pub struct fi_cntr_attr {
+    pub events: c_int,
+    pub wait_obj: c_int,
+    pub wait_set: *mut c_void,
+    pub flags: u64,
+}
+
+pub const FI_CNTR_EVENTS_COMP: c_int = 0;
+
+#[repr(C)]
+pub struct fi_ops_cntr {
+    pub size: usize,
+    pub read: Option<unsafe extern "C" fn(*mut fid_cntr) -> u64>,
+    pub readerr: Option<unsafe extern "C" fn(*mut fid_cntr) -> u64>,
+    pub add: Option<unsafe extern "C" fn(*mut fid_cntr, u64) -> c_int>,
+    pub set: Option<unsafe extern "C" fn(*mut fid_cntr, u64) -> c_int>,
+    pub wait: Option<unsafe extern "C" fn(*mut fid_cntr, u64, c_int) -> c_int>,
+    pub adderr: Option<unsafe extern "C" fn(*mut fid_cntr, u64) -> c_int>,
+    pub seterr: Option<unsafe extern "C" fn(*mut fid_cntr, u64) -> c_int>,
+}
+
+#[repr(C)]
+pub struct fid_cntr {
+    pub fid: fid,
+    pub ops: *mut fi_ops_cntr,
+}
+
+#[repr(C)]
 pub struct fi_cq_tagged_entry {
     pub op_context: *mut c_void,
     pub flags: u64,
@@ -941,7 +986,11 @@ macro_rules! layouts {
         pub fn layout() -> Vec<Layout> {
             vec![$(Layout {
                 name: stringify!($s),
-                size: std::mem::size_of::<$s>(),
+                size: match stringify!($s) {
+                    // the installed headers are 1.17's: compare the part they know
+                    "fi_domain_attr" => DOMAIN_ATTR_1_17_SIZE,
+                    _ => std::mem::size_of::<$s>(),
+                },
                 fields: vec![$((layouts!(@name $f $($c)?), std::mem::offset_of!($s, $f))),*],
             }),*]
         }
@@ -993,6 +1042,9 @@ layouts! {
         err_data_size }
     fi_ops_cq { size, read, readfrom, readerr, sread, sreadfrom, signal, strerror }
     fid_cq { fid, ops }
+    fi_cntr_attr { events, wait_obj, wait_set, flags }
+    fi_ops_cntr { size, read, readerr, add, set, wait, adderr, seterr }
+    fid_cntr { fid, ops }
     fi_eq_attr { size, flags, wait_obj, signaling_vector, wait_set }
     fi_eq_err_entry { fid, context, data, err, prov_errno, err_data, err_data_size }
     fi_ops_eq { size, read, readerr, write, sread, strerror }
@@ -1065,6 +1117,7 @@ pub fn constants() -> Vec<(&'static str, i128)> {
         FI_CLASS_EQ,
         FI_CLASS_CQ,
         FI_CLASS_CNTR,
+        FI_CNTR_EVENTS_COMP,
         FI_GETWAIT,
         FI_ENABLE,
         FI_OPT_ENDPOINT,

@@ -277,6 +277,10 @@ pub fn build(version: u32, hints: Option<&fi_info>, loc: &Location) -> *mut fi_i
         max_err_data: 0,
         mr_cnt: 1 << 16,
         tclass: 0,
+        max_ep_auth_key: 0,
+        max_group_id: 0,
+        max_cntr_value: 0,
+        max_err_cntr_value: 0,
     };
     let mut fab = fi_fabric_attr {
         fabric: std::ptr::null_mut(),
@@ -321,7 +325,7 @@ pub fn ep_settings(info: Option<&fi_info>) -> Result<EpSettings, (c_int, String)
             rx_op_flags: 0,
         });
     };
-    check_hints(crate::API_VERSION, i).map_err(|e| (-ffi_errno::FI_EINVAL, e))?;
+    check_hints(crate::api_version(), i).map_err(|e| (-ffi_errno::FI_EINVAL, e))?;
     // SAFETY: the info's attribute pointers are valid or null.
     let (tx, rx) = unsafe { (i.tx_attr.as_ref(), i.rx_attr.as_ref()) };
     Ok(EpSettings {

@@ -17,6 +17,7 @@
 //! error numbers `fi_strerror` reads out.
 
 pub mod av;
+pub mod cntr;
 pub mod cq;
 mod domain;
 pub mod engine;
@@ -39,13 +40,29 @@ pub use fabric::fi_prov_ini;
 
 /// The provider's version (`prov_version`): 0.1.
 pub const PROVIDER_VERSION: u32 = fi_version(0, 1);
-/// The libfabric API the provider is written against.
+/// The libfabric API the provider is written against (the installed headers' version).
 pub const API_VERSION: u32 = fi_version(1, 17);
+/// The newest libfabric API the provider has been checked against: 2.x kept 1.17's structs,
+/// flags and calls, appending fields only where the provider zeroes or ignores them
+/// (`fi_domain_attr`'s four, `fi_cq_err_entry::src_addr`, which the application's inline
+/// `fi_cq_readerr` fills, `fi_mr_attr`'s tail, three `fi_ops_av` entries that `size` leaves
+/// out). MPICH 5 asks for 2.5 and its libfabric skips a provider older than what is asked.
+pub const API_VERSION_MAX: u32 = fi_version(2, 5);
+
+/// The API the provider speaks to the libfabric that loaded it: that core's own version,
+/// within [`API_VERSION`]..=[`API_VERSION_MAX`].
+pub fn api_version() -> u32 {
+    core().map_or(API_VERSION, |c| {
+        c.version.clamp(API_VERSION, API_VERSION_MAX)
+    })
+}
 
 /// libfabric's own functions, looked up in the process that loaded us (libfabric is there:
 /// it is what called `fi_prov_ini`). Looked up, not linked, so a missing symbol is a warning
 /// here instead of a `dlopen` that fails without a word.
 struct Core {
+    /// `fi_version()`: the core's own API version.
+    version: u32,
     dupinfo: unsafe extern "C" fn(*const fi_info) -> *mut fi_info,
     log_enabled: unsafe extern "C" fn(*const fi_provider, c_int, c_int) -> c_int,
     log: unsafe extern "C" fn(
@@ -62,23 +79,33 @@ struct Core {
 fn core() -> Option<&'static Core> {
     static CORE: OnceLock<Option<Core>> = OnceLock::new();
     CORE.get_or_init(|| {
+        // `version` empty: the symbol's default version.
         let sym = |name: &std::ffi::CStr, version: &std::ffi::CStr| {
-            // SAFETY: plain symbol lookups in the global namespace; the names are NUL-ended.
-            let mut p =
-                unsafe { libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), version.as_ptr()) };
+            let mut p = std::ptr::null_mut();
+            if !version.is_empty() {
+                // SAFETY: a plain symbol lookup in the global namespace; NUL-ended names.
+                p = unsafe { libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), version.as_ptr()) };
+            }
             if p.is_null() {
                 // SAFETY: as above.
                 p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
             }
             (!p.is_null()).then_some(p)
         };
-        let dupinfo = sym(c"fi_dupinfo", c"FABRIC_1.3")?;
+        // The core's default `fi_dupinfo`, which copies structs of the core's own size (a
+        // 2.x core's default is FABRIC_1.9; its FABRIC_1.3 copy allocates 1.3's smaller
+        // `fi_domain_attr`, which the core then reads past). 1.17's default is FABRIC_1.3.
+        let dupinfo = sym(c"fi_dupinfo", c"")?;
+        let version = sym(c"fi_version", c"FABRIC_1.0")?;
         let log_enabled = sym(c"fi_log_enabled", c"FABRIC_1.0")?;
         let log = sym(c"fi_log", c"FABRIC_1.0")?;
         // SAFETY: these are libfabric's exported functions with the signatures of
         // fabric.h and providers/fi_log.h.
         unsafe {
             Some(Core {
+                version: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn() -> u32>(
+                    version,
+                )(),
                 dupinfo: std::mem::transmute::<
                     *mut libc::c_void,
                     unsafe extern "C" fn(*const fi_info) -> *mut fi_info,

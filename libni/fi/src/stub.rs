@@ -77,14 +77,6 @@ pub unsafe extern "C" fn domain_ep(
 ) -> c_int {
     -FI_ENOSYS
 }
-pub unsafe extern "C" fn cntr_open(
-    _d: *mut fid_domain,
-    _a: *mut c_void,
-    _o: *mut *mut c_void,
-    _c: *mut c_void,
-) -> c_int {
-    -FI_ENOSYS
-}
 pub unsafe extern "C" fn poll_open(
     _d: *mut fid_domain,
     _a: *mut c_void,
