@@ -370,6 +370,15 @@ fn selective_completion_reports_only_what_asked_for_it() {
     run_case("selective", Warnings::Quiet);
 }
 
+/// fi_cntr(3): counters bound for FI_SEND and FI_RECV count every operation (inject and
+/// those without FI_COMPLETION included); a truncation counts as an error and ends a wait;
+/// a wait with no change times out; add/set/adderr/seterr read back. (MPICH's ch4:ofi opens
+/// a counter whatever it uses.)
+#[test]
+fn counters_count_every_operation_and_errors_end_a_wait() {
+    run_case("counters", Warnings::Quiet);
+}
+
 /// fi_msg(3) FI_MULTI_RECV with FI_OPT_MIN_MULTI_RECV 200: one buffer takes four messages in
 /// place and order, the last flagged FI_MULTI_RECV; the fifth goes to the next receive.
 #[test]

@@ -20,6 +20,8 @@ use crate::{container, guard};
 pub struct Cntr {
     value: AtomicU64,
     errors: AtomicU64,
+    /// Opened with `FI_WAIT_NONE`: fi_cntr(3) makes `fi_cntr_wait` invalid then.
+    no_wait: bool,
     pub bound: Bound,
 }
 
@@ -49,6 +51,13 @@ impl Cntr {
     /// `fi_cntr_wait`: until the value reaches `threshold` (0), an error is counted
     /// (`-FI_EAVAIL`) or `timeout` ms pass (`-FI_ETIMEDOUT`; negative: no limit).
     pub fn wait(&self, threshold: u64, timeout: c_int) -> c_int {
+        if self.no_wait {
+            crate::warn(
+                FI_LOG_CQ,
+                "ni: fi_cntr_wait on a counter opened with FI_WAIT_NONE (fi_cntr(3): invalid)",
+            );
+            return -FI_EINVAL;
+        }
         let t = Instant::now();
         let errors = self.errors.load(Ordering::Acquire);
         loop {
@@ -138,7 +147,8 @@ pub unsafe extern "C" fn open(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller passes a valid attribute block or null.
-        if let Some(a) = unsafe { attr.as_ref() } {
+        let a = unsafe { attr.as_ref() };
+        if let Some(a) = a {
             if a.events != FI_CNTR_EVENTS_COMP {
                 crate::warn(
                     FI_LOG_CQ,
@@ -177,7 +187,10 @@ pub unsafe extern "C" fn open(
                 },
                 ops: &CNTR_OPS as *const _ as *mut _,
             },
-            cntr: Arc::new(Cntr::default()),
+            cntr: Arc::new(Cntr {
+                no_wait: a.is_some_and(|a| a.wait_obj == FI_WAIT_NONE),
+                ..Default::default()
+            }),
         });
         // SAFETY: `out` is writable (caller contract).
         unsafe { *out = Box::into_raw(c) as *mut fid_cntr };

@@ -32,6 +32,11 @@
  *   cancel          fi_endpoint(3) "fi_cancel", fi_cq(3) FI_ECANCELED
  *   selective       fi_endpoint(3) "fi_ep_bind" FI_SELECTIVE_COMPLETION, fi_msg(3)/fi_tagged(3)
  *                   FI_COMPLETION
+ *   counters        fi_cntr(3) "fi_cntr_open", "fi_cntr_read"/"fi_cntr_readerr", "fi_cntr_wait"
+ *                   (threshold, -FI_ETIMEDOUT, -FI_EAVAIL), "fi_cntr_add"/"fi_cntr_set"/
+ *                   "fi_cntr_adderr"/"fi_cntr_seterr", fi_endpoint(3) "fi_ep_bind" of counters:
+ *                   every operation counts (inject and FI_SELECTIVE_COMPLETION included), a
+ *                   truncated receive counts as an error
  *   msg_multi_recv  fi_msg(3) "FI_MULTI_RECV", fi_endpoint(3) "FI_OPT_MIN_MULTI_RECV"
  *   av_table        fi_av(3) FI_AV_TABLE, "fi_av_insert", "fi_av_lookup", "fi_av_straddr",
  *                   "fi_av_remove"
@@ -86,6 +91,8 @@ static struct {
     struct fid_domain *domain;
     struct fid_av *av;
     struct fid_cq *txcq, *rxcq;
+    /* Opened and bound (FI_SEND, FI_RECV) by `setup` for cases that ask. */
+    struct fid_cntr *txcntr, *rxcntr;
     struct fid_ep *ep;
     uint8_t my_name[NAME_LEN], peer_name[NAME_LEN];
     fi_addr_t peer_addr;
@@ -386,7 +393,7 @@ static void open_cq(struct fid_cq **cq)
  * with `bind_flags` added), exchange names with the peer, insert it, and meet it at a
  * barrier: from here on both endpoints are enabled and know each other.
  */
-static void setup(int av_type, uint64_t bind_flags)
+static void setup(int av_type, uint64_t bind_flags, int cntrs)
 {
     struct fi_info *h = hints(av_type);
     g.info = getinfo(h);
@@ -404,6 +411,14 @@ static void setup(int av_type, uint64_t bind_flags)
     OK(fi_ep_bind(g.ep, &g.av->fid, 0));
     OK(fi_ep_bind(g.ep, &g.txcq->fid, FI_TRANSMIT | bind_flags));
     OK(fi_ep_bind(g.ep, &g.rxcq->fid, FI_RECV | bind_flags));
+    g.txcntr = g.rxcntr = NULL;
+    if (cntrs) {
+        struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC};
+        OK(fi_cntr_open(g.domain, &ca, &g.txcntr, NULL));
+        OK(fi_cntr_open(g.domain, &ca, &g.rxcntr, NULL));
+        OK(fi_ep_bind(g.ep, &g.txcntr->fid, FI_SEND));
+        OK(fi_ep_bind(g.ep, &g.rxcntr->fid, FI_RECV));
+    }
     OK(fi_enable(g.ep));
 
     size_t len = sizeof g.my_name;
@@ -428,6 +443,10 @@ static void teardown(void)
 {
     barrier();
     OK(fi_close(&g.ep->fid));
+    if (g.txcntr) {
+        OK(fi_close(&g.txcntr->fid));
+        OK(fi_close(&g.rxcntr->fid));
+    }
     OK(fi_close(&g.txcq->fid));
     OK(fi_close(&g.rxcq->fid));
     OK(fi_close(&g.av->fid));
@@ -1342,6 +1361,89 @@ static void case_selective(void)
         free(r[i]);
 }
 
+/* ---- counters --------------------------------------------------------------------------- */
+
+/*
+ * fi_cntr(3), with FI_SELECTIVE_COMPLETION on both CQs: the sender's four operations, an
+ * inject, a send without FI_COMPLETION (eager and rendezvous) and one with it, all count on
+ * the send counter although only the last reports to the CQ. The receiver's three receives
+ * that fit count on the receive counter; the fourth, truncated, counts as its error and
+ * unblocks a wait for a threshold never reached. add/set/adderr/seterr change the values
+ * read back; a wait for more than will come times out with the values unchanged.
+ */
+static void case_counters(void)
+{
+    enum { N = 4, BIG = 100000 };
+    static const size_t len[N] = {8, 64, BIG, 300};
+    struct fi_context c[N];
+    const int ms = (int)(DEADLINE_S * 1000);
+    EXPECT(fi_cntr_read(g.txcntr), 0);
+    EXPECT(fi_cntr_readerr(g.rxcntr), 0);
+    if (side == 1) {
+        uint8_t *s[N];
+        for (int i = 0; i < N; i++) {
+            s[i] = xmalloc(len[i]);
+            fill(s[i], len[i], 0xC0 + i);
+        }
+        barrier();
+        RETRY(fi_tinject(g.ep, s[0], len[0], g.peer_addr, 0xC0));
+        tsendmsg(s[1], len[1], 0xC1, 0, &c[1], 0);
+        tsendmsg(s[2], len[2], 0xC2, 0, &c[2], 0);
+        tsendmsg(s[3], len[3], 0xC3, 0, &c[3], FI_COMPLETION);
+        EXPECT(fi_cntr_wait(g.txcntr, N, ms), 0);
+        EXPECT(fi_cntr_read(g.txcntr), N);
+        EXPECT(fi_cntr_readerr(g.txcntr), 0);
+        struct fi_cq_tagged_entry e;
+        cq_ok(g.txcq, &e, NULL);
+        CHECK(e.op_context == &c[3], "the send CQ reported context %s, expected c[3]",
+              ctx_name(e.op_context));
+        cq_quiet(g.txcq, "sends without FI_COMPLETION");
+        /* The receive counter saw nothing on this side. */
+        EXPECT(fi_cntr_read(g.rxcntr), 0);
+        EXPECT(fi_cntr_wait(g.txcntr, N + 1, 100), -FI_ETIMEDOUT);
+        EXPECT(fi_cntr_read(g.txcntr), N);
+        OK(fi_cntr_set(g.txcntr, 100));
+        OK(fi_cntr_add(g.txcntr, 5));
+        EXPECT(fi_cntr_read(g.txcntr), 105);
+        OK(fi_cntr_adderr(g.txcntr, 2));
+        EXPECT(fi_cntr_readerr(g.txcntr), 2);
+        OK(fi_cntr_seterr(g.txcntr, 0));
+        EXPECT(fi_cntr_readerr(g.txcntr), 0);
+        barrier();
+        for (int i = 0; i < N; i++)
+            free(s[i]);
+        return;
+    }
+    uint8_t *r[N];
+    for (int i = 0; i < N; i++)
+        r[i] = xmalloc(len[i]);
+    OK(fi_trecv(g.ep, r[0], len[0], NULL, g.peer_addr, 0xC0, 0, &c[0]));
+    trecvmsg(r[1], len[1], g.peer_addr, 0xC1, &c[1], 0);
+    trecvmsg(r[2], len[2], g.peer_addr, 0xC2, &c[2], 0);
+    trecvmsg(r[3], 10, g.peer_addr, 0xC3, &c[3], 0);
+    barrier();
+    /* Nothing moved before this wait (progress is the application's calls): the three that
+     * fit count, then the truncated one changes the error value, which ends the wait for a
+     * fourth success that never comes. */
+    EXPECT(fi_cntr_wait(g.rxcntr, N, ms), -FI_EAVAIL);
+    EXPECT(fi_cntr_read(g.rxcntr), N - 1);
+    EXPECT(fi_cntr_readerr(g.rxcntr), 1);
+    for (int i = 0; i < N - 1; i++)
+        check_fill(r[i], len[i], 0xC0 + i, "a counted receive");
+    /* The truncated receive is an error entry too (always reported). */
+    struct fi_cq_err_entry err;
+    cq_err(g.rxcq, &err);
+    CHECK(err.op_context == &c[3] && err.err == FI_ETRUNC, "error entry: context %s, err %d",
+          ctx_name(err.op_context), err.err);
+    /* No change while waiting: a timeout, the values as they were. */
+    EXPECT(fi_cntr_wait(g.rxcntr, N, 100), -FI_ETIMEDOUT);
+    EXPECT(fi_cntr_readerr(g.rxcntr), 1);
+    cq_quiet(g.rxcq, "receives without FI_COMPLETION");
+    barrier();
+    for (int i = 0; i < N; i++)
+        free(r[i]);
+}
+
 /* ---- msg_multi_recv --------------------------------------------------------------------- */
 
 /*
@@ -1622,23 +1724,26 @@ static const struct {
     /* 0: no endpoint set up for the case (it opens its own objects). */
     int av_type;
     uint64_t bind_flags;
+    /* 1: a send and a receive counter bound too. */
+    int cntrs;
 } CASES[] = {
-    {"getinfo", case_getinfo, 0, 0},
-    {"tagged", case_tagged, FI_AV_MAP, 0},
-    {"order", case_order, FI_AV_MAP, 0},
-    {"backlog", case_backlog, FI_AV_MAP, 0},
-    {"ignore_mask", case_ignore_mask, FI_AV_MAP, 0},
-    {"any_source", case_any_source, FI_AV_MAP, 0},
-    {"cq_data", case_cq_data, FI_AV_MAP, 0},
-    {"inject", case_inject, FI_AV_MAP, 0},
-    {"truncate", case_truncate, FI_AV_MAP, 0},
-    {"peek_claim", case_peek_claim, FI_AV_MAP, 0},
-    {"cancel", case_cancel, FI_AV_MAP, 0},
-    {"selective", case_selective, FI_AV_MAP, FI_SELECTIVE_COMPLETION},
-    {"msg_multi_recv", case_msg_multi_recv, FI_AV_MAP, 0},
-    {"av_table", case_av_table, FI_AV_TABLE, 0},
-    {"errors", case_errors, 0, 0},
-    {"hostile_victim", case_hostile_victim, FI_AV_MAP, 0},
+    {"getinfo", case_getinfo, 0, 0, 0},
+    {"tagged", case_tagged, FI_AV_MAP, 0, 0},
+    {"order", case_order, FI_AV_MAP, 0, 0},
+    {"backlog", case_backlog, FI_AV_MAP, 0, 0},
+    {"ignore_mask", case_ignore_mask, FI_AV_MAP, 0, 0},
+    {"any_source", case_any_source, FI_AV_MAP, 0, 0},
+    {"cq_data", case_cq_data, FI_AV_MAP, 0, 0},
+    {"inject", case_inject, FI_AV_MAP, 0, 0},
+    {"truncate", case_truncate, FI_AV_MAP, 0, 0},
+    {"peek_claim", case_peek_claim, FI_AV_MAP, 0, 0},
+    {"cancel", case_cancel, FI_AV_MAP, 0, 0},
+    {"selective", case_selective, FI_AV_MAP, FI_SELECTIVE_COMPLETION, 0},
+    {"counters", case_counters, FI_AV_MAP, FI_SELECTIVE_COMPLETION, 1},
+    {"msg_multi_recv", case_msg_multi_recv, FI_AV_MAP, 0, 0},
+    {"av_table", case_av_table, FI_AV_TABLE, 0, 0},
+    {"errors", case_errors, 0, 0, 0},
+    {"hostile_victim", case_hostile_victim, FI_AV_MAP, 0, 0},
 };
 
 int main(int argc, char **argv)
@@ -1657,7 +1762,7 @@ int main(int argc, char **argv)
         if (strcmp(CASES[i].name, case_name))
             continue;
         if (CASES[i].av_type) {
-            setup(CASES[i].av_type, CASES[i].bind_flags);
+            setup(CASES[i].av_type, CASES[i].bind_flags, CASES[i].cntrs);
             CASES[i].run();
             teardown();
         } else {
