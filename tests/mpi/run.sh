@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# MPI over the libfabric provider "ni": Open MPI 4.1.4 (pml cm + mtl ofi) on ni-device.
+# MPI over the libfabric provider "ni": Open MPI 4.1.4 (pml cm + mtl ofi) and MPICH 5.0.2
+# (ch4:ofi) on ni-device.
 #
 #   tests/mpi/run.sh        everything below; exit status 0 only if all of it passed
 #
@@ -23,7 +24,12 @@
 #    PyPI by pip, cached in $CARGO_TARGET_DIR/mpi-tests/) with 2 ranks over ni, twice: as is,
 #    and with mpi4py.rc.recv_mprobe off (see tests/mpi/mpi4py_run.py for the few tests left
 #    out and why);
-# 6. prints a table: program, N, path, result, time, detail.
+# 6. MPICH 5.0.2 (ch4:ofi; PyPI's `mpich` wheel, cached in $CARGO_TARGET_DIR/mpi-tests/, with
+#    its own libfabric 2.5.1): the same p2p and coll built with its mpicc, run under its
+#    mpiexec with FI_PROVIDER=ni and MPIR_CVAR_NOLOCAL=1 (no shared-memory shortcut between
+#    local ranks), the same counter checks; its capability report must name provider ni, and
+#    an empty FI_PROVIDER_PATH must make MPI_Init fail;
+# 7. prints a table: program, N, path, result, time, detail.
 #
 # Environment:
 #   CARGO_TARGET_DIR        where the release binaries are (default target)
@@ -31,6 +37,7 @@
 #   NI_MPI_P2P_ARGS, NI_MPI_COLL_ARGS   extra arguments, e.g. "--skip order,backlog"
 #                           (printed loudly; for narrowing a failure down, not for CI)
 #   NI_MPI_SKIP_MPI4PY=1    leave out step 5 (said loudly; the run then cannot pass as full)
+#   NI_MPI_SKIP_MPICH=1     leave out step 6 (said loudly, likewise)
 #   NI_MPI_KEEP=1           keep the work directory (logs, daemon logs) after the run
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -172,20 +179,30 @@ stop_daemon() {
     DAEMONS=(${keep[@]+"${keep[@]}"})
 }
 
-# mpirun_ni N RUNDIR PROVDIR LOG TIMEOUT ARGS... : one mpirun over ni, output to LOG and, as
-# it comes, to the console (indented); returns mpirun's exit status (124: timed out).
+# mpirun_ni N RUNDIR PROVDIR LOG TIMEOUT ARGS... : one mpirun over ni (Open MPI's, or with
+# IMPL=mpich MPICH's mpiexec), output to LOG and, as it comes, to the console (indented);
+# returns the launcher's exit status (124: timed out).
+IMPL=ompi
 mpirun_ni() {
     local n=$1 rundir=$2 prov=$3 log=$4 secs=$5
     shift 5
     local rc
     set +e
-    FI_PROVIDER_PATH="$prov" NI_RUN_DIR="$rundir" \
-        timeout -k 10 "$secs" mpirun --allow-run-as-root --oversubscribe -n "$n" \
-        --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include ni \
-        -x FI_PROVIDER_PATH -x NI_RUN_DIR -x FI_LOG_LEVEL "$@" 2>&1 </dev/null | tee "$log" | sed -u 's/^/    /'
+    if [ "$IMPL" = mpich ]; then
+        # Hydra passes the environment on. FI_PROVIDER: MPICH 5 takes its provider only from
+        # there; NOLOCAL: local ranks would otherwise talk through MPICH's shared memory.
+        FI_PROVIDER_PATH="$prov" NI_RUN_DIR="$rundir" FI_PROVIDER=ni MPIR_CVAR_CH4_NETMOD=ofi \
+            MPIR_CVAR_NOLOCAL=1 timeout -k 10 "$secs" "$MPICH/bin/mpiexec" -n "$n" "$@" 2>&1 \
+            </dev/null | tee "$log" | sed -u 's/^/    /'
+    else
+        FI_PROVIDER_PATH="$prov" NI_RUN_DIR="$rundir" \
+            timeout -k 10 "$secs" mpirun --allow-run-as-root --oversubscribe -n "$n" \
+            --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include ni \
+            -x FI_PROVIDER_PATH -x NI_RUN_DIR -x FI_LOG_LEVEL "$@" 2>&1 </dev/null | tee "$log" | sed -u 's/^/    /'
+    fi
     rc=${PIPESTATUS[0]}
     set -e
-    [ "$rc" -ne 124 ] || echo "    (timeout: mpirun killed after $secs s)"
+    [ "$rc" -ne 124 ] || echo "    (timeout: the launcher killed after $secs s)"
     return "$rc"
 }
 
@@ -228,14 +245,19 @@ EOF
 run_prog() {
     local prog=$1 n=$2 direct=$3 min_bytes=$4
     shift 4
-    local label="$prog-n$n-$direct" path
+    local label="$IMPL-$prog-n$n-$direct" path name=$prog
+    [ "$IMPL" = ompi ] || name="$IMPL $prog"
     [ "$direct" = off ] && path="fabric (--direct off)" || path="window (--direct $direct)"
-    step "$prog, $n ranks, $path $*"
+    step "$name, $n ranks, $path $*"
     start_daemon "$label" "$n" "$direct"
     local t0 rc=0 secs log="$WORK/$label.log" why=() digest=""
     t0=$(date +%s.%N)
-    mpirun_ni "$n" "$RUNDIR" "$PROV" "$log" "$TIMEOUT" \
-        -x MPITEST_CHECK_SECS "$WORK/bin/$prog" "$@" || rc=$?
+    if [ "$IMPL" = mpich ]; then
+        mpirun_ni "$n" "$RUNDIR" "$PROV" "$log" "$TIMEOUT" "$WORK/bin/mpich-$prog" "$@" || rc=$?
+    else
+        mpirun_ni "$n" "$RUNDIR" "$PROV" "$log" "$TIMEOUT" \
+            -x MPITEST_CHECK_SECS "$WORK/bin/$prog" "$@" || rc=$?
+    fi
     secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
     local pass fail total
     pass=$(grep -c '^PASS ' "$log" || true)
@@ -248,12 +270,12 @@ run_prog() {
     counters_verdict "$RUNDIR" "$n" "$min_bytes" "$direct"
     stop_daemon
     if [ ${#why[@]} -eq 0 ]; then
-        record "$prog" "$n" "$path" PASS "$secs" "$total checks; $(echo "$digest" | head -1)"
+        record "$name" "$n" "$path" PASS "$secs" "$total checks; $(echo "$digest" | head -1)"
     else
         FAILED=1
         local first
         first=$(grep -m1 '^FAIL ' "$log" | cut -c1-110 || true)
-        record "$prog" "$n" "$path" FAIL "$secs" "${total:-?} checks; $(IFS=';'; echo "${why[*]}")${first:+; first: $first}"
+        record "$name" "$n" "$path" FAIL "$secs" "${total:-?} checks; $(IFS=';'; echo "${why[*]}")${first:+; first: $first}"
         echo "    ==> FAIL: $(IFS=';'; echo "${why[*]}")"
         grep -E 'FAIL|<warn>' "$log" | head -20 | sed 's/^/    /' || true
         daemon_notes "$label"
@@ -365,6 +387,90 @@ run_mpi4py() {
     verdict "mpi4py $label" $n "window (--direct isolated)" "$secs" "${s0% seconds=*}" "${s0% seconds=*}" || true
 }
 
+# ---------------------------------------------------------------------------------------------
+# MPICH: PyPI's `mpich` wheel (MPICH's own binary build: ch4 with the ucx and ofi netmods,
+# hydra, and an embedded libfabric 2.5.1 that loads providers from FI_PROVIDER_PATH).
+MPICH_VERSION=5.0.2
+MPICH=""
+fetch_mpich() {
+    local cache="$T/mpi-tests" dir tmp whl
+    dir="$cache/mpich-$MPICH_VERSION"
+    step "MPICH $MPICH_VERSION (ch4:ofi) from PyPI's mpich wheel"
+    mkdir -p "$cache"
+    if [ -x "$dir/bin/mpiexec" ]; then
+        echo "using the cached $dir"
+    else
+        tmp=$(mktemp -d "$cache/download.XXXXXX")
+        echo "pip download --no-deps --only-binary :all: mpich==$MPICH_VERSION"
+        if ! timeout 600 "$PY" -m pip download --disable-pip-version-check -q --no-deps \
+            --only-binary :all: "mpich==$MPICH_VERSION" -d "$tmp" >"$WORK/pip-mpich.log" 2>&1; then
+            sed 's/^/    /' "$WORK/pip-mpich.log"
+            rm -rf "$tmp"
+            loud "pip could not download mpich==$MPICH_VERSION from PyPI: the MPICH step FAILS"
+            return 1
+        fi
+        whl=$(ls "$tmp"/mpich-"$MPICH_VERSION"-*.whl)
+        # A wheel is a zip; its files keep their Unix modes in the external attributes.
+        "$PY" - "$whl" "$tmp/x" <<'PYEOF'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for i in z.infolist():
+        p = z.extract(i, sys.argv[2])
+        mode = i.external_attr >> 16
+        if mode:
+            os.chmod(p, mode & 0o777)
+PYEOF
+        rm -rf "$dir"
+        mv "$tmp/x/mpich-$MPICH_VERSION.data/data" "$dir"
+        rm -rf "$tmp"
+    fi
+    "$dir/bin/mpichversion" | sed -n '1p;/Device/p' | sed 's/^/    /'
+    "$dir/bin/mpichversion" | grep -q 'Device:.*ofi' || { loud "$dir has no ch4:ofi netmod"; return 1; }
+    MPICH="$dir"
+}
+
+# MPICH's own report of its capability set must name provider ni; without libni-fi.so in
+# FI_PROVIDER_PATH, MPI_Init must fail (no fallback to sockets/tcp).
+prove_mpich_path() {
+    local n=2 label=mpich-verbose log t0 secs rc=0 why=() k
+    step "path: MPICH ch4:ofi reports provider ni (MPIR_CVAR_CH4_OFI_CAPABILITY_SETS_DEBUG)"
+    start_daemon "$label" $n isolated
+    log="$WORK/$label.log"
+    t0=$(date +%s.%N)
+    MPIR_CVAR_CH4_OFI_CAPABILITY_SETS_DEBUG=1 mpirun_ni $n "$RUNDIR" "$PROV" "$log" "$TIMEOUT" \
+        "$WORK/bin/mpich-coll" --only comms >/dev/null || rc=$?
+    secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+    grep -E 'libfabric provider:|MPIDI_OFI_ENABLE_(TAGGED|RMA|AM):' "$log" | sed 's/^/    /' || true
+    [ $rc -eq 0 ] || why+=("exit status $rc")
+    grep -q '^libfabric provider: ni - ni' "$log" || why+=("MPICH's capability report does not name provider ni")
+    counters_verdict "$RUNDIR" $n 1 isolated
+    stop_daemon
+    verdict "mpich coll --only comms" $n "capability report" "$secs" "ch4:ofi on provider ni" || true
+
+    step "path: MPICH with FI_PROVIDER_PATH without libni-fi.so must FAIL in MPI_Init"
+    label=mpich-noprov
+    mkdir -p "$WORK/empty-provider-dir"
+    start_daemon "$label" $n isolated
+    log="$WORK/$label.log"
+    t0=$(date +%s.%N)
+    rc=0
+    mpirun_ni $n "$RUNDIR" "$WORK/empty-provider-dir" "$log" 120 "$WORK/bin/mpich-p2p" || rc=$?
+    secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+    local attaches
+    attaches=$("$BIN/ni-ctl" --run-dir "$RUNDIR" --json counters |
+        "$PY" -c 'import json,sys; print(sum(e["counters"]["attaches"] for e in json.load(sys.stdin)["counters"]))')
+    stop_daemon
+    why=()
+    [ $rc -ne 0 ] || why+=("mpiexec succeeded without the ni provider")
+    [ $rc -ne 124 ] || why+=("timed out instead of failing")
+    ! grep -q '^PASS ' "$log" || why+=("PASS lines without the ni provider")
+    grep -q 'OFI call getinfo failed' "$log" || why+=("not the expected reason (OFI call getinfo failed)")
+    [ "$attaches" = 0 ] || why+=("$attaches attach(es) to the NIs")
+    if verdict "mpich p2p" $n "no provider (empty dir)" "$secs" "MPI_Init failed as required (exit $rc)"; then
+        echo "    ==> failed as it must (exit $rc: OFI call getinfo failed; no NI attached)"
+    fi
+}
+
 # =============================================================================================
 install_packages
 for c in mpirun mpicc bc timeout "$PY"; do
@@ -426,6 +532,27 @@ elif fetch_mpi4py; then
 else
     FAILED=1
     record mpi4py 2 - FAIL 0 "could not fetch the mpi4py sdist from PyPI"
+fi
+
+if [ "${NI_MPI_SKIP_MPICH:-0}" = 1 ]; then
+    loud "MPICH SKIPPED because NI_MPI_SKIP_MPICH=1"
+    record mpich - - SKIP 0 "NI_MPI_SKIP_MPICH=1"
+elif fetch_mpich; then
+    step "compiling tests/mpi/{p2p,coll}.c with MPICH's mpicc"
+    for p in p2p coll; do
+        "$MPICH/bin/mpicc" -O2 -g -Wall -Wextra -o "$WORK/bin/mpich-$p" "tests/mpi/$p.c"
+    done
+    IMPL=mpich
+    prove_mpich_path
+    for cfg in "2 isolated" "2 off" "4 isolated" "3 isolated"; do
+        read -r n direct <<<"$cfg"
+        run_prog p2p "$n" "$direct" $P2P_BYTES ${P2P_ARGS[@]+"${P2P_ARGS[@]}"}
+        run_prog coll "$n" "$direct" $COLL_BYTES ${COLL_ARGS[@]+"${COLL_ARGS[@]}"}
+    done
+    IMPL=ompi
+else
+    FAILED=1
+    record mpich - - FAIL 0 "could not fetch MPICH from PyPI"
 fi
 
 if [ $FAILED -ne 0 ]; then

@@ -78,7 +78,11 @@ impl Bound {
 
     pub fn progress(&self) {
         let engines = self.engines.lock().unwrap().clone();
-        for e in engines.iter().flat_map(|a| a.iter()).filter_map(Weak::upgrade) {
+        for e in engines
+            .iter()
+            .flat_map(|a| a.iter())
+            .filter_map(Weak::upgrade)
+        {
             e.lock().unwrap().progress();
         }
     }
