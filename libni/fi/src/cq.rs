@@ -54,7 +54,7 @@ pub struct Bound {
     /// Engines of the endpoints bound (progressed by reads): a snapshot replaced on bind, so
     /// a read clones one `Arc` instead of collecting a `Vec`, and takes no lock an endpoint
     /// holds while it binds.
-    engines: Mutex<Option<Arc<[Weak<Mutex<Engine>>]>>>,
+    engines: Mutex<Arc<[Weak<Mutex<Engine>>]>>,
     /// The NI of the first bound endpoint, for `idle` (one NI per process).
     ni: std::sync::OnceLock<Weak<ni::Ni>>,
     /// Since when reads have found nothing (`idle`).
@@ -70,19 +70,15 @@ impl Bound {
     /// Called with the engine locked (`fi_ep_bind`), hence `ni` passed in.
     pub fn bind(&self, engine: &Arc<Mutex<Engine>>, ni: &Arc<ni::Ni>) {
         let mut g = self.engines.lock().unwrap();
-        let mut v: Vec<_> = g.iter().flat_map(|a| a.iter().cloned()).collect();
+        let mut v: Vec<_> = g.iter().cloned().collect();
         v.push(Arc::downgrade(engine));
-        *g = Some(v.into());
+        *g = v.into();
         let _ = self.ni.set(Arc::downgrade(ni));
     }
 
     pub fn progress(&self) {
         let engines = self.engines.lock().unwrap().clone();
-        for e in engines
-            .iter()
-            .flat_map(|a| a.iter())
-            .filter_map(Weak::upgrade)
-        {
+        for e in engines.iter().filter_map(Weak::upgrade) {
             e.lock().unwrap().progress();
         }
     }
