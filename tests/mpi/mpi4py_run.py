@@ -22,12 +22,15 @@ import sys
 import time
 import unittest
 
-# Test ids (module.Class.method) left out, and why. Only what cannot work on this stack, never
-# to hide a failure of the provider: every entry names the reason it cannot pass over
-# pml cm + mtl ofi + ni with Open MPI 4.1.4.
+# Test ids (module.Class.method) left out, and why, per MPI library ("Open MPI", "MPICH", or
+# None for both; matched against MPI.Get_library_version()). Only what cannot work on this
+# stack, never to hide a failure of the provider: every entry names the reason it cannot pass
+# over ni with that library (Open MPI 4.1.4: pml cm + mtl ofi; MPICH 5.0.2: ch4:ofi).
 SSEND_MRECV = "Open MPI 4.1.4 mtl ofi: an Ssend received by Mprobe/Mrecv is never acknowledged"
 
 SSEND_MRECV_RC = SSEND_MRECV + " (comm.recv with Mprobe: mpi4py.rc.recv_mprobe on)"
+
+OMPI, MPICH = "Open MPI", "MPICH"
 
 EXCLUDE = [
     # Dynamic process management: MPI_Comm_spawn's children are local ranks 0.. of a job of
@@ -35,7 +38,7 @@ EXCLUDE = [
     # process per NI): observed, `ni: fi_domain: the NI at .../ni0.sock is busy: another
     # process is attached to it`, the children's MPI_Init fails (PML cm cannot be selected) and
     # the job aborts. (TestSpawnWorld also hung here with Open MPI's default ob1/vader.)
-    (r"^test_spawn\.", "MPI_Comm_spawn: the children would need NIs of their own (one process per NI)"),
+    (None, r"^test_spawn\.", "MPI_Comm_spawn: the children would need NIs of their own (one process per NI)"),
     # Open MPI 4.1.4's mtl ofi never sends the synchronous-send acknowledgement for a message
     # received with MPI_Mrecv, so an MPI_Ssend/MPI_Issend matched by MPI_Mprobe/MPI_Improbe
     # never completes (fixed upstream by open-mpi/ompi#11327 "MTL/OFI: Refactor SSend ACK
@@ -47,10 +50,10 @@ EXCLUDE = [
     # Ssend/Issend with MPI_Recv instead.
     # With MPI4PY_RC_RECV_MPROBE=no (mpi4py.rc.recv_mprobe False) comm.recv uses MPI_Probe +
     # MPI_Recv, and the SSEND_MRECV_RC ones run (tests/mpi/run.sh makes that second pass).
-    (r"^test_p2p_obj\.TestP2PObj\w+\.(testSSendAndRecv|testISSendAndRecv|testCancel|testProbe"
+    (OMPI, r"^test_p2p_obj\.TestP2PObj\w+\.(testSSendAndRecv|testISSendAndRecv|testCancel|testProbe"
      r"|testTestSomeSend|testWaitSomeSend)$", SSEND_MRECV_RC),
-    (r"^test_dynproc\.TestDPM\.testJoin$", SSEND_MRECV_RC),
-    (r"^test_util_pkl5\.\w+\.(testSSendAndRecv|testISSendAndRecv|testISSendCancel|testSSendAndMProbe"
+    (OMPI, r"^test_dynproc\.TestDPM\.testJoin$", SSEND_MRECV_RC),
+    (OMPI, r"^test_util_pkl5\.\w+\.(testSSendAndRecv|testISSendAndRecv|testISSendCancel|testSSendAndMProbe"
      r"|testMProbe|testIMProbe|testProbe|testMessageProbeIProbe|testTestAll|testWaitAll)$", SSEND_MRECV),
     # Open MPI 4.1.4's pml cm does not add the datatype's lower bound to the buffer of a
     # persistent send (MPI_Send_init/MPI_Start, which coll/basic's MPI_Alltoallw uses): with
@@ -59,15 +62,38 @@ EXCLUDE = [
     # and the request never completes: the test hangs. Blocking and nonblocking sends from
     # MPI_BOTTOM work (tests/mpi/p2p.c checks them; pml ob1 passes this test). Open MPI bug:
     # tests/mpi/repro/persistent_bottom.c (libfabric's tcp and sockets providers segfault).
-    (r"\.testAlltoallwBottom$", "Open MPI 4.1.4 pml cm: persistent send from MPI_BOTTOM loses the datatype lb"),
+    (OMPI, r"\.testAlltoallwBottom$", "Open MPI 4.1.4 pml cm: persistent send from MPI_BOTTOM loses the datatype lb"),
     # The test assumes that if MPI_Testall finds six standard-mode sends to oneself not all
     # complete, MPI_Testsome right after finds none complete. MPI promises nothing about when
     # a standard send completes; with pml cm + mtl ofi and a manual-progress provider, eager
     # sends complete during the progress Testall makes, so Testsome then reports them
     # ("False is not true" at test_p2p_obj.py:276). Fails the same way with libfabric's tcp
     # provider; passes with ob1's self BTL, which completes them inside Isend.
-    (r"^test_p2p_obj\.TestP2PObj\w+\.testManyISendAndRecv$",
+    (OMPI, r"^test_p2p_obj\.TestP2PObj\w+\.testManyISendAndRecv$",
      "assumes send-completion timing of ob1's self BTL (MPI leaves it open)"),
+    # MPICH 5 delivers a rank's messages to itself through its shared-memory module even with
+    # MPIR_CVAR_NOLOCAL=1 (a rank is always local to itself), others through the netmod. Its
+    # MPI_Probe(MPI_ANY_SOURCE) looks at shared memory, then at the netmod; MPI_Recv(ANY_SOURCE)
+    # matches shared memory's message first. MPI_Dist_graph_create probes ANY_SOURCE, sizes a
+    # buffer from the probed count and receives ANY_SOURCE (src/mpi/topo/dist_graph_create.c):
+    # when the peer's message (netmod) is there before the self message reaches shared
+    # memory, the probe sees the peer's and the receive takes the self message: one edge too
+    # many ("(4, 3, False) != (3, 3, False)"). ni delivers fast enough to hit it every time;
+    # libfabric's tcp provider is slow enough to hide it. tests/mpi/repro/probe_any_self.c
+    # shows it without mpi4py (MISMATCH lines); Open MPI has one queue and never does it.
+    (MPICH, r"^test_comm_topo\.TestTopoWorld\w*\.testDistgraphcomm$",
+     "MPICH 5: Probe(ANY_SOURCE) and Recv(ANY_SOURCE) disagree between shm (self) and netmod"),
+    # mpi4py 3.1.4 predates MPI 4's MPI_ERR_ERRHANDLER: it expects MPI_ERR_ARG for a null
+    # errhandler; MPICH 5 returns class 80 ("generated error class is '<unknown>' (80), but
+    # expected 'ERR_ARG' (12)"). Fails the same with libfabric's tcp provider.
+    (MPICH, r"^test_exceptions\.TestExcErrhandlerNull\.(testCommSelfSetErrhandler"
+     r"|testCommWorldSetErrhandler|testFree)$",
+     "mpi4py 3.1.4 expects MPI_ERR_ARG where MPI 4 (MPICH 5) says MPI_ERR_ERRHANDLER"),
+    # MPI_Win_allocate_shared needs the ranks in one shared-memory domain; with
+    # MPIR_CVAR_NOLOCAL=1 (so that ranks talk over ni) every rank is a node of its own:
+    # "processes are not in the same shared memory domain". Same with libfabric's tcp.
+    (MPICH, r"^test_win\.TestWinAllocateSharedWorld\.",
+     "MPI_Win_allocate_shared on WORLD: MPIR_CVAR_NOLOCAL=1 puts every rank on a node of its own"),
 ]
 
 
@@ -117,8 +143,12 @@ def main():
             else:
                 yield t
 
-    # comm.recv without matched probes: the exclusions that only concern it do not apply
-    exclude = [(p, w) for p, w in EXCLUDE if mpi4py.rc.recv_mprobe or w != SSEND_MRECV_RC]
+    # this library's exclusions; comm.recv without matched probes: the exclusions that only
+    # concern it do not apply
+    lib = MPI.Get_library_version()
+    lib = MPICH if lib.startswith("MPICH") else OMPI if lib.startswith("Open MPI") else None
+    exclude = [(p, w) for who, p, w in EXCLUDE
+               if who in (None, lib) and (mpi4py.rc.recv_mprobe or w != SSEND_MRECV_RC)]
     for t in flatten(suite):
         for pat, why in exclude:
             if re.search(pat, t.id()):

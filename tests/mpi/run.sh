@@ -5,7 +5,7 @@
 #   tests/mpi/run.sh        everything below; exit status 0 only if all of it passed
 #
 # 1. installs what is missing from bookworm (openmpi-bin libopenmpi-dev libfabric-bin
-#    libfabric-dev python3-mpi4py python3-pip) when run as root;
+#    libfabric-dev python3-mpi4py python3-pip python3-dev) when run as root;
 # 2. takes $CARGO_TARGET_DIR (default target)/release/{ni-device,ni-ctl,libni_fi.so}, built
 #    already (it fails if they are missing; it never builds), and makes a provider directory
 #    holding the symlink libni-fi.so that FI_PROVIDER_PATH names;
@@ -28,7 +28,8 @@
 #    its own libfabric 2.5.1): the same p2p and coll built with its mpicc, run under its
 #    mpiexec with FI_PROVIDER=ni and MPIR_CVAR_NOLOCAL=1 (no shared-memory shortcut between
 #    local ranks), the same counter checks; its capability report must name provider ni, and
-#    an empty FI_PROVIDER_PATH must make MPI_Init fail;
+#    an empty FI_PROVIDER_PATH must make MPI_Init fail; mpi4py's suite again, with mpi4py
+#    built from the same sdist against MPICH (exclusions per library in mpi4py_run.py);
 # 7. prints a table: program, N, path, result, time, detail.
 #
 # Environment:
@@ -59,7 +60,7 @@ TIMEOUT="${NI_MPI_TIMEOUT:-300}"
 install_packages() {
     step "host packages (bookworm): Open MPI, libfabric, mpi4py"
     local need=() p
-    for p in openmpi-bin libopenmpi-dev libfabric-bin libfabric-dev python3-mpi4py python3-pip; do
+    for p in openmpi-bin libopenmpi-dev libfabric-bin libfabric-dev python3-mpi4py python3-pip python3-dev; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
     done
     if [ ${#need[@]} -eq 0 ]; then
@@ -369,9 +370,16 @@ run_mpi4py() {
     start_daemon "mpi4py-$label" $n isolated
     log="$WORK/mpi4py-$label.log"
     t0=$(date +%s.%N)
-    MPI4PY_RC_RECV_MPROBE=$mprobe mpirun_ni $n "$RUNDIR" "$PROV" "$log" $((3 * TIMEOUT)) \
-        -x MPI4PY_RC_RECV_MPROBE "$PY" "$ROOT/tests/mpi/mpi4py_run.py" \
-        --testdir "$MPI4PY_DIR/test" --per-test-timeout 120 || rc=$?
+    if [ "$IMPL" = mpich ]; then
+        # mpi4py built against MPICH (build_mpi4py_mpich); hydra passes the environment on
+        PYTHONPATH="$MPI4PY_MPICH" MPI4PY_RC_RECV_MPROBE=$mprobe mpirun_ni $n "$RUNDIR" "$PROV" \
+            "$log" $((3 * TIMEOUT)) "$PY" "$ROOT/tests/mpi/mpi4py_run.py" \
+            --testdir "$MPI4PY_DIR/test" --per-test-timeout 120 || rc=$?
+    else
+        MPI4PY_RC_RECV_MPROBE=$mprobe mpirun_ni $n "$RUNDIR" "$PROV" "$log" $((3 * TIMEOUT)) \
+            -x MPI4PY_RC_RECV_MPROBE "$PY" "$ROOT/tests/mpi/mpi4py_run.py" \
+            --testdir "$MPI4PY_DIR/test" --per-test-timeout 120 || rc=$?
+    fi
     secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
     # (the ranks' output interleaves: a summary need not start its line)
     s0=$(grep -ao 'MPI4PY-SUMMARY rank=0 .*' "$log" | sed 's/^MPI4PY-SUMMARY rank=0 //' || true)
@@ -384,7 +392,9 @@ run_mpi4py() {
     fi
     counters_verdict "$RUNDIR" $n 1 isolated
     stop_daemon
-    verdict "mpi4py $label" $n "window (--direct isolated)" "$secs" "${s0% seconds=*}" "${s0% seconds=*}" || true
+    local name="mpi4py $label"
+    [ "$IMPL" = ompi ] || name="$IMPL mpi4py $label"
+    verdict "$name" $n "window (--direct isolated)" "$secs" "${s0% seconds=*}" "${s0% seconds=*}" || true
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -427,6 +437,32 @@ PYEOF
     "$dir/bin/mpichversion" | sed -n '1p;/Device/p' | sed 's/^/    /'
     "$dir/bin/mpichversion" | grep -q 'Device:.*ofi' || { loud "$dir has no ch4:ofi netmod"; return 1; }
     MPICH="$dir"
+}
+
+# mpi4py (the version Debian's is, from the sdist fetch_mpi4py unpacked) built against MPICH,
+# once, into $CARGO_TARGET_DIR/mpi-tests/; sets MPI4PY_MPICH to the directory for PYTHONPATH.
+MPI4PY_MPICH=""
+build_mpi4py_mpich() {
+    local ver dir
+    ver=$(basename "$MPI4PY_DIR")
+    dir="$T/mpi-tests/$ver-mpich-$MPICH_VERSION"
+    step "$ver built against MPICH $MPICH_VERSION (its mpicc)"
+    if ls "$dir"/src/mpi4py/MPI.cpython-*.so >/dev/null 2>&1; then
+        echo "using the cached $dir"
+    else
+        rm -rf "$dir"
+        cp -a "$MPI4PY_DIR" "$dir"
+        if ! (cd "$dir" && MPICC="$MPICH/bin/mpicc" timeout 900 "$PY" setup.py -q build_ext --inplace \
+            >"$WORK/mpi4py-mpich-build.log" 2>&1); then
+            tail -20 "$WORK/mpi4py-mpich-build.log" | sed 's/^/    /'
+            rm -rf "$dir"
+            loud "building mpi4py against MPICH failed"
+            return 1
+        fi
+    fi
+    ldd "$dir"/src/mpi4py/MPI.cpython-*.so | grep -q "$MPICH/lib/libmpi" ||
+        { loud "$dir's mpi4py is not linked to MPICH's libmpi"; return 1; }
+    MPI4PY_MPICH="$dir/src"
 }
 
 # MPICH's own report of its capability set must name provider ni; without libni-fi.so in
@@ -549,6 +585,15 @@ elif fetch_mpich; then
         run_prog p2p "$n" "$direct" $P2P_BYTES ${P2P_ARGS[@]+"${P2P_ARGS[@]}"}
         run_prog coll "$n" "$direct" $COLL_BYTES ${COLL_ARGS[@]+"${COLL_ARGS[@]}"}
     done
+    if [ "${NI_MPI_SKIP_MPI4PY:-0}" = 1 ]; then
+        record "mpich mpi4py" 2 - SKIP 0 "NI_MPI_SKIP_MPI4PY=1"
+    elif [ -n "$MPI4PY_DIR" ] && build_mpi4py_mpich; then
+        # One pass: the recv_mprobe exclusions concern Open MPI only.
+        run_mpi4py default yes
+    else
+        FAILED=1
+        record "mpich mpi4py" 2 - FAIL 0 "no mpi4py built against MPICH"
+    fi
     IMPL=ompi
 else
     FAILED=1

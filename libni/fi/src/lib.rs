@@ -76,19 +76,66 @@ struct Core {
     ),
 }
 
+/// The libfabric that loaded us. Not always in the global namespace: Python loads an
+/// extension (mpi4py's `MPI.so`, linked to MPICH's `libmpi` and its libfabric) with
+/// `RTLD_LOCAL`, where `dlsym(RTLD_DEFAULT, …)` finds no libfabric at all. So the loaded
+/// objects are searched for a `libfabric.so*` (a process has one), falling back on the global
+/// namespace for a libfabric linked statically into the program.
+fn core_handle() -> *mut libc::c_void {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        out: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid info whose name is NUL-ended or null; `out` is
+        // the `Option<CString>` below.
+        unsafe {
+            let name = (*info).dlpi_name;
+            if name.is_null() {
+                return 0;
+            }
+            let n = std::ffi::CStr::from_ptr(name);
+            let file = n
+                .to_bytes()
+                .rsplit(|b| *b == b'/')
+                .next()
+                .unwrap_or_default();
+            if file.starts_with(b"libfabric.so") {
+                *(out as *mut Option<CString>) = Some(n.to_owned());
+                return 1;
+            }
+        }
+        0
+    }
+    let mut found: Option<CString> = None;
+    // SAFETY: `visit` only reads the infos it is given and writes `found`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut found as *mut _ as *mut libc::c_void) };
+    if let Some(path) = found {
+        // SAFETY: RTLD_NOLOAD only returns a handle to an object already loaded (it stays
+        // loaded: it is what called us).
+        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if !h.is_null() {
+            return h;
+        }
+    }
+    libc::RTLD_DEFAULT
+}
+
 fn core() -> Option<&'static Core> {
     static CORE: OnceLock<Option<Core>> = OnceLock::new();
     CORE.get_or_init(|| {
+        let lib = core_handle();
         // `version` empty: the symbol's default version.
         let sym = |name: &std::ffi::CStr, version: &std::ffi::CStr| {
             let mut p = std::ptr::null_mut();
             if !version.is_empty() {
-                // SAFETY: a plain symbol lookup in the global namespace; NUL-ended names.
-                p = unsafe { libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), version.as_ptr()) };
+                // SAFETY: a plain symbol lookup in a loaded object (or the global namespace);
+                // NUL-ended names.
+                p = unsafe { libc::dlvsym(lib, name.as_ptr(), version.as_ptr()) };
             }
             if p.is_null() {
                 // SAFETY: as above.
-                p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+                p = unsafe { libc::dlsym(lib, name.as_ptr()) };
             }
             (!p.is_null()).then_some(p)
         };
