@@ -162,6 +162,20 @@ pub struct Region {
     mem: Mem,
     key: u32,
     ni: Weak<Mutex<Inner>>,
+    /// For memory of the application's ([`Ni::register`]): the pins (their starts) it holds.
+    /// `None`: memory libni allocated, mapped for this region alone.
+    pins: Option<Vec<u64>>,
+    /// Whether this region's entry in `Inner::regions` is its own (an earlier region may have
+    /// the same start).
+    listed: bool,
+}
+
+/// Whole pages of the application's that the NI can reach (`Ni::register`), shared by the
+/// regions that lie in them.
+struct Pin {
+    end: u64,
+    refs: u32,
+    mem: Mem,
 }
 
 /// Where a peer's message queue is: its region key and the MQCW's offset in it.
@@ -213,6 +227,9 @@ struct Inner {
     /// Regions this process registered (address → length), so the direct path never
     /// touches memory the NI may not.
     regions: BTreeMap<u64, u64>,
+    /// The application's pages made NI memory for `Ni::register` (start → pin): DMA-mapped
+    /// once however many regions lie in them, never overlapping.
+    pins: BTreeMap<u64, Pin>,
     /// The daemon's liveness as last seen (`check_alive`).
     alive: Liveness,
 }
@@ -697,6 +714,7 @@ impl Ni {
             },
             alias: HashMap::new(),
             regions: BTreeMap::new(),
+            pins: BTreeMap::new(),
             alive: Liveness::new(),
         };
         let ni = Ni {
@@ -793,8 +811,128 @@ impl Ni {
             mem,
             key,
             ni: Arc::downgrade(&self.inner),
+            pins: None,
+            listed: true,
         };
         self.request(r)?;
+        Ok(region)
+    }
+
+    /// Register `len` bytes of the application's own memory at `ptr` under the next key, for
+    /// peers to `get` from (`remote_read`) and `put` into (`remote_write`), as `alloc`'s
+    /// regions are; it also serves as the local side of this process's own operations.
+    ///
+    /// In a guest the IOMMU maps the pages where they are. On a host the daemon can only
+    /// map memory it is given a file for, so the whole pages around the range move onto
+    /// shared memory at the same addresses, contents and pointers kept ([`Mem::adopt`] says
+    /// what that means and what cannot be registered). Pages are shared by the regions in
+    /// them and let go when the last one is dropped.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` is memory of this process that stays mapped while the region lives
+    /// (the NI reads and writes it whenever a peer or an operation asks).
+    pub unsafe fn register(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        remote_read: bool,
+        remote_write: bool,
+    ) -> Result<Region> {
+        const PAGE: u64 = 4096;
+        let start = ptr as u64;
+        let end = start
+            .checked_add(len as u64)
+            .filter(|_| len > 0)
+            .ok_or_else(|| {
+                Error::BadArgument(format!("cannot register {len} bytes at {start:#x}"))
+            })?;
+        let (s, e) = (start & !(PAGE - 1), end.div_ceil(PAGE) * PAGE);
+        let key = {
+            let mut i = self.lock();
+            // What no pin covers yet.
+            let mut gaps = Vec::new();
+            let mut at = s;
+            for (&ps, p) in i.pins.range(..e) {
+                if p.end <= at {
+                    continue;
+                }
+                if ps > at {
+                    gaps.push((at, ps));
+                }
+                at = at.max(p.end);
+            }
+            if at < e {
+                gaps.push((at, e));
+            }
+            // Pins never overlap libni's own memory: moving it would cut it off from the
+            // mapping the NI already has (its regions are the only entries a gap can meet).
+            for &(gs, ge) in &gaps {
+                if let Some((&rs, &rl)) = i.regions.range(..ge).next_back() {
+                    if rs + rl > gs {
+                        return Err(Error::BadArgument(format!(
+                            "{len} bytes at {start:#x}: pages at {gs:#x} are memory Ni::alloc \
+                             gave (already registered)"
+                        )));
+                    }
+                }
+            }
+            let by_fd = i.dev.maps_by_fd();
+            for (gs, ge) in gaps {
+                let mem = Mem::adopt(gs as *mut u8, (ge - gs) as usize, by_fd)?;
+                i.dev.dma_map(&mem)?;
+                i.pins.insert(
+                    gs,
+                    Pin {
+                        end: ge,
+                        refs: 0,
+                        mem,
+                    },
+                );
+            }
+            let key = i.next_key;
+            i.next_key += 1;
+            key
+        };
+        let mut region = Region {
+            mem: Mem::view(ptr, len),
+            key,
+            ni: Arc::downgrade(&self.inner),
+            pins: Some(Vec::new()),
+            listed: false,
+        };
+        {
+            let mut i = self.lock();
+            let held: Vec<u64> = i
+                .pins
+                .range(..e)
+                .filter(|(_, p)| p.end > s)
+                .map(|(&ps, _)| ps)
+                .collect();
+            for ps in &held {
+                if let Some(p) = i.pins.get_mut(ps) {
+                    p.refs += 1;
+                }
+            }
+            region.pins = Some(held);
+            if let std::collections::btree_map::Entry::Vacant(v) = i.regions.entry(start) {
+                v.insert(len as u64);
+                region.listed = true;
+            }
+        }
+        // From here the region's drop undoes the above.
+        self.request(Request {
+            opcode: op::REG_MR,
+            addr: start,
+            len: len as u64,
+            key,
+            access: if remote_read { access::REMOTE_READ } else { 0 }
+                | if remote_write {
+                    access::REMOTE_WRITE
+                } else {
+                    0
+                },
+            ..Default::default()
+        })?;
         Ok(region)
     }
 
@@ -1183,6 +1321,52 @@ impl Ni {
         self.one_sided(op::GET, dest, local, range, key, offset)
     }
 
+    /// Start an MLINK WRITE (as `put`); it completes when the data is in the target's
+    /// memory.
+    pub fn iput(
+        &self,
+        dest: u32,
+        local: &Region,
+        range: Range<usize>,
+        key: u32,
+        offset: u64,
+    ) -> Result<Op> {
+        self.start_one_sided(op::PUT, dest, local, range, key, offset)
+    }
+
+    /// Start an MLINK READ (as `get`); it completes when the data is in `local`.
+    pub fn iget(
+        &self,
+        dest: u32,
+        local: &Region,
+        range: Range<usize>,
+        key: u32,
+        offset: u64,
+    ) -> Result<Op> {
+        self.start_one_sided(op::GET, dest, local, range, key, offset)
+    }
+
+    fn start_one_sided(
+        &self,
+        opcode: u8,
+        dest: u32,
+        local: &Region,
+        range: Range<usize>,
+        key: u32,
+        offset: u64,
+    ) -> Result<Op> {
+        let (addr, len) = Self::range_req(local, &range)?;
+        self.start(Request {
+            opcode,
+            rank: dest,
+            addr,
+            len,
+            key,
+            tag: offset,
+            ..Default::default()
+        })
+    }
+
     /// A blocking MLINK WRITE or READ: the target checks `key` and the bounds.
     fn one_sided(
         &self,
@@ -1193,17 +1377,8 @@ impl Ni {
         key: u32,
         offset: u64,
     ) -> Result<()> {
-        let (addr, len) = Self::range_req(local, &range)?;
-        self.request(Request {
-            opcode,
-            rank: dest,
-            addr,
-            len,
-            key,
-            tag: offset,
-            ..Default::default()
-        })
-        .map(|_| ())
+        let o = self.start_one_sided(opcode, dest, local, range, key, offset)?;
+        self.wait(o).map(|_| ())
     }
 
     /// MLINK NOOP: is `dest`'s NI up? `Err(Failed { status: PeerDown, .. })` if not.
@@ -1859,7 +2034,9 @@ impl Drop for Region {
     fn drop(&mut self) {
         let Some(ni) = self.ni.upgrade() else { return };
         let mut i = ni.lock().unwrap_or_else(|e| e.into_inner());
-        i.regions.remove(&self.mem.iova());
+        if self.listed {
+            i.regions.remove(&self.mem.iova());
+        }
         let r = Request {
             opcode: op::DEREG_MR,
             key: self.key,
@@ -1868,7 +2045,26 @@ impl Drop for Region {
         if let Ok(user) = i.post(r) {
             i.ignored.insert(user);
         }
-        let _ = i.dev.dma_unmap(self.mem.iova(), self.mem.len() as u64);
+        match self.pins.take() {
+            None => {
+                let _ = i.dev.dma_unmap(self.mem.iova(), self.mem.len() as u64);
+            }
+            Some(held) => {
+                for ps in held {
+                    let Some(p) = i.pins.get_mut(&ps) else {
+                        continue;
+                    };
+                    p.refs -= 1;
+                    if p.refs == 0 {
+                        let p = i.pins.remove(&ps).expect("just seen");
+                        let _ = i.dev.dma_unmap(ps, p.end - ps);
+                        // The pages stay where they are, the application's (`p.mem` does
+                        // not unmap them).
+                        drop(p.mem);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -11,6 +11,9 @@ pub struct Mem {
     len: usize,
     /// The file behind a plain mapping; `None` for one composed of several ([`Mem::compose`]).
     fd: Option<File>,
+    /// Whether dropping this value unmaps the memory: not for the application's own pages
+    /// ([`Mem::adopt`], [`Mem::view`]).
+    owned: bool,
 }
 
 /// One file of a composed mapping: `len` bytes of `fd` from `file_offset`, placed at `at`.
@@ -88,7 +91,74 @@ impl Mem {
             ptr: ptr as *mut u8,
             len,
             fd: Some(fd),
+            owned: true,
         })
+    }
+
+    /// The application's own whole pages `[ptr, ptr + len)` as memory the NI can reach.
+    ///
+    /// `by_fd` (a transport that shares memory by file: vfio-user): a private anonymous page
+    /// has no file the daemon could map, so the pages move onto a sealed memfd mapped shared
+    /// at the same address, their contents copied first. The application keeps its pointers
+    /// and its data; what changes is that the pages are now shared with the device (and
+    /// with a child after `fork`, as a registered region is with verbs). A store another
+    /// thread makes into these pages while this runs can be lost: register before such
+    /// threads touch the pages. Only private anonymous read-write pages move (the heap, an
+    /// anonymous `mmap`); a file mapping, shared memory or the stack is refused.
+    ///
+    /// Otherwise (VFIO: the IOMMU maps pages by address) the pages stay as they are.
+    ///
+    /// Never unmapped on drop: the pages are the application's.
+    pub fn adopt(ptr: *mut u8, len: usize, by_fd: bool) -> Result<Mem> {
+        let at = ptr as usize;
+        if !at.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) || len == 0 {
+            return Err(Error::BadArgument(format!(
+                "adopting {len:#x} bytes at {at:#x}: whole pages only"
+            )));
+        }
+        if !by_fd {
+            return Ok(Mem::view(ptr, len));
+        }
+        private_anonymous(at, len)?;
+        let fresh = Mem::alloc(len)?;
+        // SAFETY: `[ptr, ptr + len)` is readable (checked: private anonymous read-write
+        // pages) and `fresh` is a new mapping of `len` bytes; they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, fresh.ptr, len) };
+        // SAFETY: MAP_FIXED over the application's own pages, which it asked to register;
+        // their contents are in the memfd, mapped back at the same address.
+        let got = unsafe {
+            libc::mmap(
+                ptr as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fresh.fd(),
+                0,
+            )
+        };
+        if got == libc::MAP_FAILED {
+            return Err(Error::Memory(format!(
+                "moving {len:#x} bytes at {at:#x} onto shared memory: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let mut fresh = fresh;
+        Ok(Mem {
+            ptr,
+            len,
+            fd: fresh.fd.take(),
+            owned: false,
+        })
+    }
+
+    /// A view of `len` bytes at `ptr` that another owner maps (never unmapped here).
+    pub fn view(ptr: *mut u8, len: usize) -> Mem {
+        Mem {
+            ptr,
+            len,
+            fd: None,
+            owned: false,
+        }
     }
 
     /// `len` bytes of address space with `parts` mapped shared at their offsets; the rest is
@@ -115,6 +185,7 @@ impl Mem {
             ptr: ptr as *mut u8,
             len,
             fd: None,
+            owned: true,
         };
         for p in &parts {
             let end = p.at.checked_add(p.len).filter(|&e| e <= len as u64);
@@ -214,9 +285,58 @@ impl Mem {
 
 impl Drop for Mem {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // SAFETY: unmapping exactly the mapping this value created.
         unsafe {
             libc::munmap(self.ptr as *mut libc::c_void, self.len);
         }
     }
+}
+
+/// Whether every page of `[at, at + len)` is private anonymous read-write memory
+/// (`/proc/self/maps`: `rw-p`, no file, or `[heap]`), or pages an earlier [`Mem::adopt`]
+/// moved: what [`Mem::adopt`] may move.
+fn private_anonymous(at: usize, len: usize) -> Result<()> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| Error::Memory(format!("reading /proc/self/maps: {e}")))?;
+    let end = at + len;
+    let mut covered = at;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let path = f.nth(3).unwrap_or("");
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            continue;
+        };
+        if b <= covered || a >= end {
+            continue;
+        }
+        if a > covered {
+            break;
+        }
+        // (pages an earlier registration moved, no longer pinned, are ours to move again)
+        let ours = perms == "rw-s" && path.starts_with("/memfd:libni");
+        if !ours && (perms != "rw-p" || !(path.is_empty() || path == "[heap]")) {
+            return Err(Error::BadArgument(format!(
+                "{:#x} is in a mapping that cannot be registered ({perms} {}): only private \
+                 anonymous read-write memory (the heap, an anonymous mmap) can be",
+                covered,
+                if path.is_empty() { "anonymous" } else { path }
+            )));
+        }
+        covered = b;
+        if covered >= end {
+            return Ok(());
+        }
+    }
+    Err(Error::BadArgument(format!(
+        "{covered:#x} (of {len:#x} bytes at {at:#x}) is not mapped"
+    )))
 }

@@ -22,6 +22,12 @@ pub(crate) trait Transport: Send {
     /// Let the NI reach `mem` at IOVA = its address in this process.
     fn dma_map(&mut self, mem: &Mem) -> Result<()>;
     fn dma_unmap(&mut self, iova: u64, len: u64) -> Result<()>;
+    /// Whether the NI reaches memory through its file (vfio-user: `DMA_MAP` with a
+    /// descriptor) rather than by address (VFIO's IOMMU): then only file-backed memory can be
+    /// DMA-mapped ([`Mem::adopt`]).
+    fn maps_by_fd(&self) -> bool {
+        false
+    }
     /// Enable MSI-X and deliver each `(vector, eventfd)`.
     fn enable_msix(&mut self, vectors: &[(u32, RawFd)]) -> Result<()>;
     /// Whether the daemon behind this transport is known to be gone (`Some(true)`) or known

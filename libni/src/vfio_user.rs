@@ -381,6 +381,10 @@ impl Transport for Device {
         self.unmap(iova, len)
     }
 
+    fn maps_by_fd(&self) -> bool {
+        true
+    }
+
     /// Over vfio-user the client programs MSI-X itself: the enable bit in config space, the
     /// vectors' mask bits in the table, and one eventfd per vector.
     fn enable_msix(&mut self, vectors: &[(u32, RawFd)]) -> Result<(), Error> {

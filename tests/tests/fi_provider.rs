@@ -379,6 +379,22 @@ fn counters_count_every_operation_and_errors_end_a_wait() {
     run_case("counters", Warnings::Quiet);
 }
 
+/// fi_rma(3) over registered memory (MLINK READ/WRITE): reads staged and in place, inject,
+/// registered and staged writes land exactly where addressed, registration keeps the
+/// contents; a read-only key, out-of-bounds and unknown keys fail with error completions
+/// (FI_EACCES, FI_EFAULT) and count as errors; a stack buffer cannot be registered.
+#[test]
+fn rma_reads_and_writes_registered_memory_and_the_target_checks_keys_and_bounds() {
+    run_case(
+        "rma",
+        Warnings::Expected(&[
+            "ni: fi_mr_reg of 64 bytes",
+            "ni: fi_write of 8 bytes with rank 0: put to/from rank 0: remote key not registered",
+            "ni: fi_write of 100 bytes with rank 0: put to/from rank 0: remote offset and length outside",
+        ]),
+    );
+}
+
 /// fi_msg(3) FI_MULTI_RECV with FI_OPT_MIN_MULTI_RECV 200: one buffer takes four messages in
 /// place and order, the last flagged FI_MULTI_RECV; the fifth goes to the next receive.
 #[test]
@@ -401,9 +417,10 @@ fn av_table_addresses_and_bad_names() {
 }
 
 /// Refusals with the contract's error numbers and a warning, never a crash: -FI_ENODATA
-/// for FI_RMA/FI_EP_MSG/FI_PROGRESS_AUTO hints, -FI_ENOAV/-FI_ENOCQ from fi_enable,
-/// -FI_EBUSY for a second endpoint, -FI_EAGAIN from an empty CQ, errors from fi_connect,
-/// fi_getpeer and a send outside the AV, -FI_ENOSYS for FI_WAIT_FD and remote MRs.
+/// for FI_RMA without FI_MR_PROV_KEY, FI_EP_MSG and FI_PROGRESS_AUTO hints,
+/// -FI_ENOAV/-FI_ENOCQ from fi_enable, -FI_EBUSY for a second endpoint, -FI_EAGAIN from an
+/// empty CQ, errors from fi_connect, fi_getpeer and a send outside the AV, -FI_ENOSYS for
+/// FI_WAIT_FD, -FI_EINVAL for remote access to shared memory.
 #[test]
 fn refused_operations_return_their_error_numbers() {
     run_case(
@@ -413,6 +430,7 @@ fn refused_operations_return_their_error_numbers() {
             "ni: fi_enable: bind CQs for FI_TRANSMIT and FI_RECV first",
             "already has its endpoint open (one per NI)",
             "ni: fi_cq_open: wait object",
+            "rw-s /dev/zero",
         ]),
     );
 }

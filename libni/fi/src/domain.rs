@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use ni::Ni;
 
+use crate::engine::RmaLocal;
 use crate::ffi::errno::*;
 use crate::ffi::*;
 use crate::info::{self, Location};
@@ -188,24 +189,109 @@ unsafe extern "C" fn cq_open(
     guard(|| unsafe { crate::cq::open(attr, out, context) })
 }
 
-/// A registration: local memory needs none (every payload is staged in memory the NI
-/// already has), so it only hands out a key. Remote access (RMA) is not offered yet.
+/// A registration. For RMA (`FI_REMOTE_READ`/`FI_REMOTE_WRITE`, or `FI_READ`/`FI_WRITE` for
+/// a local buffer used in place) the memory becomes an NI region ([`ni::Ni::register`]) whose
+/// key is the registration's (`FI_MR_PROV_KEY`). Memory for messages only needs nothing
+/// (every payload is staged in memory the NI already has): it just gets a key.
 #[repr(C)]
-struct MrFid {
+pub struct MrFid {
     fid: fid_mr,
+    region: Option<Arc<ni::Region>>,
+}
+
+impl MrFid {
+    /// The local side of an RMA operation on `[buf, buf + len)` whose `desc` is `desc`: in
+    /// place when `desc` is a registration holding the whole range.
+    ///
+    /// # Safety
+    /// `desc` is null or a `desc` this provider handed out (`fi_mr_desc`) that is still open.
+    pub unsafe fn local(desc: *mut c_void, buf: usize, len: usize) -> RmaLocal {
+        if desc.is_null() || len == 0 {
+            return RmaLocal::Buffer;
+        }
+        // SAFETY: caller contract: our `desc` is the MrFid itself.
+        let m = unsafe { &*(desc as *const MrFid) };
+        if m.fid.fid.fclass != FI_CLASS_MR {
+            return RmaLocal::Buffer;
+        }
+        match &m.region {
+            Some(r) => {
+                let start = r.iova() as usize;
+                if buf >= start && buf + len <= start + r.len() {
+                    RmaLocal::Registered {
+                        region: r.clone(),
+                        offset: buf - start,
+                    }
+                } else {
+                    RmaLocal::Buffer
+                }
+            }
+            None => RmaLocal::Buffer,
+        }
+    }
 }
 
 static MR_FI_OPS: fi_ops = crate::stub::fid_ops!(mr_close);
 
-fn new_mr(access: u64, context: *mut c_void, out: *mut *mut fid_mr) -> c_int {
-    if access & (FI_REMOTE_READ | FI_REMOTE_WRITE) != 0 {
+/// Access that needs the memory registered with the NI.
+const NI_ACCESS: u64 = FI_REMOTE_READ | FI_REMOTE_WRITE | FI_READ | FI_WRITE;
+
+#[allow(clippy::too_many_arguments)]
+fn new_mr(
+    d: *mut fid,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
+    offset: u64,
+    context: *mut c_void,
+    out: *mut *mut fid_mr,
+) -> c_int {
+    if out.is_null() {
+        return -FI_EINVAL;
+    }
+    if offset != 0 {
+        // fi_mr(3): "reserved for future use and must be 0".
         warn(
             FI_LOG_MR,
-            "ni: fi_mr_reg: remote access (FI_RMA) is not offered by this provider yet",
+            &format!("ni: fi_mr_reg: offset {offset:#x} (must be 0)"),
         );
-        return -FI_ENOSYS;
+        return -FI_EINVAL;
     }
-    static KEY: AtomicU64 = AtomicU64::new(1);
+    static KEY: AtomicU64 = AtomicU64::new(1 << 32);
+    let region = if access & NI_ACCESS != 0 && len > 0 {
+        if buf.is_null() {
+            warn(
+                FI_LOG_MR,
+                &format!("ni: fi_mr_reg: a null buffer of {len} bytes"),
+            );
+            return -FI_EINVAL;
+        }
+        // SAFETY: `d` is the domain the application registers with.
+        let dom = unsafe { container::<DomainFid>(d) };
+        // SAFETY: fi_mr(3): the registered buffer stays the application's, mapped, until the
+        // registration is closed; the region (the MR's) lives no longer than that (an
+        // operation in flight keeps it, and so the NI's mapping, alive to its end).
+        let (rr, rw) = (access & FI_REMOTE_READ != 0, access & FI_REMOTE_WRITE != 0);
+        match unsafe { dom.att.ni.register(buf as *mut u8, len, rr, rw) } {
+            Ok(r) => Some(Arc::new(r)),
+            Err(e) => {
+                warn(
+                    FI_LOG_MR,
+                    &format!("ni: fi_mr_reg of {len} bytes at {buf:?}: {e}"),
+                );
+                return match e {
+                    ni::Error::BadArgument(_) => -FI_EINVAL,
+                    _ => -FI_ENOMEM,
+                };
+            }
+        }
+    } else {
+        None
+    };
+    // The NI's key for a region (below 2^32); for message-only memory, one of our own above.
+    let key = region
+        .as_ref()
+        .map_or_else(|| KEY.fetch_add(1, Ordering::Relaxed), |r| r.key() as u64);
     let m = Box::new(MrFid {
         fid: fid_mr {
             fid: fid {
@@ -214,58 +300,99 @@ fn new_mr(access: u64, context: *mut c_void, out: *mut *mut fid_mr) -> c_int {
                 ops: &MR_FI_OPS as *const _ as *mut _,
             },
             mem_desc: std::ptr::null_mut(),
-            key: KEY.fetch_add(1, Ordering::Relaxed),
+            key,
         },
+        region,
     });
-    if out.is_null() {
-        return -FI_EINVAL;
+    let p = Box::into_raw(m);
+    // SAFETY: `p` was just boxed; the desc is the registration itself (`MrFid::local`).
+    unsafe {
+        (*p).fid.mem_desc = p as *mut c_void;
+        *out = p as *mut fid_mr;
     }
-    // SAFETY: `out` is writable and non-null.
-    unsafe { *out = Box::into_raw(m) as *mut fid_mr };
     0
 }
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn mr_reg(
-    _f: *mut fid,
-    _buf: *const c_void,
-    _len: usize,
+    f: *mut fid,
+    buf: *const c_void,
+    len: usize,
     access: u64,
-    _offset: u64,
+    offset: u64,
     _key: u64,
     _flags: u64,
     out: *mut *mut fid_mr,
     context: *mut c_void,
 ) -> c_int {
-    guard(|| new_mr(access, context, out))
+    guard(|| new_mr(f, buf, len, access, offset, context, out))
+}
+
+/// One iovec (`mr_iov_limit` is 1).
+///
+/// # Safety
+/// `iov` holds `count` entries.
+unsafe fn one_iov(iov: *const iovec, count: usize) -> Result<(*const c_void, usize), c_int> {
+    match count {
+        0 => Ok((std::ptr::null(), 0)),
+        // SAFETY: caller contract.
+        1 if !iov.is_null() => Ok(unsafe { ((*iov).iov_base as *const c_void, (*iov).iov_len) }),
+        n => {
+            warn(
+                FI_LOG_MR,
+                &format!("ni: fi_mr_regv: {n} iovecs (mr_iov_limit 1)"),
+            );
+            Err(-FI_EINVAL)
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn mr_regv(
-    _f: *mut fid,
-    _iov: *const iovec,
-    _count: usize,
+    f: *mut fid,
+    iov: *const iovec,
+    count: usize,
     access: u64,
-    _offset: u64,
+    offset: u64,
     _key: u64,
     _flags: u64,
     out: *mut *mut fid_mr,
     context: *mut c_void,
 ) -> c_int {
-    guard(|| new_mr(access, context, out))
+    guard(|| {
+        // SAFETY: the application's array of `count` iovecs.
+        match unsafe { one_iov(iov, count) } {
+            Ok((buf, len)) => new_mr(f, buf, len, access, offset, context, out),
+            Err(e) => e,
+        }
+    })
 }
 
 unsafe extern "C" fn mr_regattr(
-    _f: *mut fid,
+    f: *mut fid,
     attr: *const fi_mr_attr,
     _flags: u64,
     out: *mut *mut fid_mr,
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's attribute block.
-        match unsafe { attr.as_ref() } {
-            Some(a) => new_mr(a.access, a.context, out),
-            None => -FI_EINVAL,
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return -FI_EINVAL;
+        };
+        if a.iface != 0 {
+            warn(
+                FI_LOG_MR,
+                &format!(
+                    "ni: fi_mr_regattr: device memory (iface {}) is not offered",
+                    a.iface
+                ),
+            );
+            return -FI_ENOSYS;
+        }
+        // SAFETY: the attribute's array of `iov_count` iovecs.
+        match unsafe { one_iov(a.mr_iov, a.iov_count) } {
+            Ok((buf, len)) => new_mr(f, buf, len, a.access, a.offset, a.context, out),
+            Err(e) => e,
         }
     })
 }

@@ -63,15 +63,18 @@ const POOL_MIN: usize = 64 << 10;
 /// Staging regions alive at once (in use and pooled). Each is a file the daemon maps, and it
 /// takes at most 64 files of one client (`device/src/dma.rs`, `MAX_FILES`); the rest are the
 /// slots and libni's own rings.
-const STAGING_MAX: usize = 32;
+const STAGING_MAX: usize = 36;
 /// Of those, in use at once by staged sends waiting for their receivers (past it a send goes
 /// on request), ...
 pub const SEND_EAGER_MAX: usize = 12;
 /// ... by sends answering a `CTS` (past it a `CTS` waits for one of them to finish), ...
 const SEND_CTS_MAX: usize = 10;
+/// ... by RMA reads and writes from or into memory not registered with `fi_mr_reg` (past it
+/// they answer `-FI_EAGAIN`), ...
+const RMA_MAX: usize = 4;
 /// ... and by matched receives (past it a receive waits for one of them to finish). The
 /// classes sum to [`STAGING_MAX`], so a class under its limit always finds a file.
-const RECV_MAX: usize = STAGING_MAX - SEND_EAGER_MAX - SEND_CTS_MAX;
+const RECV_MAX: usize = STAGING_MAX - SEND_EAGER_MAX - SEND_CTS_MAX - RMA_MAX;
 
 const KIND_EAGER: u8 = 1;
 const KIND_RTS: u8 = 2;
@@ -91,8 +94,10 @@ enum Class {
     Cts = 1,
     /// A matched receive.
     Recv = 2,
+    /// An RMA read or write whose local buffer is not registered memory.
+    Rma = 3,
 }
-const CLASS_MAX: [usize; 3] = [SEND_EAGER_MAX, SEND_CTS_MAX, RECV_MAX];
+const CLASS_MAX: [usize; 4] = [SEND_EAGER_MAX, SEND_CTS_MAX, RECV_MAX, RMA_MAX];
 
 /// What starts every slot message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -320,6 +325,28 @@ enum Pending {
         staging: Option<Region>,
         to: Delivery,
     },
+    /// An RMA read or write (MLINK READ/WRITE).
+    Rma(RmaPending),
+}
+
+/// An RMA operation in flight: its local side and what it reports.
+struct RmaPending {
+    /// The registered region the NI reads or writes in place (kept alive until the end).
+    _region: Option<Arc<Region>>,
+    /// Or the staging region it goes through.
+    staging: Option<Region>,
+    /// A staged read's destination in the application's memory.
+    copy_out: Option<(usize, usize)>,
+    write: bool,
+    done: SendDone,
+}
+
+/// The local side of an RMA operation.
+pub enum RmaLocal {
+    /// Within a region registered with `fi_mr_reg` (its `desc`): the NI works in place.
+    Registered { region: Arc<Region>, offset: usize },
+    /// Any other memory of the application's: staged.
+    Buffer,
 }
 
 /// A send on request: its RTS went out; the payload is still the application's.
@@ -376,6 +403,8 @@ pub struct Engine {
     pub rx_selective: bool,
     /// Counters bound to the endpoint (`fi_ep_bind` of a counter).
     pub cntrs: crate::cntr::Bindings,
+    /// RMA operations started and not finished (what an `FI_FENCE` waits for).
+    rma_inflight: usize,
     /// The endpoint's default flags (`fi_info` tx/rx `op_flags`).
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
@@ -399,7 +428,7 @@ pub struct Engine {
     /// Staging regions alive (in use or pooled).
     staging_live: usize,
     /// Staging regions in use, by [`Class`].
-    in_use: [usize; 3],
+    in_use: [usize; 4],
     /// Matched rendezvous receives waiting for a staging region.
     rndv_waiting: VecDeque<Delivery>,
     /// Sends on request waiting for their `CTS`, by (destination, id).
@@ -422,6 +451,10 @@ pub fn fi_err(e: &NiError) -> i32 {
             Status::Cancelled => FI_ECANCELED,
             Status::Timeout => FI_ETIMEDOUT,
             Status::LinkDown => FI_ENETDOWN,
+            // RMA: the target's key, access or bounds (fi_rma(3) names no class; these are
+            // what the kernel's verbs report for a rejected rkey and a bad address).
+            Status::BadKey => FI_EACCES,
+            Status::OutOfBounds => FI_EFAULT,
             _ => FI_EIO,
         },
         NiError::WouldBlock => FI_EAGAIN,
@@ -446,6 +479,7 @@ impl Engine {
             tx_selective: false,
             rx_selective: false,
             cntrs: Default::default(),
+            rma_inflight: 0,
             tx_op_flags: FI_COMPLETION,
             rx_op_flags: FI_COMPLETION,
             min_multi_recv: 64,
@@ -464,7 +498,7 @@ impl Engine {
             pool: BTreeMap::new(),
             pool_bytes: 0,
             staging_live: 0,
-            in_use: [0; 3],
+            in_use: [0; 4],
             rndv_waiting: VecDeque::new(),
             await_cts: HashMap::new(),
             cts_ready: VecDeque::new(),
@@ -849,6 +883,7 @@ impl Engine {
                     self.complete_send(u, r.map(|_| ()));
                 }
             }
+            Pending::Rma(p) => self.finish_rma(p, r.map(|_| ())),
             Pending::RndvRecv { staging, to } => {
                 let full = to.hdr.len as usize;
                 let got = match &r {
@@ -880,6 +915,163 @@ impl Engine {
                 }
                 if let Some(s) = staging {
                     self.recycle(s, Class::Recv);
+                }
+            }
+        }
+    }
+
+    /// Start an RMA write (`write`) of `len` bytes at `buf` into `dest`'s region `key` at
+    /// offset `addr`, or a read of them into `buf` (MLINK WRITE/READ: the target's NI
+    /// checks the key, its access and the bounds). `-FI_EAGAIN` while no transmit staging
+    /// is free for an unregistered buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rma(
+        &mut self,
+        write: bool,
+        dest: u32,
+        buf: usize,
+        len: usize,
+        local: RmaLocal,
+        addr: u64,
+        key: u64,
+        context: usize,
+        flags: u64,
+        inject: bool,
+    ) -> Result<(), (i32, String)> {
+        if !self.enabled {
+            return Err((FI_EOPBADSTATE, "the endpoint is not enabled".into()));
+        }
+        if len as u64 > MAX_MSG as u64 {
+            return Err((
+                FI_EMSGSIZE,
+                format!("{len} bytes: more than max_msg_size {MAX_MSG}"),
+            ));
+        }
+        let key = u32::try_from(key).map_err(|_| {
+            (
+                FI_EINVAL,
+                format!("key {key:#x} is no key this provider gives"),
+            )
+        })?;
+        if flags & FI_FENCE != 0 && self.rma_inflight > 0 {
+            // Started only once everything before it finished (fi_rma(3) FI_FENCE).
+            self.progress();
+            if self.rma_inflight > 0 {
+                return Err((FI_EAGAIN, String::new()));
+            }
+        }
+        let report = !inject && (!self.tx_selective || flags & FI_COMPLETION != 0);
+        let done = SendDone {
+            report,
+            context: if inject { 0 } else { context },
+            flags: FI_RMA | if write { FI_WRITE } else { FI_READ },
+            len,
+            dest,
+        };
+        let (region, staging, offset) = match local {
+            RmaLocal::Registered { region, offset } => (Some(region), None, offset),
+            RmaLocal::Buffer => {
+                self.progress();
+                let Some(st) = self
+                    .staging(len.max(1), Class::Rma)
+                    .map_err(|e| (fi_err(&e), format!("staging {len} bytes: {e}")))?
+                else {
+                    return Err((FI_EAGAIN, String::new()));
+                };
+                if write && len > 0 {
+                    // SAFETY: the application's buffer of `len` bytes (fi_rma(3): the provider's
+                    // until the completion; inject: until this call returns).
+                    let src = unsafe { std::slice::from_raw_parts(buf as *const u8, len) };
+                    st.write_at(0, src);
+                }
+                (None, Some(st), 0)
+            }
+        };
+        let target = match (&region, &staging) {
+            (Some(r), _) => &**r,
+            (None, Some(s)) => s,
+            (None, None) => unreachable!("one of the two is set above"),
+        };
+        let range = offset..offset + len;
+        let started = if write {
+            self.ni.iput(dest, target, range, key, addr)
+        } else {
+            self.ni.iget(dest, target, range, key, addr)
+        };
+        match started {
+            Ok(op) => {
+                let copy_out = (!write && staging.is_some()).then_some((buf, len));
+                self.rma_inflight += 1;
+                self.ops.insert(
+                    op.id(),
+                    Pending::Rma(RmaPending {
+                        _region: region,
+                        staging,
+                        copy_out,
+                        write,
+                        done,
+                    }),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(s) = staging {
+                    self.recycle(s, Class::Rma);
+                }
+                Err((fi_err(&e), format!("to rank {dest}: {e}")))
+            }
+        }
+    }
+
+    fn finish_rma(&mut self, p: RmaPending, r: Result<(), NiError>) {
+        self.rma_inflight -= 1;
+        if let (Ok(()), Some((buf, len)), Some(s)) = (&r, p.copy_out, &p.staging) {
+            // SAFETY: the read into `s` completed; the application's buffer is ours until
+            // this completion.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, len);
+            }
+        }
+        if let Some(s) = p.staging {
+            self.recycle(s, Class::Rma);
+        }
+        let u = p.done;
+        crate::cntr::count(
+            if p.write {
+                &self.cntrs.write
+            } else {
+                &self.cntrs.read
+            },
+            r.is_ok(),
+        );
+        let Some(cq) = self.tx_cq.clone() else { return };
+        let e = Entry {
+            context: u.context,
+            flags: u.flags,
+            len: 0,
+            buf: 0,
+            data: 0,
+            tag: 0,
+            src: u.dest,
+        };
+        match r {
+            Ok(()) => {
+                if u.report {
+                    cq.push(e)
+                }
+            }
+            Err(err) => {
+                warn(
+                    FI_LOG_EP_DATA,
+                    &format!(
+                        "ni: {} of {} bytes with rank {}: {err}",
+                        if p.write { "fi_write" } else { "fi_read" },
+                        u.len,
+                        u.dest
+                    ),
+                );
+                if u.context != 0 {
+                    cq.push_err(e, 0, fi_err(&err), 0);
                 }
             }
         }

@@ -122,7 +122,7 @@ pub unsafe extern "C" fn open(
                 ops: &EP_OPS as *const _ as *mut _,
                 cm: &CM_OPS as *const _ as *mut _,
                 msg: &MSG_OPS as *const _ as *mut _,
-                rma: std::ptr::null_mut(),
+                rma: &crate::rma::RMA_OPS as *const _ as *mut _,
                 tagged: &TAGGED_OPS as *const _ as *mut _,
                 atomic: std::ptr::null_mut(),
                 collective: std::ptr::null_mut(),

@@ -742,6 +742,85 @@ pub struct fi_ops_msg {
 }
 
 #[repr(C)]
+pub struct fi_rma_iov {
+    pub addr: u64,
+    pub len: usize,
+    pub key: u64,
+}
+
+#[repr(C)]
+pub struct fi_msg_rma {
+    pub msg_iov: *const iovec,
+    pub desc: *mut *mut c_void,
+    pub iov_count: usize,
+    pub addr: fi_addr_t,
+    pub rma_iov: *const fi_rma_iov,
+    pub rma_iov_count: usize,
+    pub context: *mut c_void,
+    pub data: u64,
+}
+
+type RmaFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *mut c_void,
+    usize,
+    *mut c_void,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> ssize_t;
+type RmaVFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const iovec,
+    *mut *mut c_void,
+    usize,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> ssize_t;
+type RmaWriteFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const c_void,
+    usize,
+    *mut c_void,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> ssize_t;
+type RmaInjectFn =
+    unsafe extern "C" fn(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64) -> ssize_t;
+type RmaWriteDataFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const c_void,
+    usize,
+    *mut c_void,
+    u64,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> ssize_t;
+type RmaInjectDataFn =
+    unsafe extern "C" fn(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64, u64) -> ssize_t;
+
+#[repr(C)]
+pub struct fi_ops_rma {
+    pub size: usize,
+    pub read: Option<RmaFn>,
+    pub readv: Option<RmaVFn>,
+    pub readmsg: Option<unsafe extern "C" fn(*mut fid_ep, *const fi_msg_rma, u64) -> ssize_t>,
+    pub write: Option<RmaWriteFn>,
+    pub writev: Option<RmaVFn>,
+    pub writemsg: Option<unsafe extern "C" fn(*mut fid_ep, *const fi_msg_rma, u64) -> ssize_t>,
+    pub inject: Option<RmaInjectFn>,
+    pub writedata: Option<RmaWriteDataFn>,
+    pub injectdata: Option<RmaInjectDataFn>,
+}
+
+#[repr(C)]
 pub struct fi_ops_tagged {
     pub size: usize,
     pub recv: Option<
@@ -817,7 +896,7 @@ pub struct fid_ep {
     pub ops: *mut fi_ops_ep,
     pub cm: *mut fi_ops_cm,
     pub msg: *mut fi_ops_msg,
-    pub rma: *mut c_void,
+    pub rma: *mut fi_ops_rma,
     pub tagged: *mut fi_ops_tagged,
     pub atomic: *mut c_void,
     pub collective: *mut c_void,
@@ -1045,6 +1124,9 @@ layouts! {
     fi_cntr_attr { events, wait_obj, wait_set, flags }
     fi_ops_cntr { size, read, readerr, add, set, wait, adderr, seterr }
     fid_cntr { fid, ops }
+    fi_rma_iov { addr, len, key }
+    fi_msg_rma { msg_iov, desc, iov_count, addr, rma_iov, rma_iov_count, context, data }
+    fi_ops_rma { size, read, readv, readmsg, write, writev, writemsg, inject, writedata, injectdata }
     fi_eq_attr { size, flags, wait_obj, signaling_vector, wait_set }
     fi_eq_err_entry { fid, context, data, err, prov_errno, err_data, err_data_size }
     fi_ops_eq { size, read, readerr, write, sread, strerror }

@@ -18,6 +18,9 @@ pub const CAPS: u64 = FI_MSG
     | FI_SOURCE
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
+/// RMA (`rma.rs`): reads and writes of registered memory, MLINK READ/WRITE underneath. Only
+/// offered to applications that let the provider pick keys (`FI_MR_PROV_KEY`).
+pub const RMA_CAPS: u64 = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 /// Operation flags an endpoint may take as defaults.
 pub const OP_FLAGS: u64 = FI_COMPLETION
     | FI_INJECT_COMPLETE
@@ -111,11 +114,24 @@ pub fn locate() -> Result<Location, String> {
 
 /// Why hints ask for something the provider does not offer.
 pub fn check_hints(version: u32, h: &fi_info) -> Result<(), String> {
-    let missing = h.caps & !CAPS;
+    let missing = h.caps & !(CAPS | RMA_CAPS);
     if missing != 0 {
         return Err(format!(
-            "capabilities {missing:#x} are not offered (offered: {CAPS:#x})"
+            "capabilities {missing:#x} are not offered (offered: {:#x})",
+            CAPS | RMA_CAPS
         ));
+    }
+    // SAFETY: the hints' attribute pointers are the application's, valid or null.
+    let (htx, hrx, hd) = unsafe {
+        (
+            h.tx_attr.as_ref(),
+            h.rx_attr.as_ref(),
+            h.domain_attr.as_ref(),
+        )
+    };
+    let rma = (h.caps | htx.map_or(0, |t| t.caps) | hrx.map_or(0, |r| r.caps)) & RMA_CAPS != 0;
+    if rma && version >= fi_version(1, 5) && hd.is_none_or(|d| d.mr_mode & FI_MR_PROV_KEY == 0) {
+        return Err("FI_RMA without FI_MR_PROV_KEY in mr_mode (ni's NI picks the keys)".into());
     }
     if h.addr_format != FI_FORMAT_UNSPEC {
         return Err(format!(
@@ -147,8 +163,11 @@ pub fn check_hints(version: u32, h: &fi_info) -> Result<(), String> {
         if tx.op_flags & !OP_FLAGS != 0 {
             return Err(format!("transmit op_flags {:#x}", tx.op_flags & !OP_FLAGS));
         }
-        if tx.caps & !CAPS != 0 {
-            return Err(format!("transmit capabilities {:#x}", tx.caps & !CAPS));
+        if tx.caps & !(CAPS | RMA_CAPS) != 0 {
+            return Err(format!(
+                "transmit capabilities {:#x}",
+                tx.caps & !(CAPS | RMA_CAPS)
+            ));
         }
     }
     // SAFETY: as above.
@@ -156,8 +175,11 @@ pub fn check_hints(version: u32, h: &fi_info) -> Result<(), String> {
         if rx.op_flags & !OP_FLAGS != 0 {
             return Err(format!("receive op_flags {:#x}", rx.op_flags & !OP_FLAGS));
         }
-        if rx.caps & !CAPS != 0 {
-            return Err(format!("receive capabilities {:#x}", rx.caps & !CAPS));
+        if rx.caps & !(CAPS | RMA_CAPS) != 0 {
+            return Err(format!(
+                "receive capabilities {:#x}",
+                rx.caps & !(CAPS | RMA_CAPS)
+            ));
         }
         if rx.total_buffered_recv > 0 {
             return Err("FI_BUFFERED_RECV is not offered".into());
@@ -203,8 +225,15 @@ pub fn build(version: u32, hints: Option<&fi_info>, loc: &Location) -> *mut fi_i
     let hrx = hints.and_then(|h| unsafe { h.rx_attr.as_ref() });
     let threading = hd.map_or(FI_THREAD_SAFE, |d| d.threading);
     let av_type = hd.map_or(FI_AV_UNSPEC, |d| d.av_type);
+    // RMA when asked for, or when nothing in particular is and the application lets the
+    // provider pick keys (check_hints refused RMA without that already).
+    let asked = hints.map_or(0, |h| h.caps) | htx.map_or(0, |t| t.caps) | hrx.map_or(0, |r| r.caps);
+    let prov_key = hd.is_some_and(|d| d.mr_mode & FI_MR_PROV_KEY != 0);
+    let rma = version >= fi_version(1, 5)
+        && (asked & RMA_CAPS != 0 || (hints.is_some_and(|h| h.caps == 0) && prov_key));
+    let caps = if rma { CAPS | RMA_CAPS } else { CAPS };
     let mut tx = fi_tx_attr {
-        caps: CAPS,
+        caps,
         mode: 0,
         op_flags: htx.map_or(0, |t| t.op_flags),
         msg_order: FI_ORDER_SAS,
@@ -212,11 +241,11 @@ pub fn build(version: u32, hints: Option<&fi_info>, loc: &Location) -> *mut fi_i
         inject_size: EAGER_MAX,
         size: TX_SLOTS,
         iov_limit: IOV_LIMIT,
-        rma_iov_limit: 0,
+        rma_iov_limit: if rma { 1 } else { 0 },
         tclass: 0,
     };
     let mut rx = fi_rx_attr {
-        caps: CAPS,
+        caps,
         mode: 0,
         op_flags: hrx.map_or(0, |r| r.op_flags),
         msg_order: FI_ORDER_SAS,
@@ -255,6 +284,8 @@ pub fn build(version: u32, hints: Option<&fi_info>, loc: &Location) -> *mut fi_i
         av_type,
         mr_mode: if version < fi_version(1, 5) {
             FI_MR_SCALABLE
+        } else if rma {
+            FI_MR_PROV_KEY
         } else {
             0
         },
@@ -269,7 +300,7 @@ pub fn build(version: u32, hints: Option<&fi_info>, loc: &Location) -> *mut fi_i
         max_ep_stx_ctx: 0,
         max_ep_srx_ctx: 0,
         cntr_cnt: 0,
-        mr_iov_limit: IOV_LIMIT,
+        mr_iov_limit: 1,
         caps: FI_LOCAL_COMM | FI_REMOTE_COMM,
         mode: 0,
         auth_key: std::ptr::null_mut(),
@@ -292,7 +323,7 @@ pub fn build(version: u32, hints: Option<&fi_info>, loc: &Location) -> *mut fi_i
     };
     let tmpl = fi_info {
         next: std::ptr::null_mut(),
-        caps: CAPS,
+        caps,
         mode: 0,
         addr_format: FI_FORMAT_UNSPEC,
         src_addrlen: 0,

@@ -26,6 +26,7 @@ mod eq;
 mod fabric;
 pub mod ffi;
 pub mod info;
+mod rma;
 mod stub;
 
 use std::ffi::{c_char, c_int, CString};

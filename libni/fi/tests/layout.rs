@@ -22,6 +22,7 @@ const HEADERS: &[&str] = &[
     "rdma/fi_endpoint.h",
     "rdma/fi_eq.h",
     "rdma/fi_tagged.h",
+    "rdma/fi_rma.h",
     "rdma/fi_cm.h",
     "rdma/fi_errno.h",
     "rdma/providers/fi_prov.h",

@@ -37,6 +37,11 @@
  *                   "fi_cntr_adderr"/"fi_cntr_seterr", fi_endpoint(3) "fi_ep_bind" of counters:
  *                   every operation counts (inject and FI_SELECTIVE_COMPLETION included), a
  *                   truncated receive counts as an error
+ *   rma             fi_rma(3) "fi_read"/"fi_write"/"fi_inject_write"/"fi_writemsg" on memory the
+ *                   target registered with fi_mr(3) "fi_mr_reg" (FI_MR_PROV_KEY, offsets from the
+ *                   region's start): staged and registered local buffers, contents kept by
+ *                   registration, a read-only key, bounds and unknown keys refused with an error
+ *                   completion, FI_READ/FI_WRITE counters, a stack buffer refused
  *   msg_multi_recv  fi_msg(3) "FI_MULTI_RECV", fi_endpoint(3) "FI_OPT_MIN_MULTI_RECV"
  *   av_table        fi_av(3) FI_AV_TABLE, "fi_av_insert", "fi_av_lookup", "fi_av_straddr",
  *                   "fi_av_remove"
@@ -48,6 +53,7 @@
  *                   for DIR/attack_done and receives one more message
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -56,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +72,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
 /* The provider's contract (issue 14). */
@@ -93,6 +101,8 @@ static struct {
     struct fid_cq *txcq, *rxcq;
     /* Opened and bound (FI_SEND, FI_RECV) by `setup` for cases that ask. */
     struct fid_cntr *txcntr, *rxcntr;
+    /* Bound for FI_READ | FI_WRITE when the case asks for RMA. */
+    struct fid_cntr *rmacntr;
     struct fid_ep *ep;
     uint8_t my_name[NAME_LEN], peer_name[NAME_LEN];
     fi_addr_t peer_addr;
@@ -361,12 +371,19 @@ static void cq_collect(struct fid_cq *cq, int n, void *const *ctx,
 
 /* ---- setup and teardown ---------------------------------------------------------------- */
 
+/* Whether the case asks for FI_RMA (set from CASES before `setup`). */
+static int want_rma;
+
 static struct fi_info *hints(int av_type)
 {
     struct fi_info *h = fi_allocinfo();
     CHECK(h, "fi_allocinfo failed");
     h->caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_MULTI_RECV |
               FI_SOURCE;
+    if (want_rma) {
+        h->caps |= FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+        h->domain_attr->mr_mode = FI_MR_PROV_KEY;
+    }
     h->mode = FI_CONTEXT;
     h->ep_attr->type = FI_EP_RDM;
     h->domain_attr->av_type = av_type;
@@ -419,6 +436,12 @@ static void setup(int av_type, uint64_t bind_flags, int cntrs)
         OK(fi_ep_bind(g.ep, &g.txcntr->fid, FI_SEND));
         OK(fi_ep_bind(g.ep, &g.rxcntr->fid, FI_RECV));
     }
+    g.rmacntr = NULL;
+    if (want_rma) {
+        struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC};
+        OK(fi_cntr_open(g.domain, &ca, &g.rmacntr, NULL));
+        OK(fi_ep_bind(g.ep, &g.rmacntr->fid, FI_READ | FI_WRITE));
+    }
     OK(fi_enable(g.ep));
 
     size_t len = sizeof g.my_name;
@@ -447,6 +470,8 @@ static void teardown(void)
         OK(fi_close(&g.txcntr->fid));
         OK(fi_close(&g.rxcntr->fid));
     }
+    if (g.rmacntr)
+        OK(fi_close(&g.rmacntr->fid));
     OK(fi_close(&g.txcq->fid));
     OK(fi_close(&g.rxcq->fid));
     OK(fi_close(&g.av->fid));
@@ -1444,6 +1469,133 @@ static void case_counters(void)
         free(r[i]);
 }
 
+/* ---- rma ----------------------------------------------------------------------------- */
+
+/*
+ * fi_rma(3) over memory the target registered (fi_mr(3)): the target (lower rank) registers
+ * a malloc'd buffer of N bytes for remote read and write and 4096 bytes for remote read
+ * only, and publishes their keys (FI_MR_PROV_KEY); its pattern must survive registration.
+ * The initiator reads the whole buffer into unregistered memory (staged), reads a piece into
+ * a buffer it registered (FI_READ | FI_WRITE, used in place through its desc), writes an
+ * 8-byte inject, 64 KiB from its registered buffer and 1000 bytes from unregistered memory
+ * (fi_writemsg), then three writes that must fail with an error completion: into the
+ * read-only region (FI_EACCES), past the end (FI_EFAULT) and with a key nobody gave
+ * (FI_EACCES). Successes report FI_RMA | FI_READ or FI_WRITE with their contexts; the
+ * FI_READ | FI_WRITE counter counts 5 and 3 errors. The target then finds exactly the
+ * written bytes changed, the read-only region untouched; a stack buffer cannot be
+ * registered on a host.
+ */
+static void case_rma(void)
+{
+    enum { N = 100000, RO = 4096, L = 70000 };
+    struct {
+        uint64_t rw, ro;
+    } keys;
+    if (side == 0) {
+        uint8_t *t = xmalloc(N), *ro = xmalloc(RO);
+        fill(t, N, 0xA0);
+        fill(ro, RO, 0xA1);
+        struct fid_mr *mr, *mr_ro, *bad;
+        OK(fi_mr_reg(g.domain, t, N, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+        OK(fi_mr_reg(g.domain, ro, RO, FI_REMOTE_READ, 0, 0, 0, &mr_ro, NULL));
+        check_fill(t, N, 0xA0, "the registered buffer right after fi_mr_reg");
+        uint8_t on_stack[64];
+        EXPECT(fi_mr_reg(g.domain, on_stack, sizeof on_stack, FI_REMOTE_WRITE, 0, 0, 0, &bad,
+                         NULL),
+               -FI_EINVAL);
+        keys.rw = fi_mr_key(mr);
+        keys.ro = fi_mr_key(mr_ro);
+        CHECK(keys.rw != keys.ro, "two registrations with one key %" PRIu64, keys.rw);
+        put_file("rma_keys", &keys, sizeof keys);
+        barrier();
+        /* ... the initiator reads and writes ... */
+        barrier();
+        uint8_t *want = xmalloc(N);
+        fill(want, N, 0xA0);
+        uint8_t *w = xmalloc(65536);
+        fill(w, 8, 0xB1);
+        memcpy(want + 3, w, 8);
+        fill(w, 65536, 0xB2);
+        memcpy(want + 20000, w, 65536);
+        fill(w, 1000, 0xB3);
+        memcpy(want + 99000, w, 1000);
+        for (size_t i = 0; i < N; i++)
+            CHECK(t[i] == want[i], "target byte %zu is 0x%02x, expected 0x%02x", i, t[i],
+                  want[i]);
+        check_fill(ro, RO, 0xA1, "the read-only region");
+        OK(fi_close(&mr->fid));
+        OK(fi_close(&mr_ro->fid));
+        /* Closing lets the NI go; the memory stays the application's, as it was. */
+        for (size_t i = 0; i < N; i++)
+            CHECK(t[i] == want[i], "target byte %zu changed when its registration closed", i);
+        free(want);
+        free(w);
+        free(t);
+        free(ro);
+        barrier();
+        return;
+    }
+    barrier();
+    get_file("rma_keys", &keys, sizeof keys, STARTUP_S);
+    struct fi_context c[8];
+    struct fi_cq_tagged_entry e[5];
+    /* reads: staged, then in place */
+    uint8_t *all = xmalloc(N), *l = xmalloc(L);
+    memset(all, 0, N);
+    struct fid_mr *lmr;
+    OK(fi_mr_reg(g.domain, l, L, FI_READ | FI_WRITE, 0, 0, 0, &lmr, NULL));
+    RETRY(fi_read(g.ep, all, N, NULL, g.peer_addr, 0, keys.rw, &c[0]));
+    RETRY(fi_read(g.ep, l + 7, 50000, fi_mr_desc(lmr), g.peer_addr, 1000, keys.rw, &c[1]));
+    void *rctx[2] = {&c[0], &c[1]};
+    cq_collect(g.txcq, 2, rctx, e);
+    for (int i = 0; i < 2; i++)
+        CHECK(e[i].flags == (FI_RMA | FI_READ), "read %d: flags 0x%" PRIx64, i, e[i].flags);
+    check_fill(all, N, 0xA0, "fi_read of the whole region (staged)");
+    check_fill_at(l + 7, 1000, 50000, 0xA0, "fi_read into a registered buffer");
+    /* writes: inject, registered, staged by writemsg */
+    uint8_t small[8];
+    fill(small, 8, 0xB1);
+    RETRY(fi_inject_write(g.ep, small, 8, g.peer_addr, 3, keys.rw));
+    memset(small, 0xEE, 8); /* an inject's buffer is ours again at once */
+    fill(l, 65536, 0xB2);
+    RETRY(fi_write(g.ep, l, 65536, fi_mr_desc(lmr), g.peer_addr, 20000, keys.rw, &c[2]));
+    uint8_t *u = xmalloc(1000);
+    fill(u, 1000, 0xB3);
+    struct iovec iov = {.iov_base = u, .iov_len = 1000};
+    struct fi_rma_iov riov = {.addr = 99000, .len = 1000, .key = keys.rw};
+    struct fi_msg_rma m = {.msg_iov = &iov, .desc = NULL, .iov_count = 1, .addr = g.peer_addr,
+                           .rma_iov = &riov, .rma_iov_count = 1, .context = &c[3]};
+    RETRY(fi_writemsg(g.ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE));
+    void *wctx[2] = {&c[2], &c[3]};
+    cq_collect(g.txcq, 2, wctx, e);
+    for (int i = 0; i < 2; i++)
+        CHECK(e[i].flags == (FI_RMA | FI_WRITE), "write %d: flags 0x%" PRIx64, i, e[i].flags);
+    /* refused by the target's NI: read-only key, out of bounds, a key nobody gave */
+    RETRY(fi_write(g.ep, u, 8, NULL, g.peer_addr, 0, keys.ro, &c[4]));
+    RETRY(fi_write(g.ep, u, 100, NULL, g.peer_addr, N - 10, keys.rw, &c[5]));
+    RETRY(fi_write(g.ep, u, 8, NULL, g.peer_addr, 0, keys.rw + keys.ro + 1000, &c[6]));
+    int want_err[3] = {FI_EACCES, FI_EFAULT, FI_EACCES};
+    for (int k = 0; k < 3; k++) {
+        struct fi_cq_err_entry err;
+        cq_err(g.txcq, &err);
+        int i = (int)((struct fi_context *)err.op_context - &c[4]);
+        CHECK(i >= 0 && i < 3, "error entry with context %s", ctx_name(err.op_context));
+        CHECK(err.err == want_err[i], "refused write %d: err %d (%s), expected %d (%s)", i,
+              err.err, fi_strerror(err.err), want_err[i], fi_strerror(want_err[i]));
+        CHECK(err.flags == (FI_RMA | FI_WRITE), "refused write %d: flags 0x%" PRIx64, i,
+              err.flags);
+    }
+    cq_quiet(g.txcq, "after the RMA");
+    EXPECT(fi_cntr_read(g.rmacntr), 5);
+    EXPECT(fi_cntr_readerr(g.rmacntr), 3);
+    barrier();
+    barrier();
+    OK(fi_close(&lmr->fid));
+    free(u);
+    free(all);
+    free(l);
+}
+
 /* ---- msg_multi_recv --------------------------------------------------------------------- */
 
 /*
@@ -1592,12 +1744,14 @@ static void case_av_table(void)
 
 /*
  * What the provider refuses, with the error number the contract names and no crash:
- * fi_getinfo(3) caps FI_RMA, FI_EP_MSG and FI_PROGRESS_AUTO → -FI_ENODATA; fi_cq(3) a wait
+ * fi_getinfo(3) caps FI_RMA without FI_MR_PROV_KEY, FI_EP_MSG and FI_PROGRESS_AUTO →
+ * -FI_ENODATA; fi_cq(3) a wait
  * object FI_WAIT_FD → -FI_ENOSYS; fi_endpoint(3) "fi_enable" without an AV → -FI_ENOAV,
  * without both CQs → -FI_ENOCQ; a second fi_endpoint on the domain → -FI_EBUSY (free again
  * once the first is closed); fi_cq_read / fi_cq_readerr of an empty CQ → -FI_EAGAIN;
  * fi_cm(3) fi_connect / fi_getpeer → an error; a send to an address outside the AV → an
- * error; fi_mr_reg for remote access → -FI_ENOSYS (local: a key); an unknown fi_setopt →
+ * error; fi_mr_reg for remote access of shared memory (what a host's NI cannot be given) →
+ * -FI_EINVAL, for messages only → a key; an unknown fi_setopt →
  * -FI_ENOPROTOOPT. Runs in each process on its own NI.
  */
 static void case_errors(void)
@@ -1657,11 +1811,13 @@ static void case_errors(void)
     CHECK(r < 0, "fi_tsend to fi_addr 1000 (not in the AV) returned %ld", r);
 
     struct fid_mr *mr;
-    static uint8_t region[4096];
-    EXPECT(fi_mr_reg(g.domain, region, sizeof region, FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL),
-           -FI_ENOSYS);
-    OK(fi_mr_reg(g.domain, region, sizeof region, FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
+    uint8_t *region =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(region != MAP_FAILED, "mmap: %s", strerror(errno));
+    EXPECT(fi_mr_reg(g.domain, region, 4096, FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL), -FI_EINVAL);
+    OK(fi_mr_reg(g.domain, region, 4096, FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
     OK(fi_close(&mr->fid));
+    munmap(region, 4096);
     size_t v = 1;
     EXPECT(fi_setopt(&g.ep->fid, FI_OPT_ENDPOINT, 99, &v, sizeof v), -FI_ENOPROTOOPT);
     EXPECT(fi_cq_read(g.txcq, &e, 1), -FI_EAGAIN);
@@ -1726,24 +1882,27 @@ static const struct {
     uint64_t bind_flags;
     /* 1: a send and a receive counter bound too. */
     int cntrs;
+    /* 1: FI_RMA asked for (FI_MR_PROV_KEY), a FI_READ | FI_WRITE counter bound. */
+    int rma;
 } CASES[] = {
-    {"getinfo", case_getinfo, 0, 0, 0},
-    {"tagged", case_tagged, FI_AV_MAP, 0, 0},
-    {"order", case_order, FI_AV_MAP, 0, 0},
-    {"backlog", case_backlog, FI_AV_MAP, 0, 0},
-    {"ignore_mask", case_ignore_mask, FI_AV_MAP, 0, 0},
-    {"any_source", case_any_source, FI_AV_MAP, 0, 0},
-    {"cq_data", case_cq_data, FI_AV_MAP, 0, 0},
-    {"inject", case_inject, FI_AV_MAP, 0, 0},
-    {"truncate", case_truncate, FI_AV_MAP, 0, 0},
-    {"peek_claim", case_peek_claim, FI_AV_MAP, 0, 0},
-    {"cancel", case_cancel, FI_AV_MAP, 0, 0},
-    {"selective", case_selective, FI_AV_MAP, FI_SELECTIVE_COMPLETION, 0},
-    {"counters", case_counters, FI_AV_MAP, FI_SELECTIVE_COMPLETION, 1},
-    {"msg_multi_recv", case_msg_multi_recv, FI_AV_MAP, 0, 0},
-    {"av_table", case_av_table, FI_AV_TABLE, 0, 0},
-    {"errors", case_errors, 0, 0, 0},
-    {"hostile_victim", case_hostile_victim, FI_AV_MAP, 0, 0},
+    {"getinfo", case_getinfo, 0, 0, 0, 0},
+    {"tagged", case_tagged, FI_AV_MAP, 0, 0, 0},
+    {"order", case_order, FI_AV_MAP, 0, 0, 0},
+    {"backlog", case_backlog, FI_AV_MAP, 0, 0, 0},
+    {"ignore_mask", case_ignore_mask, FI_AV_MAP, 0, 0, 0},
+    {"any_source", case_any_source, FI_AV_MAP, 0, 0, 0},
+    {"cq_data", case_cq_data, FI_AV_MAP, 0, 0, 0},
+    {"inject", case_inject, FI_AV_MAP, 0, 0, 0},
+    {"truncate", case_truncate, FI_AV_MAP, 0, 0, 0},
+    {"peek_claim", case_peek_claim, FI_AV_MAP, 0, 0, 0},
+    {"cancel", case_cancel, FI_AV_MAP, 0, 0, 0},
+    {"selective", case_selective, FI_AV_MAP, FI_SELECTIVE_COMPLETION, 0, 0},
+    {"counters", case_counters, FI_AV_MAP, FI_SELECTIVE_COMPLETION, 1, 0},
+    {"rma", case_rma, FI_AV_MAP, 0, 0, 1},
+    {"msg_multi_recv", case_msg_multi_recv, FI_AV_MAP, 0, 0, 0},
+    {"av_table", case_av_table, FI_AV_TABLE, 0, 0, 0},
+    {"errors", case_errors, 0, 0, 0, 0},
+    {"hostile_victim", case_hostile_victim, FI_AV_MAP, 0, 0, 0},
 };
 
 int main(int argc, char **argv)
@@ -1761,6 +1920,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         if (strcmp(CASES[i].name, case_name))
             continue;
+        want_rma = CASES[i].rma;
         if (CASES[i].av_type) {
             setup(CASES[i].av_type, CASES[i].bind_flags, CASES[i].cntrs);
             CASES[i].run();
