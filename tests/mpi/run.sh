@@ -130,8 +130,8 @@ verdict() {
     return 1
 }
 
-# counters_verdict RUNDIR N MIN_BYTES DIRECT: check_counters into `digest`, its failures into
-# the caller's `why`; prints the digest's first line.
+# counters_verdict RUNDIR N MIN_BYTES DIRECT [rma]: check_counters into `digest`, its failures
+# into the caller's `why`; prints the digest's first line.
 counters_verdict() {
     if digest=$(check_counters "$@"); then :; else
         why+=("$(echo "$digest" | grep 'COUNTERS FAIL' | sed 's/COUNTERS FAIL: //' | paste -sd';')")
@@ -207,14 +207,15 @@ mpirun_ni() {
     return "$rc"
 }
 
-# check_counters RUNDIR N MIN_RECV_BYTES DIRECT -> prints a one-line digest; fails (status 1)
-# with the reason when the NIs did not carry the run's traffic.
+# check_counters RUNDIR N MIN_RECV_BYTES DIRECT [rma] -> prints a one-line digest; fails
+# (status 1) with the reason when the NIs did not carry the run's traffic. With `rma`, every NI
+# must also have done MLINK WRITEs and READs (puts, gets) of at least MIN_RECV_BYTES in all.
 check_counters() {
     "$BIN/ni-ctl" --run-dir "$1" --json counters >"$WORK/counters.json" ||
         { echo "ni-ctl counters failed"; return 1; }
-    "$PY" - "$WORK/counters.json" "$2" "$3" "$4" <<'EOF'
+    "$PY" - "$WORK/counters.json" "$2" "$3" "$4" "${5:-}" <<'EOF'
 import json, sys
-path, n, min_bytes, direct = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+path, n, min_bytes, direct, rma = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 nis = {e["node"]: e["counters"] for e in json.load(open(path))["counters"]}
 bad = []
 if sorted(nis) != list(range(n)):
@@ -227,14 +228,24 @@ for i, c in sorted(nis.items()):
         bad.append(f"NI {i}: sends {c.get('sends')} recvs {c.get('recvs')}: carried no messages")
     if direct == "off" and c.get("window_sends", 0) != 0:
         bad.append(f"NI {i}: window_sends {c['window_sends']} with --direct off")
-if tot["recv_bytes"] < min_bytes:
+if not rma and tot["recv_bytes"] < min_bytes:
     bad.append(f"recv_bytes {tot['recv_bytes']} over all NIs, less than the {min_bytes} the program moved")
 if direct != "off" and tot["window_sends"] == 0:
     bad.append("window_sends 0 on every NI: the partition window was not used")
+if rma:
+    for i, c in sorted(nis.items()):
+        if c.get("puts", 0) < 1 or c.get("gets", 0) < 1:
+            bad.append(f"NI {i}: puts {c.get('puts')} gets {c.get('gets')}: no MLINK WRITE/READ")
+    moved = sum(c.get("put_bytes", 0) + c.get("get_bytes", 0) for c in nis.values())
+    if moved < min_bytes:
+        bad.append(f"put_bytes + get_bytes {moved}, less than the {min_bytes} the program moved one-sided")
 errs = {k: sum(c.get(k, 0) for c in nis.values()) for c in nis.values() for k in c if k.startswith("err_")}
 errs = {k: v for k, v in errs.items() if v}
 digest = (f"ni: {tot['sends']} sends, {tot['recvs']} recvs, {tot['recv_bytes']/2**20:.1f} MiB, "
-          f"{tot['window_sends']} via window" + (f", errors {errs}" if errs else ""))
+          f"{tot['window_sends']} via window"
+          + (f", {sum(c.get('puts', 0) for c in nis.values())} puts, "
+             f"{sum(c.get('gets', 0) for c in nis.values())} gets" if rma else "")
+          + (f", errors {errs}" if errs else ""))
 print(digest)
 for b in bad:
     print("COUNTERS FAIL: " + b)
@@ -268,7 +279,7 @@ run_prog() {
     [ "$pass" -gt 0 ] || why+=("no PASS line")
     [ "$fail" -eq 0 ] || why+=("$fail FAIL line(s)")
     [ -n "$total" ] || why+=("no final summary line")
-    counters_verdict "$RUNDIR" "$n" "$min_bytes" "$direct"
+    counters_verdict "$RUNDIR" "$n" "$min_bytes" "$direct" "$([ "$prog" = rma ] && echo rma)"
     stop_daemon
     if [ ${#why[@]} -eq 0 ]; then
         record "$name" "$n" "$path" PASS "$secs" "$total checks; $(echo "$digest" | head -1)"
@@ -548,6 +559,8 @@ prove_path
 # of the checks) only "some traffic on every NI" is required.
 P2P_BYTES=$((32 << 20))
 COLL_BYTES=$((8 << 20))
+# rma: every rank puts and gets 2 x 3.2 MiB under fences (twice) and more after
+RMA_BYTES=$((8 << 20))
 [ ${#P2P_ARGS[@]} -eq 0 ] || P2P_BYTES=1
 [ ${#COLL_ARGS[@]} -eq 0 ] || COLL_BYTES=1
 for cfg in "2 isolated" "2 off" "4 isolated" "3 isolated"; do
@@ -575,8 +588,8 @@ if [ "${NI_MPI_SKIP_MPICH:-0}" = 1 ]; then
     record mpich - - SKIP 0 "NI_MPI_SKIP_MPICH=1"
 elif fetch_mpich; then
     step "compiling tests/mpi/{p2p,coll}.c with MPICH's mpicc"
-    for p in p2p coll; do
-        "$MPICH/bin/mpicc" -O2 -g -Wall -Wextra -o "$WORK/bin/mpich-$p" "tests/mpi/$p.c"
+    for p in p2p coll rma; do
+        "$MPICH/bin/mpicc" -O2 -g -Wall -Wextra -Wno-unused-function -o "$WORK/bin/mpich-$p" "tests/mpi/$p.c"
     done
     IMPL=mpich
     prove_mpich_path
@@ -584,6 +597,8 @@ elif fetch_mpich; then
         read -r n direct <<<"$cfg"
         run_prog p2p "$n" "$direct" $P2P_BYTES ${P2P_ARGS[@]+"${P2P_ARGS[@]}"}
         run_prog coll "$n" "$direct" $COLL_BYTES ${COLL_ARGS[@]+"${COLL_ARGS[@]}"}
+        # one-sided: MPI_Put/MPI_Get become fi_write/fi_read, MLINK WRITE/READ at the NIs
+        run_prog rma "$n" "$direct" $RMA_BYTES
     done
     if [ "${NI_MPI_SKIP_MPI4PY:-0}" = 1 ]; then
         record "mpich mpi4py" 2 - SKIP 0 "NI_MPI_SKIP_MPI4PY=1"

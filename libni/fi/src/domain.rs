@@ -259,6 +259,16 @@ fn new_mr(
     }
     static KEY: AtomicU64 = AtomicU64::new(1 << 32);
     let region = if access & NI_ACCESS != 0 && len > 0 {
+        if buf.is_null() && len == usize::MAX {
+            // MPICH asks this of every provider for its dynamic windows (and falls back to
+            // active messages when refused): the whole address space is not memory one NI
+            // region can name.
+            info_log(
+                FI_LOG_MR,
+                "ni: fi_mr_reg of the whole address space (NULL, SIZE_MAX) is not offered",
+            );
+            return -FI_ENOSYS;
+        }
         if buf.is_null() {
             warn(
                 FI_LOG_MR,

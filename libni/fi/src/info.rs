@@ -225,12 +225,16 @@ pub fn build(version: u32, hints: Option<&fi_info>, loc: &Location) -> *mut fi_i
     let hrx = hints.and_then(|h| unsafe { h.rx_attr.as_ref() });
     let threading = hd.map_or(FI_THREAD_SAFE, |d| d.threading);
     let av_type = hd.map_or(FI_AV_UNSPEC, |d| d.av_type);
-    // RMA when asked for, or when nothing in particular is and the application lets the
-    // provider pick keys (check_hints refused RMA without that already).
+    // RMA when asked for; when nothing in particular is, if the application lets the
+    // provider pick keys; and with no hints at all (fi_getinfo(3): the application then takes
+    // the mr_mode returned, FI_MR_PROV_KEY; MPICH asks that way first and then asks for what
+    // it was offered). check_hints refused RMA without FI_MR_PROV_KEY already.
     let asked = hints.map_or(0, |h| h.caps) | htx.map_or(0, |t| t.caps) | hrx.map_or(0, |r| r.caps);
     let prov_key = hd.is_some_and(|d| d.mr_mode & FI_MR_PROV_KEY != 0);
     let rma = version >= fi_version(1, 5)
-        && (asked & RMA_CAPS != 0 || (hints.is_some_and(|h| h.caps == 0) && prov_key));
+        && (asked & RMA_CAPS != 0
+            || hints.is_none()
+            || (hints.is_some_and(|h| h.caps == 0) && prov_key));
     let caps = if rma { CAPS | RMA_CAPS } else { CAPS };
     let mut tx = fi_tx_attr {
         caps,
