@@ -203,6 +203,22 @@ int ni_node(const ni_t *ni, uint32_t *node);
  * status of the registration. */
 int ni_alloc(ni_t *ni, size_t len, ni_region_t **out);
 
+/* Flags of ni_register: what peers may do to the region. */
+#define NI_REMOTE_READ 1u  /* ni_get from it */
+#define NI_REMOTE_WRITE 2u /* ni_put into it */
+
+/* Register `len` bytes of this process's own memory at `ptr` (not from ni_alloc) under the
+ * next key, for what `flags` allows peers; it also serves as the local side of this process's
+ * own transfers. In a guest the IOMMU maps the pages where they are. On a host the daemon can
+ * only map memory given as a file, so the whole pages around the range move onto shared
+ * memory at the same addresses (contents and pointers kept; a store another thread makes
+ * into those pages meanwhile can be lost; a child after fork() shares them); only private
+ * anonymous memory (the heap, an anonymous mmap) can be registered there: a file mapping,
+ * shared memory or the calling thread's stack is NI_EINVAL. The memory must stay mapped
+ * until ni_region_free. Errors: NI_EINVAL (len 0, NULL, unknown flags, memory that cannot
+ * be registered), NI_ENOMEM, NI_EDEVICE (the daemon refused the mapping), and as ni_alloc. */
+int ni_register(ni_t *ni, void *ptr, size_t len, uint32_t flags, ni_region_t **out);
+
 /* Deregister and free a region. No pending operation may still use it. Errors: NI_EINVAL. */
 int ni_region_free(ni_region_t *region);
 

@@ -473,6 +473,48 @@ pub unsafe extern "C" fn ni_alloc(ni: *mut ni_t, len: usize, out: *mut *mut ni_r
     })
 }
 
+/// `ni_register` flags (ni.h).
+const NI_REMOTE_READ: u32 = 1;
+const NI_REMOTE_WRITE: u32 = 2;
+
+/// Register `len` bytes of the caller's own memory at `ptr` ([`Ni::register`]).
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `out` is NULL or writable; `[ptr, ptr + len)` is memory of
+/// this process that stays mapped until the region is freed.
+#[no_mangle]
+pub unsafe extern "C" fn ni_register(
+    ni: *mut ni_t,
+    ptr: *mut c_void,
+    len: usize,
+    flags: u32,
+    out: *mut *mut ni_region_t,
+) -> c_int {
+    call("ni_register", || {
+        nonnull(out, "out")?;
+        // SAFETY: non-NULL and writable.
+        unsafe { out.write(std::ptr::null_mut()) };
+        nonnull(ptr, "ptr")?;
+        if flags & !(NI_REMOTE_READ | NI_REMOTE_WRITE) != 0 {
+            return Err(Error::BadArgument(format!("unknown flags {flags:#x}")));
+        }
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        // SAFETY: the caller's contract on the memory.
+        let region = unsafe {
+            ni.ni.register(
+                ptr as *mut u8,
+                len,
+                flags & NI_REMOTE_READ != 0,
+                flags & NI_REMOTE_WRITE != 0,
+            )
+        }?;
+        // SAFETY: non-NULL and writable.
+        unsafe { out.write(Box::into_raw(Box::new(ni_region_t { region }))) };
+        Ok(())
+    })
+}
+
 /// Deregister and free a region.
 ///
 /// # Safety

@@ -295,10 +295,38 @@ impl Drop for Mem {
     }
 }
 
+/// The calling thread's stack, `[low, high)`.
+fn own_stack() -> Option<(usize, usize)> {
+    // SAFETY: pthread_getattr_np fills `attr` for the calling thread, pthread_attr_getstack
+    // reads it, and it is destroyed once; all pointers are to locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size = 0usize;
+        let r = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        (r == 0).then(|| (addr as usize, addr as usize + size))
+    }
+}
+
 /// Whether every page of `[at, at + len)` is private anonymous read-write memory
 /// (`/proc/self/maps`: `rw-p`, no file, or `[heap]`), or pages an earlier [`Mem::adopt`]
 /// moved: what [`Mem::adopt`] may move.
 fn private_anonymous(at: usize, len: usize) -> Result<()> {
+    // A thread's stack is anonymous memory like any other in /proc/self/maps (only the main
+    // thread's is named): the calling thread's is refused here, as its own frames would be
+    // written while its pages move.
+    if let Some((lo, hi)) = own_stack() {
+        if at < hi && lo < at + len {
+            return Err(Error::BadArgument(format!(
+                "{len:#x} bytes at {at:#x} are the calling thread's stack: only private \
+                 anonymous read-write memory (the heap, an anonymous mmap) can be registered"
+            )));
+        }
+    }
     let maps = std::fs::read_to_string("/proc/self/maps")
         .map_err(|e| Error::Memory(format!("reading /proc/self/maps: {e}")))?;
     let end = at + len;
@@ -339,4 +367,133 @@ fn private_anonymous(at: usize, len: usize) -> Result<()> {
     Err(Error::BadArgument(format!(
         "{covered:#x} (of {len:#x} bytes at {at:#x}) is not mapped"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` pages of fresh private anonymous memory (never unmapped: the tests leak them).
+    fn anon(n: usize) -> *mut u8 {
+        // SAFETY: a fresh private anonymous mapping; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        p as *mut u8
+    }
+
+    fn maps_line(at: *mut u8) -> String {
+        let a = at as usize;
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .find(|l| {
+                let (r, _) = l.split_once(' ').unwrap();
+                let (s, e) = r.split_once('-').unwrap();
+                let (s, e) = (
+                    usize::from_str_radix(s, 16).unwrap(),
+                    usize::from_str_radix(e, 16).unwrap(),
+                );
+                s <= a && a < e
+            })
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn adopting_moves_pages_onto_a_memfd_and_keeps_their_bytes_and_address() {
+        let p = anon(3);
+        for i in 0..3 * PAGE {
+            // SAFETY: within the 3 pages just mapped.
+            unsafe { *p.add(i) = (i * 7 % 251) as u8 };
+        }
+        let m = Mem::adopt(p, 3 * PAGE, true).unwrap();
+        assert_eq!(m.ptr(), p, "the pages stay at their address");
+        assert!(m.fd() >= 0, "a file the daemon can map");
+        assert!(
+            maps_line(p).contains("rw-s") && maps_line(p).contains("/memfd:libni"),
+            "{}",
+            maps_line(p)
+        );
+        for i in 0..3 * PAGE {
+            // SAFETY: as above; the pages are still mapped (now shared).
+            assert_eq!(unsafe { *p.add(i) }, (i * 7 % 251) as u8, "byte {i}");
+        }
+        // What the application writes now is in the file the device maps.
+        // SAFETY: as above.
+        unsafe { *p.add(5000) = 0xA5 };
+        let mut b = [0u8; 1];
+        // SAFETY: pread into a 1-byte buffer from our own descriptor.
+        let n = unsafe { libc::pread(m.fd(), b.as_mut_ptr() as *mut libc::c_void, 1, 5000) };
+        assert_eq!((n, b[0]), (1, 0xA5));
+        // Dropping the Mem leaves the application's pages mapped.
+        drop(m);
+        // SAFETY: still mapped.
+        assert_eq!(unsafe { *p.add(5000) }, 0xA5);
+        // Pages an earlier registration moved can move again (a later registration).
+        let again = Mem::adopt(p, PAGE, true).unwrap();
+        // SAFETY: still mapped.
+        assert_eq!(unsafe { *p.add(7) }, (7 * 7 % 251) as u8);
+        drop(again);
+    }
+
+    #[test]
+    fn adopting_refuses_the_stack_shared_memory_and_unmapped_pages() {
+        let on_stack = [0u8; 64];
+        let page = (on_stack.as_ptr() as usize & !(PAGE - 1)) as *mut u8;
+        let e = Mem::adopt(page, PAGE, true).err().unwrap().to_string();
+        assert!(e.contains("the calling thread's stack"), "{e}");
+        // The main thread's: named in /proc/self/maps (or, when this test runs on the main
+        // thread, as nextest runs it, the calling thread's).
+        let main_stack = std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .find(|l| l.ends_with("[stack]"))
+            .map(|l| usize::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
+            .unwrap();
+        let e = Mem::adopt(main_stack as *mut u8, PAGE, true)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("[stack]") || e.contains("the calling thread's stack"),
+            "{e}"
+        );
+        // SAFETY: a fresh shared anonymous mapping; checked.
+        let shared = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(shared, libc::MAP_FAILED);
+        let e = Mem::adopt(shared as *mut u8, PAGE, true)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("rw-s"), "{e}");
+        let p = anon(2);
+        // SAFETY: unmapping the second of our own two pages.
+        unsafe { libc::munmap(p.add(PAGE) as *mut libc::c_void, PAGE) };
+        let e = Mem::adopt(p, 2 * PAGE, true).err().unwrap().to_string();
+        assert!(e.contains("is not mapped"), "{e}");
+        // Not whole pages: refused before anything moves.
+        assert!(Mem::adopt(p.wrapping_add(1), PAGE, true).is_err());
+        // By address (VFIO): nothing moves, nothing is checked beyond the page shape.
+        let v = Mem::adopt(p, PAGE, false).unwrap();
+        assert_eq!(v.fd(), -1);
+        assert!(maps_line(p).contains("rw-p"), "{}", maps_line(p));
+    }
 }

@@ -7,7 +7,9 @@
  *   - the CM-5 control network: an exclusive add-scan forward (rank i gets the sum of the
  *     ranks below it) and backward, a two-word unsigned add with carry, a signed max, an
  *     abstainer taking a reduction with ni_combine_receive, a collision cleared by a combine
- *     flush, network-done, the synchronous and asynchronous globals.
+ *     flush, network-done, the synchronous and asynchronous globals;
+ *   - and, every rank at once, one-sided transfers into memory the program malloc'd and
+ *     registered with ni_register (a put into the next rank's, a get back).
  *
  * Every failure prints ni_last_error() and exits non-zero. Build and run:
  *
@@ -359,6 +361,40 @@ int main(void) {
         if (me == 0)
             CHECK(ni_set_participation(ni, 0));
         printf("network done and globals ok\n");
+    }
+
+    /* One-sided into malloc'd memory every rank registered: the same registration order
+     * gives the same key everywhere. A put of PUT_LEN bytes into the next rank's at offset
+     * 100, then a get of them back; the stack cannot be registered (on a host). */
+    {
+        enum { MEM_LEN = 10000, PUT_LEN = 5000 };
+        uint32_t next = (me + 1) % n, prev = (me + n - 1) % n, key;
+        unsigned char *mem = malloc(MEM_LEN), *src = p + SEND_AT, *back = p + RECV_AT;
+        unsigned char on_stack[64];
+        ni_region_t *reg = NULL, *bad = NULL;
+        if (!mem)
+            FAIL("out of memory");
+        memset(mem, 0xEE, MEM_LEN);
+        CHECK(ni_register(ni, mem, MEM_LEN, NI_REMOTE_READ | NI_REMOTE_WRITE, &reg));
+        EXPECT(mem[0] == 0xEE && mem[MEM_LEN - 1] == 0xEE, "registration changed the memory");
+        CHECK(ni_region_key(reg, &key));
+        if (getenv("NI_SOCKET"))
+            EXPECT(ni_register(ni, on_stack, sizeof on_stack, NI_REMOTE_WRITE, &bad) == NI_EINVAL,
+                   "the stack was registered");
+        for (int i = 0; i < PUT_LEN; i++)
+            src[i] = (unsigned char)(me * 31 + i);
+        CHECK(ni_barrier(ni));
+        CHECK(ni_put(ni, next, buf, SEND_AT, PUT_LEN, key, 100));
+        CHECK(ni_barrier(ni));
+        for (int i = 0; i < PUT_LEN; i++)
+            EXPECT(mem[100 + i] == (unsigned char)(prev * 31 + i), "byte %d of the put", i);
+        EXPECT(mem[99] == 0xEE && mem[100 + PUT_LEN] == 0xEE, "bytes around the put changed");
+        CHECK(ni_get(ni, next, buf, RECV_AT, PUT_LEN, key, 100));
+        EXPECT(memcmp(back, src, PUT_LEN) == 0, "the get did not bring the put back");
+        CHECK(ni_barrier(ni));
+        CHECK(ni_region_free(reg));
+        free(mem);
+        printf("put/get into registered malloc'd memory ok\n");
     }
 
     /* Leave together. */
