@@ -548,6 +548,7 @@ fn main() {
         }
         "poweroff" | "unplug" => poweroff(&ni, &scratch, &mut tally),
         "collectives" => collectives(&ni),
+        "onesided" => onesided(&ni),
         "scribble" => scribble(&ni, &mut tally),
         other => panic!("unknown scenario {other}"),
     }
@@ -566,6 +567,67 @@ fn main() {
         std::thread::sleep(Duration::from_millis(ms));
     }
     println!("ok {scenario}");
+}
+
+/// One-sided transfers into memory the program allocated itself and registered with
+/// `Ni::register`, around the partition (rank r puts into and gets from rank r + 1): in a
+/// guest the IOMMU maps the heap pages where they are, on a host they move onto a memfd. The
+/// registration keeps the bytes; a put lands exactly at its offset; a get into a registered
+/// buffer (in place) and a put from one work too. Every rank registers the same way after
+/// the same allocations, so the key is the same everywhere.
+fn onesided(ni: &Ni) {
+    const LEN: usize = 300_000;
+    const N: usize = 100_000;
+    let n = ni.size();
+    let (me, next, prev) = (ni.rank(), (ni.rank() + 1) % n, (ni.rank() + n - 1) % n);
+    let t = Instant::now();
+    let src = ni.alloc(N).unwrap();
+    src.write_at(0, &pattern(N, 7000 + me as u64));
+    // The heap: a Vec's buffer, not page-aligned, kept until the region is dropped.
+    let mut heap = vec![0xEEu8; LEN].into_boxed_slice();
+    heap[..8].copy_from_slice(b"kept by ");
+    // SAFETY: `heap` outlives `mine` (dropped first, below) and is only read back once the
+    // barriers say no transfer touches it.
+    let mine = unsafe { ni.register(heap.as_mut_ptr(), LEN, true, true) }.unwrap();
+    assert_eq!(&heap[..8], b"kept by ", "registration changed the bytes");
+    let key = mine.key();
+    ni.barrier().unwrap();
+    // A put from libni memory, at an odd offset.
+    let off = 1001 + 7 * me as u64;
+    ni.put(next, &src, 0..N, key, off).unwrap();
+    ni.barrier().unwrap();
+    let at = 1001 + 7 * prev as usize;
+    assert!(
+        heap[at..at + N] == pattern(N, 7000 + prev as u64)[..],
+        "the put from rank {prev} is not where it was aimed"
+    );
+    assert!(heap[at - 1] == 0xEE && heap[at + N] == 0xEE, "bytes around the put changed");
+    // A get into this rank's own registered memory (in place), of what it put at the next.
+    ni.get(next, &mine, 200_000..200_000 + N, key, off).unwrap();
+    assert!(
+        heap[200_000..200_000 + N] == pattern(N, 7000 + me as u64)[..],
+        "the get into registered memory brought other bytes"
+    );
+    ni.barrier().unwrap();
+    // A put from registered memory.
+    ni.put(next, &mine, 200_000..200_000 + 1000, key, 0).unwrap();
+    ni.barrier().unwrap();
+    assert!(
+        heap[..1000] == pattern(N, 7000 + prev as u64)[..1000],
+        "the put from registered memory"
+    );
+    ni.barrier().unwrap();
+    drop(mine);
+    drop(heap);
+    println!(
+        "onesided: put/get of {N} B into registered heap memory checked around {n} ranks in {:?} ({})",
+        t.elapsed(),
+        if std::env::var_os("NI_SOCKET").is_some() {
+            "host: pages moved onto a memfd"
+        } else {
+            "guest: pages mapped in place by the IOMMU"
+        }
+    );
 }
 
 /// This machine's NI PCI function (vendor 0x1234, device 0x4e49), e.g. `0000:00:03.0`.
