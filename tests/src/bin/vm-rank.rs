@@ -601,7 +601,10 @@ fn onesided(ni: &Ni) {
         heap[at..at + N] == pattern(N, 7000 + prev as u64)[..],
         "the put from rank {prev} is not where it was aimed"
     );
-    assert!(heap[at - 1] == 0xEE && heap[at + N] == 0xEE, "bytes around the put changed");
+    assert!(
+        heap[at - 1] == 0xEE && heap[at + N] == 0xEE,
+        "bytes around the put changed"
+    );
     // A get into this rank's own registered memory (in place), of what it put at the next.
     ni.get(next, &mine, 200_000..200_000 + N, key, off).unwrap();
     assert!(
@@ -610,7 +613,8 @@ fn onesided(ni: &Ni) {
     );
     ni.barrier().unwrap();
     // A put from registered memory.
-    ni.put(next, &mine, 200_000..200_000 + 1000, key, 0).unwrap();
+    ni.put(next, &mine, 200_000..200_000 + 1000, key, 0)
+        .unwrap();
     ni.barrier().unwrap();
     assert!(
         heap[..1000] == pattern(N, 7000 + prev as u64)[..1000],
