@@ -44,8 +44,9 @@ NI_TEST_DIRECT=off cargo test -q -p ni-tests --test p2p --test collectives --tes
 step "point-to-point and collectives again over a shared window (ni-device --direct shared)"
 NI_TEST_DIRECT=shared cargo test -q -p ni-tests --test p2p --test collectives --test direct --test fi_provider
 
-# Unmodified MPI programs (our p2p/coll suites and mpi4py's own tests) under Open MPI's
-# pml cm + mtl ofi on the provider "ni"; it installs Open MPI and mpi4py from bookworm itself.
+# Unmodified MPI programs (our p2p/coll/rma suites and mpi4py's own tests) under Open MPI's
+# pml cm + mtl ofi and MPICH's ch4:ofi on the provider "ni"; it installs Open MPI and mpi4py
+# from bookworm and MPICH from PyPI itself.
 step "MPI programs over the libfabric provider: tests/mpi/run.sh"
 bash tests/mpi/run.sh
 
