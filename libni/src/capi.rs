@@ -473,9 +473,9 @@ pub unsafe extern "C" fn ni_alloc(ni: *mut ni_t, len: usize, out: *mut *mut ni_r
     })
 }
 
-/// `ni_register` flags (ni.h).
-const NI_REMOTE_READ: u32 = 1;
-const NI_REMOTE_WRITE: u32 = 2;
+/// `ni_register` flags (ni.h): the fast path's region access bits.
+pub const NI_REMOTE_READ: u32 = ni_abi::fastpath::access::REMOTE_READ;
+pub const NI_REMOTE_WRITE: u32 = ni_abi::fastpath::access::REMOTE_WRITE;
 
 /// Register `len` bytes of the caller's own memory at `ptr` ([`Ni::register`]).
 ///
@@ -2179,6 +2179,8 @@ mod tests {
             ("NI_PART_RESET", NI_PART_RESET as i128),
             ("NI_PART_ALL", NI_PART_ALL as i128),
             ("NI_COMBINE_MAX_WORDS", NI_COMBINE_MAX_WORDS as i128),
+            ("NI_REMOTE_READ", NI_REMOTE_READ as i128),
+            ("NI_REMOTE_WRITE", NI_REMOTE_WRITE as i128),
         ]
         .into_iter()
         .collect();

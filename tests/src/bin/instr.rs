@@ -1,0 +1,46 @@
+//! `ni-instr ITERS SIZE`: a libni ping-pong of SIZE-byte messages between ranks 0 and 1 (as
+//! `ni-bench latency` runs it: rank 0 posts the receive of the answer, sends, waits), for
+//! `tests/bench/instr.sh`, which runs rank 0 under `valgrind --tool=callgrind` collecting only
+//! inside [`nib_pingpong`] and takes the difference of two ITERS to get the instructions one
+//! round trip costs rank 0. 200 round trips before it warm everything up.
+
+use ni::{Ni, Region};
+
+const TAG_DATA: u64 = 1;
+const TAG_BACK: u64 = 2;
+
+#[inline(never)]
+#[no_mangle]
+pub fn nib_pingpong(ni: &Ni, buf: &Region, iters: u64, size: usize) {
+    for _ in 0..iters {
+        if ni.rank() == 0 {
+            let back = ni
+                .irecv(Some(1), buf, 0..size, TAG_BACK, u64::MAX)
+                .expect("irecv");
+            ni.send(1, buf, 0..size, TAG_DATA).expect("send");
+            ni.wait(back).expect("wait");
+        } else if ni.rank() == 1 {
+            ni.recv(Some(0), buf, 0..size, TAG_DATA, u64::MAX)
+                .expect("recv");
+            ni.send(0, buf, 0..size, TAG_BACK).expect("send");
+        }
+    }
+}
+
+fn main() {
+    let mut a = std::env::args().skip(1);
+    let usage = "usage: ni-instr ITERS SIZE (under nirun -n 2)";
+    let iters: u64 = a.next().and_then(|s| s.parse().ok()).expect(usage);
+    let size: usize = a.next().and_then(|s| s.parse().ok()).expect(usage);
+    let ni = Ni::attach().expect("attach");
+    let buf = ni.alloc(size.max(4096)).expect("alloc");
+    ni.barrier().expect("barrier");
+    nib_warmup(&ni, &buf, size);
+    nib_pingpong(&ni, &buf, iters, size);
+    ni.barrier().expect("barrier");
+}
+
+#[inline(never)]
+fn nib_warmup(ni: &Ni, buf: &Region, size: usize) {
+    nib_pingpong(ni, buf, 200, size);
+}
