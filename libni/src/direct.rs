@@ -90,6 +90,12 @@ pub(crate) struct DirectState {
     pub coll_round: u64,
     /// Next rendezvous id per destination (the fabric tag of a large message's payload).
     pub next_rndv: Vec<u64>,
+    /// `w_progress`'s arrivals, kept between calls with their capacity: a progress that
+    /// finds messages allocates nothing for the list.
+    pub arrived: Vec<(u32, u64, Arrived)>,
+    /// `Window::flush`'s outputs, likewise.
+    pub wake: Vec<u32>,
+    pub done: Vec<Completion>,
 }
 
 fn completion(opcode: u8, user: u64, status: Status, rank: u32, len: u64, tag: u64) -> Completion {
@@ -174,8 +180,8 @@ impl Inner {
         Ok(())
     }
 
-    fn wake(&mut self, peers: Vec<u32>) -> Result<()> {
-        for rank in peers {
+    fn wake(&mut self, peers: &[u32]) -> Result<()> {
+        for &rank in peers {
             self.post_or_defer(
                 Request {
                     opcode: op::WAKE,
@@ -223,7 +229,7 @@ impl Inner {
             let done = completion(op::SEND, user, Status::Ok, dest, len, tag);
             if let Ok(wake) = self.win.as_mut().unwrap().put(dest, h, payload, Some(done)) {
                 if wake {
-                    self.wake(vec![dest])?;
+                    self.wake(&[dest])?;
                 }
                 self.finish_lib(done);
             }
@@ -249,7 +255,7 @@ impl Inner {
             full: len,
         };
         if let Ok(true) = self.win.as_mut().unwrap().put(dest, h, &[], None) {
-            self.wake(vec![dest])?;
+            self.wake(&[dest])?;
         }
         Ok(user)
     }
@@ -432,7 +438,7 @@ impl Inner {
             }
         };
         let size = self.win.as_ref().unwrap().size;
-        let mut arrived: Vec<(u32, u64, Arrived)> = vec![];
+        let mut arrived = std::mem::take(&mut self.d.arrived);
         for src in 0..size {
             self.win.as_mut().unwrap().drain(src, |h, payload| {
                 let what = match h.kind {
@@ -442,22 +448,37 @@ impl Inner {
                 arrived.push((src, h.tag, what));
             });
         }
-        for (src, tag, what) in arrived {
+        let mut failed = Ok(());
+        for (src, tag, what) in arrived.drain(..) {
+            if failed.is_err() {
+                break;
+            }
             let hit = self.d.posted.iter().position(|p| p.matches(src, tag));
             match hit {
                 Some(i) => {
                     let p = self.d.posted.remove(i).unwrap();
-                    self.deliver(p, src, tag, what)?;
+                    failed = self.deliver(p, src, tag, what);
                 }
                 None => self.d.unexpected.push_back(Unexpected { src, tag, what }),
             }
         }
+        arrived.clear();
+        self.d.arrived = arrived;
+        failed?;
         self.w_states(changes)?;
-        let (wake, done) = self.win.as_mut().unwrap().flush();
-        for c in done {
+        let (mut wake, mut done) = (
+            std::mem::take(&mut self.d.wake),
+            std::mem::take(&mut self.d.done),
+        );
+        self.win.as_mut().unwrap().flush(&mut wake, &mut done);
+        for c in done.drain(..) {
             self.finish_lib(c);
         }
-        self.wake(wake)?;
+        self.d.done = done;
+        let woken = self.wake(&wake);
+        wake.clear();
+        self.d.wake = wake;
+        woken?;
         self.w_coll_poll();
         Ok(())
     }
@@ -564,7 +585,7 @@ impl Inner {
             bytes: bytes as usize,
             started: Instant::now(),
         });
-        self.wake(sleepers)?;
+        self.wake(&sleepers)?;
         self.w_coll_poll();
         Ok(CollStart::Started(user))
     }

@@ -30,13 +30,16 @@
 
 pub mod capi;
 mod direct;
+pub mod idmap;
 mod mem;
 mod transport;
 mod vfio;
 mod vfio_user;
 mod window;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+pub use idmap::{IdMap, IdSet};
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
@@ -208,9 +211,9 @@ struct Inner {
     bounce: Mem,
     next_user: u64,
     next_key: u32,
-    done: HashMap<u64, Completion>,
-    ignored: HashSet<u64>,
-    handlers: HashMap<u64, Handler>,
+    done: IdMap<Completion>,
+    ignored: IdSet,
+    handlers: IdMap<Handler>,
     /// Active messages taken from the ring whose handlers have not run yet (they run with
     /// this lock released: see `Ni::run_handlers`).
     am_arrived: VecDeque<(u64, u32, Vec<u8>)>,
@@ -223,7 +226,7 @@ struct Inner {
     d: direct::DirectState,
     /// Fabric completions that finish a direct-path operation: fabric id → (operation id,
     /// the message's own tag).
-    alias: HashMap<u64, (u64, u64)>,
+    alias: IdMap<(u64, u64)>,
     /// Regions this process registered (address → length), so the direct path never
     /// touches memory the NI may not.
     regions: BTreeMap<u64, u64>,
@@ -701,9 +704,9 @@ impl Ni {
             bounce,
             next_user: 0,
             next_key: 1,
-            done: HashMap::new(),
-            ignored: HashSet::new(),
-            handlers: HashMap::new(),
+            done: IdMap::default(),
+            ignored: IdSet::default(),
+            handlers: IdMap::default(),
             am_arrived: VecDeque::new(),
             am_pending: Vec::new(),
             global_rises: 0,
@@ -712,7 +715,7 @@ impl Ni {
                 next_rndv: vec![0; size as usize],
                 ..Default::default()
             },
-            alias: HashMap::new(),
+            alias: IdMap::default(),
             regions: BTreeMap::new(),
             pins: BTreeMap::new(),
             alive: Liveness::new(),

@@ -246,11 +246,9 @@ impl Window {
         Ok(self.sleeping_after_store(dst))
     }
 
-    /// Move waiting messages into rings with room. Returns the peers to wake and the
-    /// completions of the sends now in a ring.
-    pub fn flush(&mut self) -> (Vec<u32>, Vec<Completion>) {
-        let mut wake = vec![];
-        let mut done = vec![];
+    /// Move waiting messages into rings with room. Adds the peers to wake to `wake` and the
+    /// completions of the sends now in a ring to `done`.
+    pub fn flush(&mut self, wake: &mut Vec<u32>, done: &mut Vec<Completion>) {
         for dst in 0..self.size {
             let mut sent = false;
             while let Some((h, p, c)) = self.backlog[dst as usize].pop_front() {
@@ -268,7 +266,6 @@ impl Window {
                 wake.push(dst);
             }
         }
-        (wake, done)
     }
 
     fn count_send(&self, bytes: u64) {
