@@ -5,6 +5,8 @@
 #                                      P = 2,4,8, ni + TCP + Unix + Open MPI (≈ 8 min)
 #   tests/bench/run.sh --quick         a smoke run (seconds)
 #   tests/bench/run.sh latency bw      some modes; any other ni-bench option passes through
+#   tests/bench/run.sh --instr         instructions per 8-byte round trip only (callgrind;
+#                                      a full run includes it: tests/bench/instr.sh)
 #
 # Builds release into $CARGO_TARGET_DIR (default target-bench, so it does not wait on the
 # shared target/ lock), installs Open MPI from Debian when mpirun/mpicc are missing
@@ -43,6 +45,23 @@ else
   cargo build --release -q -p ni-fi
 fi
 
+# Instructions per message (tests/bench/instr.sh): in a full run (no argument), or with
+# --instr (alone: only that); NIB_NO_INSTR=1 leaves it out.
+instr=0
+case " $* " in *" --instr "*) instr=1 ;; esac
+set -- $(printf '%s\n' "$@" | grep -vx -- --instr || true)
+only_instr=0
+[ $instr = 1 ] && [ $# -eq 0 ] && only_instr=1
+if [ "${NIB_NO_INSTR:-0}" != 1 ] && { [ $instr = 1 ] || [ $# -eq 0 ]; }; then
+  instr=1
+  if ! command -v valgrind >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing valgrind (bookworm) for the instruction counts"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm valgrind >/dev/null
+  fi
+else
+  instr=0
+fi
+
 if command -v mpicc >/dev/null; then
   step "building the MPI programs (tests/bench/mpi) into $out/mpi"
   mkdir -p "$out/mpi"
@@ -54,8 +73,20 @@ fi
 step "machine: $(nproc) cpus, $(sed -n 's/^PRETTY_NAME=//p' /etc/os-release | tr -d '"'), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 step "ni-bench $* -> $out"
 set +e
-"$CARGO_TARGET_DIR/release/ni-bench" --out "$out" --mpi-dir "$out/mpi" "$@" 2> >(tee "$out/run.log" >&2)
-rc=$?
+rc=0
+if [ $only_instr = 0 ]; then
+  "$CARGO_TARGET_DIR/release/ni-bench" --out "$out" --mpi-dir "$out/mpi" "$@" 2> >(tee "$out/run.log" >&2)
+  rc=$?
+fi
+if [ $instr = 1 ]; then
+  step "instructions per 8-byte round trip (tests/bench/instr.sh, callgrind)"
+  if bash tests/bench/instr.sh "$out" 8 2>>"$out/run.log"; then
+    cat "$out/instr.txt" >>"$out/table.txt"
+  else
+    step "instr.sh failed (see $out/run.log)"
+    rc=1
+  fi
+fi
 set -e
 [ "$out" = "target/bench/$stamp" ] && ln -sfn "$stamp" target/bench/latest
 step "results in $out (results.json, table.txt, plot-*.svg, run.log)"

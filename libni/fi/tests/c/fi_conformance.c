@@ -1392,15 +1392,17 @@ static void case_selective(void)
  * fi_cntr(3), with FI_SELECTIVE_COMPLETION on both CQs: the sender's four operations, an
  * inject, a send without FI_COMPLETION (eager and rendezvous) and one with it, all count on
  * the send counter although only the last reports to the CQ. The receiver's three receives
- * that fit count on the receive counter; the fourth, truncated, counts as its error and
- * unblocks a wait for a threshold never reached. add/set/adderr/seterr change the values
- * read back; a wait for more than will come times out with the values unchanged.
+ * that fit count on the receive counter, the fourth (truncated) as its error, in whatever
+ * order they complete (the rendezvous one last). A wait with nothing moving times out with
+ * the values unchanged; a wait for a success that never comes ends (-FI_EAVAIL) when a fifth,
+ * truncated, message is counted as an error. add/set/adderr/seterr change the values read
+ * back.
  */
 static void case_counters(void)
 {
     enum { N = 4, BIG = 100000 };
     static const size_t len[N] = {8, 64, BIG, 300};
-    struct fi_context c[N];
+    struct fi_context c[N + 1];
     const int ms = (int)(DEADLINE_S * 1000);
     EXPECT(fi_cntr_read(g.txcntr), 0);
     EXPECT(fi_cntr_readerr(g.rxcntr), 0);
@@ -1434,12 +1436,16 @@ static void case_counters(void)
         EXPECT(fi_cntr_readerr(g.txcntr), 2);
         OK(fi_cntr_seterr(g.txcntr, 0));
         EXPECT(fi_cntr_readerr(g.txcntr), 0);
+        /* One more, truncated at the receiver: it counts here as a send like any other. */
+        barrier();
+        tsendmsg(s[3], len[3], 0xC4, 0, &c[4], 0);
+        EXPECT(fi_cntr_wait(g.txcntr, 106, ms), 0);
         barrier();
         for (int i = 0; i < N; i++)
             free(s[i]);
         return;
     }
-    uint8_t *r[N];
+    uint8_t *r[N], tiny[10];
     for (int i = 0; i < N; i++)
         r[i] = xmalloc(len[i]);
     OK(fi_trecv(g.ep, r[0], len[0], NULL, g.peer_addr, 0xC0, 0, &c[0]));
@@ -1447,10 +1453,12 @@ static void case_counters(void)
     trecvmsg(r[2], len[2], g.peer_addr, 0xC2, &c[2], 0);
     trecvmsg(r[3], 10, g.peer_addr, 0xC3, &c[3], 0);
     barrier();
-    /* Nothing moved before this wait (progress is the application's calls): the three that
-     * fit count, then the truncated one changes the error value, which ends the wait for a
-     * fourth success that never comes. */
-    EXPECT(fi_cntr_wait(g.rxcntr, N, ms), -FI_EAVAIL);
+    /* The three that fit count as successes, the truncated one as an error — in the order
+     * they complete, which is not the sending order (the rendezvous one finishes last). */
+    double t = now();
+    while (fi_cntr_read(g.rxcntr) < N - 1 || fi_cntr_readerr(g.rxcntr) < 1)
+        CHECK(now() - t < DEADLINE_S, "receive counter %" PRIu64 ", errors %" PRIu64,
+              fi_cntr_read(g.rxcntr), fi_cntr_readerr(g.rxcntr));
     EXPECT(fi_cntr_read(g.rxcntr), N - 1);
     EXPECT(fi_cntr_readerr(g.rxcntr), 1);
     for (int i = 0; i < N - 1; i++)
@@ -1463,6 +1471,16 @@ static void case_counters(void)
     /* No change while waiting: a timeout, the values as they were. */
     EXPECT(fi_cntr_wait(g.rxcntr, N, 100), -FI_ETIMEDOUT);
     EXPECT(fi_cntr_readerr(g.rxcntr), 1);
+    /* A wait for a success that never comes ends when an error is counted: the next message
+     * is truncated too, and nothing moves before the wait (progress is the application's). */
+    trecvmsg(tiny, sizeof tiny, g.peer_addr, 0xC4, &c[4], 0);
+    barrier();
+    EXPECT(fi_cntr_wait(g.rxcntr, N, ms), -FI_EAVAIL);
+    EXPECT(fi_cntr_read(g.rxcntr), N - 1);
+    EXPECT(fi_cntr_readerr(g.rxcntr), 2);
+    cq_err(g.rxcq, &err);
+    CHECK(err.op_context == &c[4] && err.err == FI_ETRUNC, "error entry: context %s, err %d",
+          ctx_name(err.op_context), err.err);
     cq_quiet(g.rxcq, "receives without FI_COMPLETION");
     barrier();
     for (int i = 0; i < N; i++)
