@@ -880,17 +880,40 @@ impl Ni {
                 }
             }
             let by_fd = i.dev.maps_by_fd();
+            let mut made = Vec::new();
             for (gs, ge) in gaps {
-                let mem = Mem::adopt(gs as *mut u8, (ge - gs) as usize, by_fd)?;
-                i.dev.dma_map(&mem)?;
-                i.pins.insert(
-                    gs,
-                    Pin {
-                        end: ge,
-                        refs: 0,
-                        mem,
-                    },
-                );
+                let mapped = Mem::adopt(gs as *mut u8, (ge - gs) as usize, by_fd).and_then(|mem| {
+                    i.dev.dma_map(&mem).map(|()| mem).map_err(|e| {
+                        Error::Memory(format!(
+                            "registering {len} bytes at {start:#x}: the NI would not map pages \
+                             {gs:#x}..{ge:#x} ({e}); ni-device maps at most 64 files for one \
+                             client, and every Ni::alloc region and every registration that adds \
+                             pages is one: drop some"
+                        ))
+                    })
+                });
+                match mapped {
+                    Ok(mem) => {
+                        i.pins.insert(
+                            gs,
+                            Pin {
+                                end: ge,
+                                refs: 0,
+                                mem,
+                            },
+                        );
+                        made.push(gs);
+                    }
+                    Err(e) => {
+                        // Nothing of a registration that failed stays mapped.
+                        for ps in made {
+                            if let Some(p) = i.pins.remove(&ps) {
+                                let _ = i.dev.dma_unmap(ps, p.end - ps);
+                            }
+                        }
+                        return Err(e);
+                    }
+                }
             }
             let key = i.next_key;
             i.next_key += 1;
