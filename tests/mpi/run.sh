@@ -317,26 +317,30 @@ prove_path() {
     verdict "coll --only comms" $n "verbose selection" "$secs" "pml cm, mtl ofi, provider ni0..ni$((n - 1))" || true
 
     step "path: FI_PROVIDER_PATH without libni-fi.so must make mpirun FAIL (no fallback)"
-    label=noprov
+    must_fail_without_provider noprov p2p p2p 'PML cm cannot be selected' "mpirun failed"
+}
+
+# must_fail_without_provider LABEL BINARY NAME REASON WHAT: the program run with
+# FI_PROVIDER_PATH an empty directory must fail, for REASON (a line of its output), with no PASS
+# line and no NI attached: without ni nothing runs, and nothing falls back to another transport.
+must_fail_without_provider() {
+    local label=$1 bin=$2 name=$3 reason=$4 what=$5 n=2 log t0 secs rc=0 attaches why=()
+    mkdir -p "$WORK/empty-provider-dir"
     start_daemon "$label" $n isolated
     log="$WORK/$label.log"
-    mkdir -p "$WORK/empty-provider-dir"
     t0=$(date +%s.%N)
-    rc=0
-    mpirun_ni $n "$RUNDIR" "$WORK/empty-provider-dir" "$log" 120 "$WORK/bin/p2p" || rc=$?
+    mpirun_ni $n "$RUNDIR" "$WORK/empty-provider-dir" "$log" 120 "$WORK/bin/$bin" || rc=$?
     secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
-    local attaches
     attaches=$("$BIN/ni-ctl" --run-dir "$RUNDIR" --json counters |
         "$PY" -c 'import json,sys; print(sum(e["counters"]["attaches"] for e in json.load(sys.stdin)["counters"]))')
     stop_daemon
-    why=()
-    [ $rc -ne 0 ] || why+=("mpirun succeeded without the ni provider")
+    [ $rc -ne 0 ] || why+=("it succeeded without the ni provider")
     [ $rc -ne 124 ] || why+=("timed out instead of failing")
     ! grep -q '^PASS ' "$log" || why+=("PASS lines without the ni provider")
-    grep -q 'PML cm cannot be selected' "$log" || why+=("not the expected reason (PML cm cannot be selected)")
+    grep -q "$reason" "$log" || why+=("not the expected reason ($reason)")
     [ "$attaches" = 0 ] || why+=("$attaches attach(es) to the NIs")
-    if verdict p2p $n "no provider (empty dir)" "$secs" "mpirun failed as required (exit $rc)"; then
-        echo "    ==> failed as it must (exit $rc: PML cm cannot be selected; no NI attached)"
+    if verdict "$name" $n "no provider (empty dir)" "$secs" "$what as required (exit $rc)"; then
+        echo "    ==> failed as it must (exit $rc: $reason; no NI attached)"
     fi
 }
 
@@ -495,27 +499,8 @@ prove_mpich_path() {
     verdict "mpich coll --only comms" $n "capability report" "$secs" "ch4:ofi on provider ni" || true
 
     step "path: MPICH with FI_PROVIDER_PATH without libni-fi.so must FAIL in MPI_Init"
-    label=mpich-noprov
-    mkdir -p "$WORK/empty-provider-dir"
-    start_daemon "$label" $n isolated
-    log="$WORK/$label.log"
-    t0=$(date +%s.%N)
-    rc=0
-    mpirun_ni $n "$RUNDIR" "$WORK/empty-provider-dir" "$log" 120 "$WORK/bin/mpich-p2p" || rc=$?
-    secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
-    local attaches
-    attaches=$("$BIN/ni-ctl" --run-dir "$RUNDIR" --json counters |
-        "$PY" -c 'import json,sys; print(sum(e["counters"]["attaches"] for e in json.load(sys.stdin)["counters"]))')
-    stop_daemon
-    why=()
-    [ $rc -ne 0 ] || why+=("mpiexec succeeded without the ni provider")
-    [ $rc -ne 124 ] || why+=("timed out instead of failing")
-    ! grep -q '^PASS ' "$log" || why+=("PASS lines without the ni provider")
-    grep -q 'OFI call getinfo failed' "$log" || why+=("not the expected reason (OFI call getinfo failed)")
-    [ "$attaches" = 0 ] || why+=("$attaches attach(es) to the NIs")
-    if verdict "mpich p2p" $n "no provider (empty dir)" "$secs" "MPI_Init failed as required (exit $rc)"; then
-        echo "    ==> failed as it must (exit $rc: OFI call getinfo failed; no NI attached)"
-    fi
+    must_fail_without_provider mpich-noprov mpich-p2p "mpich p2p" 'OFI call getinfo failed' \
+        "MPI_Init failed"
 }
 
 # =============================================================================================

@@ -139,6 +139,16 @@ impl Daemon {
         self.dir.join(format!("ni{i}.sock"))
     }
 
+    /// NIs 0 and 1 attached in this process, both seeing their partition.
+    pub fn attach_pair(&self) -> (ni::Ni, ni::Ni) {
+        let a = ni::Ni::attach_path(&self.sock(0)).unwrap();
+        let b = ni::Ni::attach_path(&self.sock(1)).unwrap();
+        for n in [&a, &b] {
+            n.wait_for_partition(Duration::from_secs(10)).unwrap();
+        }
+        (a, b)
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.root.join("daemon.log")).unwrap_or_default()
     }

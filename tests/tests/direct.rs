@@ -7,15 +7,6 @@ use ni::{Error, Ni};
 use ni_abi::fastpath::Status;
 use ni_tests::Daemon;
 
-fn attach_pair(d: &Daemon) -> (Ni, Ni) {
-    let a = Ni::attach_path(&d.sock(0)).unwrap();
-    let b = Ni::attach_path(&d.sock(1)).unwrap();
-    for n in [&a, &b] {
-        n.wait_for_partition(Duration::from_secs(10)).unwrap();
-    }
-    (a, b)
-}
-
 fn status(e: &Error) -> Option<Status> {
     match e {
         Error::Failed { status, .. } => Some(*status),
@@ -30,7 +21,7 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
         return;
     }
     let d = Daemon::start(2);
-    let (a, b) = attach_pair(&d);
+    let (a, b) = d.attach_pair();
     assert!(a.direct() && b.direct(), "partition of 2 gets a window");
     const BIG: usize = 1 << 20;
     let sbuf = a.alloc(BIG).unwrap();
@@ -77,7 +68,7 @@ fn a_port_taken_down_refuses_window_sends_until_it_is_up() {
         return;
     }
     let d = Daemon::start(2);
-    let (a, b) = attach_pair(&d);
+    let (a, b) = d.attach_pair();
     let buf = a.alloc(64).unwrap();
     let rbuf = b.alloc(64).unwrap();
     a.send(1, &buf, 0..8, 1).unwrap();
@@ -99,7 +90,7 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
         return;
     }
     let d = Daemon::start(2);
-    let (a, b) = attach_pair(&d);
+    let (a, b) = d.attach_pair();
     let rbuf = b.alloc(8192).unwrap();
     // Lies a receiver must not follow: unknown kind; an eager length far past the ring;
     // a length that disagrees with the header's own total.
@@ -150,7 +141,7 @@ fn a_partition_created_with_a_member_attached_stays_on_the_fabric() {
     });
     let _ = lone.join();
     // A partition of NIs 0 and 1 from the config has a window.
-    let (a, b) = attach_pair(&d);
+    let (a, b) = d.attach_pair();
     assert!(a.direct() && b.direct());
     drop((a, b));
     // While a client holds NI 0, a new partition over it gets none: that client's session

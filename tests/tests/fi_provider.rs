@@ -395,6 +395,14 @@ fn rma_reads_and_writes_registered_memory_and_the_target_checks_keys_and_bounds(
     );
 }
 
+/// fi_close(3) of an endpoint right after 300 injects, without meeting the peer: every message
+/// still arrives (the provider moves what the application counts as sent to the NI before the
+/// endpoint goes; through the fabric path they can still be queued).
+#[test]
+fn closing_right_after_injects_loses_no_message() {
+    run_case("close_flush", Warnings::Quiet);
+}
+
 /// fi_msg(3) FI_MULTI_RECV with FI_OPT_MIN_MULTI_RECV 200: one buffer takes four messages in
 /// place and order, the last flagged FI_MULTI_RECV; the fifth goes to the next receive.
 #[test]

@@ -6,18 +6,9 @@
 
 use std::time::Duration;
 
-use ni::{Error, Ni};
+use ni::Error;
 use ni_abi::fastpath::Status;
 use ni_tests::Daemon;
-
-fn attach_pair(d: &Daemon) -> (Ni, Ni) {
-    let a = Ni::attach_path(&d.sock(0)).unwrap();
-    let b = Ni::attach_path(&d.sock(1)).unwrap();
-    for n in [&a, &b] {
-        n.wait_for_partition(Duration::from_secs(10)).unwrap();
-    }
-    (a, b)
-}
 
 fn status(r: Result<(), Error>) -> Option<Status> {
     match r {
@@ -29,7 +20,7 @@ fn status(r: Result<(), Error>) -> Option<Status> {
 #[test]
 fn registered_heap_memory_takes_puts_and_the_target_checks_access_and_bounds() {
     let d = Daemon::start(2);
-    let (a, b) = attach_pair(&d);
+    let (a, b) = d.attach_pair();
     let mut heap = vec![0x11u8; 20_000].into_boxed_slice();
     // SAFETY: `heap` outlives the region (dropped first).
     let write_only =
@@ -72,7 +63,7 @@ fn registered_heap_memory_takes_puts_and_the_target_checks_access_and_bounds() {
 #[test]
 fn registrations_sharing_pages_share_them_and_running_out_is_an_error() {
     let d = Daemon::start(2);
-    let (a, b) = attach_pair(&d);
+    let (a, b) = d.attach_pair();
     let src = b.alloc(4096).unwrap();
     src.write_at(0, &[0x5A; 4096]);
     // Two registrations over the same pages: one mapping; dropping one keeps the other.

@@ -547,6 +547,28 @@ impl Engine {
         self.tx_free.len()
     }
 
+    /// Before the endpoint goes: move along what the application already counts as sent —
+    /// eager sends (an inject, or one whose completion was reported, is the application's to
+    /// forget) and RMA — until the NI has them, at most `limit`. Closing the endpoint would
+    /// otherwise drop them while still queued: a process that sends its last message and
+    /// finalizes at once lost it (MPICH's p2p, through the fabric path, under load).
+    /// Returns how many were still not done.
+    pub fn flush(&mut self, limit: std::time::Duration) -> usize {
+        let t = std::time::Instant::now();
+        loop {
+            self.progress();
+            let left = self
+                .ops
+                .values()
+                .filter(|p| matches!(p, Pending::Eager { .. } | Pending::Rma(_)))
+                .count();
+            if left == 0 || t.elapsed() >= limit {
+                return left;
+            }
+            self.ni.idle();
+        }
+    }
+
     /// Take what the NI finished and move every message and send along.
     pub fn progress(&mut self) {
         if !self.enabled {
@@ -1044,62 +1066,42 @@ impl Engine {
             },
             r.is_ok(),
         );
-        let Some(cq) = self.tx_cq.clone() else { return };
-        let e = Entry {
-            context: u.context,
-            flags: u.flags,
-            len: 0,
-            buf: 0,
-            data: 0,
-            tag: 0,
-            src: u.dest,
-        };
-        match r {
-            Ok(()) => {
-                if u.report {
-                    cq.push(e)
-                }
-            }
-            Err(err) => {
-                warn(
-                    FI_LOG_EP_DATA,
-                    &format!(
-                        "ni: {} of {} bytes with rank {}: {err}",
-                        if p.write { "fi_write" } else { "fi_read" },
-                        u.len,
-                        u.dest
-                    ),
-                );
-                if u.context != 0 {
-                    cq.push_err(e, 0, fi_err(&err), 0);
-                }
-            }
-        }
+        let what = format!(
+            "{} of {} bytes with rank {}",
+            if p.write { "fi_write" } else { "fi_read" },
+            u.len,
+            u.dest
+        );
+        // fi_cq(3): an RMA completion's len is 0 (nothing was received)
+        self.report_tx(u, 0, r, &what);
     }
 
     fn complete_send(&mut self, u: SendDone, r: Result<(), NiError>) {
         crate::cntr::count(&self.cntrs.send, r.is_ok());
+        let (len, what) = (u.len, format!("send to rank {}", u.dest));
+        self.report_tx(u, len, r, &what);
+    }
+
+    /// A transmit-side completion on the transmit CQ: a success if asked for, a failure
+    /// (with a warning naming `what`) whenever there is a context to report it under.
+    fn report_tx(&mut self, u: SendDone, len: usize, r: Result<(), NiError>, what: &str) {
+        if r.is_ok() && !u.report {
+            return;
+        }
         let Some(cq) = self.tx_cq.clone() else { return };
         let e = Entry {
             context: u.context,
             flags: u.flags,
-            len: u.len,
+            len,
             buf: 0,
             data: 0,
             tag: 0,
             src: u.dest,
         };
         match r {
-            Ok(()) => {
-                if u.report {
-                    cq.push(e)
-                }
-            }
+            Ok(()) => cq.push(e),
             Err(err) => {
-                warn(
-                    FI_LOG_EP_DATA,
-                    &format!("ni: send to rank {}: {err}", u.dest),
-                );
+                warn(FI_LOG_EP_DATA, &format!("ni: {what}: {err}"));
                 if u.context != 0 {
                     cq.push_err(e, 0, fi_err(&err), 0);
                 }

@@ -157,10 +157,22 @@ pub unsafe extern "C" fn open2(
     unsafe { open(d, info, out, context) }
 }
 
+/// How long closing an endpoint waits for sends the application counts as done.
+const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
     guard(|| {
         // SAFETY: `f` is an EpFid we boxed; closed once.
         let e = unsafe { Box::from_raw(f as *mut EpFid) };
+        let left = e.engine.lock().unwrap().flush(FLUSH_LIMIT);
+        if left > 0 {
+            warn(
+                FI_LOG_EP_CTRL,
+                &format!(
+                    "ni: endpoint closed with {left} sent message(s) the NI had not taken after {FLUSH_LIMIT:?} (a peer or the daemon gone?): they are lost"
+                ),
+            );
+        }
         e.att.ep_open.store(false, Ordering::Release);
         // What peers did wrong and how messages went, for FI_LOG_LEVEL=info.
         let c = e.engine.lock().unwrap().counters;

@@ -213,6 +213,66 @@ unsafe fn msg(e: *mut fid_ep, m: *const fi_msg_rma, flags: u64, write: bool) -> 
     }
 }
 
+/// A read or write of one buffer, as fi_read(3)/fi_write(3) take it.
+///
+/// # Safety
+/// As `rma`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn one_buffer(
+    e: *mut fid_ep,
+    write: bool,
+    buf: usize,
+    len: usize,
+    desc: *mut c_void,
+    peer: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    let r = Req {
+        write,
+        buf,
+        len,
+        desc,
+        peer,
+        addr,
+        key,
+        context,
+        flags: None,
+        inject: false,
+    };
+    // SAFETY: caller contract.
+    unsafe { rma(e, r) }
+}
+
+/// fi_readv(3)/fi_writev(3): one iovec.
+///
+/// # Safety
+/// As `rma`; `iov` and `desc` hold `count` entries.
+#[allow(clippy::too_many_arguments)]
+unsafe fn vector(
+    e: *mut fid_ep,
+    write: bool,
+    iov: *const iovec,
+    desc: *mut *mut c_void,
+    count: usize,
+    peer: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    // SAFETY: the application's arrays hold `count` entries.
+    match unsafe { one(iov, desc, count) } {
+        // SAFETY: caller contract.
+        Ok((buf, len, d)) => unsafe { one_buffer(e, write, buf, len, d, peer, addr, key, context) },
+        Err(why) => {
+            let what = if write { "fi_writev" } else { "fi_readv" };
+            warn(FI_LOG_EP_DATA, &format!("ni: {what}: {why}"));
+            -(FI_EINVAL as isize)
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn read(
     e: *mut fid_ep,
@@ -225,23 +285,7 @@ unsafe extern "C" fn read(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: the application's arguments, as fi_read(3) has them.
-    unsafe {
-        rma(
-            e,
-            Req {
-                write: false,
-                buf: buf as usize,
-                len,
-                desc,
-                peer: src,
-                addr,
-                key,
-                context,
-                flags: None,
-                inject: false,
-            },
-        )
-    }
+    unsafe { one_buffer(e, false, buf as usize, len, desc, src, addr, key, context) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -255,17 +299,8 @@ unsafe extern "C" fn readv(
     key: u64,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the application's arrays hold `count` entries.
-    match unsafe { one(iov, desc, count) } {
-        // SAFETY: as `read`.
-        Ok((buf, len, d)) => unsafe {
-            read(e, buf as *mut c_void, len, d, src, addr, key, context)
-        },
-        Err(why) => {
-            warn(FI_LOG_EP_DATA, &format!("ni: fi_readv: {why}"));
-            -(FI_EINVAL as isize)
-        }
-    }
+    // SAFETY: the application's arguments, as fi_readv(3) has them.
+    unsafe { vector(e, false, iov, desc, count, src, addr, key, context) }
 }
 
 unsafe extern "C" fn readmsg(e: *mut fid_ep, m: *const fi_msg_rma, flags: u64) -> isize {
@@ -285,23 +320,7 @@ unsafe extern "C" fn write(
     context: *mut c_void,
 ) -> isize {
     // SAFETY: the application's arguments, as fi_write(3) has them.
-    unsafe {
-        rma(
-            e,
-            Req {
-                write: true,
-                buf: buf as usize,
-                len,
-                desc,
-                peer: dest,
-                addr,
-                key,
-                context,
-                flags: None,
-                inject: false,
-            },
-        )
-    }
+    unsafe { one_buffer(e, true, buf as usize, len, desc, dest, addr, key, context) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -315,17 +334,8 @@ unsafe extern "C" fn writev(
     key: u64,
     context: *mut c_void,
 ) -> isize {
-    // SAFETY: the application's arrays hold `count` entries.
-    match unsafe { one(iov, desc, count) } {
-        // SAFETY: as `write`.
-        Ok((buf, len, d)) => unsafe {
-            write(e, buf as *const c_void, len, d, dest, addr, key, context)
-        },
-        Err(why) => {
-            warn(FI_LOG_EP_DATA, &format!("ni: fi_writev: {why}"));
-            -(FI_EINVAL as isize)
-        }
-    }
+    // SAFETY: the application's arguments, as fi_writev(3) has them.
+    unsafe { vector(e, true, iov, desc, count, dest, addr, key, context) }
 }
 
 unsafe extern "C" fn writemsg(e: *mut fid_ep, m: *const fi_msg_rma, flags: u64) -> isize {

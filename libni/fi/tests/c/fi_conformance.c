@@ -42,6 +42,9 @@
  *                   region's start): staged and registered local buffers, contents kept by
  *                   registration, a read-only key, bounds and unknown keys refused with an error
  *                   completion, FI_READ/FI_WRITE counters, a stack buffer refused
+ *   close_flush     fi_endpoint(3) "fi_close": the higher rank injects 300 messages and closes
+ *                   everything at once, without meeting the peer; the lower rank receives all
+ *                   (an inject is the sender's to forget: closing may not drop it)
  *   msg_multi_recv  fi_msg(3) "FI_MULTI_RECV", fi_endpoint(3) "FI_OPT_MIN_MULTI_RECV"
  *   av_table        fi_av(3) FI_AV_TABLE, "fi_av_insert", "fi_av_lookup", "fi_av_straddr",
  *                   "fi_av_remove"
@@ -1614,6 +1617,55 @@ static void case_rma(void)
     free(l);
 }
 
+/* ---- close_flush ------------------------------------------------------------------------ */
+
+/*
+ * fi_endpoint(3) "fi_close", fi_tagged(3) "fi_tinject": the receiver posts N receives and
+ * meets the sender; the sender injects N messages and at once closes its endpoint, CQs, AV,
+ * domain and fabric and exits, without waiting for anything. Every message must arrive, in
+ * order with its payload: once fi_tinject returned, the message is the provider's to deliver
+ * (on the fabric path it may still be queued for the NI when the application closes).
+ */
+static void case_close_flush(void)
+{
+    enum { N = 300, LEN = 64 };
+    if (side == 1) {
+        uint8_t b[LEN];
+        barrier();
+        for (int i = 0; i < N; i++) {
+            fill(b, LEN, 0xF000 + i);
+            RETRY(fi_tinject(g.ep, b, LEN, g.peer_addr, 0xF1));
+        }
+        OK(fi_close(&g.ep->fid));
+        OK(fi_close(&g.txcq->fid));
+        OK(fi_close(&g.rxcq->fid));
+        OK(fi_close(&g.av->fid));
+        OK(fi_close(&g.domain->fid));
+        OK(fi_close(&g.fabric->fid));
+        fi_freeinfo(g.info);
+        return;
+    }
+    static uint8_t r[N][LEN];
+    struct fi_context c[N];
+    for (int i = 0; i < N; i++)
+        OK(fi_trecv(g.ep, r[i], LEN, NULL, g.peer_addr, 0xF1, 0, &c[i]));
+    barrier();
+    for (int i = 0; i < N; i++) {
+        struct fi_cq_tagged_entry e;
+        cq_ok(g.rxcq, &e, NULL);
+        /* receives posted with one tag match in posting order, messages in sending order */
+        check_recv(&e, &c[i], FI_RECV | FI_TAGGED, LEN, 0xF1, r[i]);
+        check_fill(r[i], LEN, 0xF000 + i, "a message the sender injected before closing");
+    }
+    OK(fi_close(&g.ep->fid));
+    OK(fi_close(&g.txcq->fid));
+    OK(fi_close(&g.rxcq->fid));
+    OK(fi_close(&g.av->fid));
+    OK(fi_close(&g.domain->fid));
+    OK(fi_close(&g.fabric->fid));
+    fi_freeinfo(g.info);
+}
+
 /* ---- msg_multi_recv --------------------------------------------------------------------- */
 
 /*
@@ -1917,6 +1969,7 @@ static const struct {
     {"selective", case_selective, FI_AV_MAP, FI_SELECTIVE_COMPLETION, 0, 0},
     {"counters", case_counters, FI_AV_MAP, FI_SELECTIVE_COMPLETION, 1, 0},
     {"rma", case_rma, FI_AV_MAP, 0, 0, 1},
+    {"close_flush", case_close_flush, FI_AV_MAP, 0, 0, 0},
     {"msg_multi_recv", case_msg_multi_recv, FI_AV_MAP, 0, 0, 0},
     {"av_table", case_av_table, FI_AV_TABLE, 0, 0, 0},
     {"errors", case_errors, 0, 0, 0, 0},
@@ -1942,7 +1995,8 @@ int main(int argc, char **argv)
         if (CASES[i].av_type) {
             setup(CASES[i].av_type, CASES[i].bind_flags, CASES[i].cntrs);
             CASES[i].run();
-            teardown();
+            if (CASES[i].run != case_close_flush) /* it closes everything itself */
+                teardown();
         } else {
             CASES[i].run();
         }
