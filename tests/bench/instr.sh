@@ -113,14 +113,14 @@ measure() {
         "$((ITERS_B - ITERS_A))" <<'PY'
 import re, subprocess, sys
 def own(f):
-    out = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", f],
+    out = subprocess.run(["callgrind_annotate", "--auto=no", "--inclusive=no", "--threshold=100", f],
                          capture_output=True, text=True).stdout
     d = {}
     for line in out.splitlines():
         if "=>" in line or "<" in line.split(")", 1)[-1][:4]:
             continue  # call lines of a tree, not functions' own cost
         m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*?)(?: \[.*\])?$", line)
-        if m and "PROGRAM TOTALS" not in line:
+        if m and "PROGRAM TOTALS" not in line and ":" in m.group(2):
             d[m.group(2)] = d.get(m.group(2), 0) + int(m.group(1).replace(",", ""))
     return d
 a, b, n = own(sys.argv[1]), own(sys.argv[2]), int(sys.argv[3])
