@@ -137,8 +137,11 @@ rm -rf "$kdir/x" "$kdir/debs"
 rm -rf "$NI_KERNEL_DIR"
 mv "$kdir" "$NI_KERNEL_DIR"
 
-qemu_version="$("$NI_QEMU_DIR/qemu.sh" --version | head -n1)"
-"$NI_QEMU_DIR/qemu.sh" -device help 2>/dev/null | grep -q '"vfio-user-pci"' ||
+# (output captured whole, not piped into `head`/`grep -q`: under pipefail a reader that leaves
+# early can kill QEMU with SIGPIPE and fail the check)
+qemu_version="$("$NI_QEMU_DIR/qemu.sh" --version)"
+qemu_version="${qemu_version%%$'\n'*}"
+grep -q '"vfio-user-pci"' <<<"$("$NI_QEMU_DIR/qemu.sh" -device help 2>/dev/null)" ||
     ni_die "$qemu_version has no vfio-user-pci device"
 # --- patched QEMU (qemu-patches/patches/, applied to the binary: patch-qemu.py says why) -------
 rm -rf "$NI_PATCHED_QEMU_DIR"

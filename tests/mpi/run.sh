@@ -450,7 +450,7 @@ PYEOF
         rm -rf "$tmp"
     fi
     "$dir/bin/mpichversion" | sed -n '1p;/Device/p' | sed 's/^/    /'
-    "$dir/bin/mpichversion" | grep -q 'Device:.*ofi' || { loud "$dir has no ch4:ofi netmod"; return 1; }
+    grep -q 'Device:.*ofi' <<<"$("$dir/bin/mpichversion")" || { loud "$dir has no ch4:ofi netmod"; return 1; }
     MPICH="$dir"
 }
 
@@ -475,7 +475,11 @@ build_mpi4py_mpich() {
             return 1
         fi
     fi
-    ldd "$dir"/src/mpi4py/MPI.cpython-*.so | grep -q "$MPICH/lib/libmpi" ||
+    # (not `ldd | grep -q`: under pipefail, grep leaving at its first match can kill ldd
+    # with SIGPIPE and fail the pipeline; CI saw it)
+    local linked
+    linked=$(ldd "$dir"/src/mpi4py/MPI.cpython-*.so)
+    grep -q "$MPICH/lib/libmpi" <<<"$linked" ||
         { loud "$dir's mpi4py is not linked to MPICH's libmpi"; return 1; }
     MPI4PY_MPICH="$dir/src"
 }
