@@ -174,11 +174,20 @@ fn stores_and_loads_of_registers_in_flight_are_ignored_and_counted() {
         issue(&mut h.c, op::GET, e, 0);
     }
     let mut old_seen = 0u64;
+    // What the first loads returned, for the failure message: (0, G, stored, other).
+    let mut seen = [0u64; 4];
     for e in (0..N).rev() {
         ereg_store(&mut h.c, e, stored(e));
-        if ereg_load(&mut h.c, e) == 0 {
+        let v = ereg_load(&mut h.c, e);
+        if v == 0 {
             old_seen += 1;
         }
+        seen[match v {
+            0 => 0,
+            G => 1,
+            v if v == stored(e) => 2,
+            _ => 3,
+        }] += 1;
     }
     wait_idle(&mut h.c);
     let mut ignored = 0u64;
@@ -194,7 +203,14 @@ fn stores_and_loads_of_registers_in_flight_are_ignored_and_counted() {
         assert_eq!(ers(&mut h.c, e), ers::FULL, "E register {e}");
     }
     assert_eq!(d.counter(0, "t3e_store_busy"), ignored);
-    assert_eq!(d.counter(0, "t3e_load_empty"), old_seen);
+    // (CI once saw 86 loads of EMPTY registers counted here where the test saw 24 zeros:
+    // the split of the first loads says which values the others returned.)
+    assert_eq!(
+        d.counter(0, "t3e_load_empty"),
+        old_seen,
+        "first loads returned 0 / the GET's value / the STORE's / other: {seen:?}; \
+         STOREs ignored: {ignored}"
+    );
     assert_eq!(cmd_error_count(&mut h.c), ignored);
     if ignored > 0 {
         assert_eq!(cmd_error(&mut h.c).0, Error::Busy);
