@@ -449,20 +449,20 @@ impl Inner {
             });
         }
         let mut failed = Ok(());
+        // (a failed delivery drops the rest, as returning at once did; drain empties the list)
         for (src, tag, what) in arrived.drain(..) {
-            if failed.is_err() {
-                break;
-            }
             let hit = self.d.posted.iter().position(|p| p.matches(src, tag));
             match hit {
                 Some(i) => {
                     let p = self.d.posted.remove(i).unwrap();
                     failed = self.deliver(p, src, tag, what);
+                    if failed.is_err() {
+                        break;
+                    }
                 }
                 None => self.d.unexpected.push_back(Unexpected { src, tag, what }),
             }
         }
-        arrived.clear();
         self.d.arrived = arrived;
         failed?;
         self.w_states(changes)?;

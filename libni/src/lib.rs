@@ -850,7 +850,9 @@ impl Ni {
                 Error::BadArgument(format!("cannot register {len} bytes at {start:#x}"))
             })?;
         let (s, e) = (start & !(PAGE - 1), end.div_ceil(PAGE) * PAGE);
-        let key = {
+        // One lock hold from finding the gaps to holding the pins: a region dropped on
+        // another thread meanwhile could otherwise let go of a pin this one is about to hold.
+        let (key, held, listed) = {
             let mut i = self.lock();
             // What no pin covers yet.
             let mut gaps = Vec::new();
@@ -915,19 +917,7 @@ impl Ni {
                     }
                 }
             }
-            let key = i.next_key;
-            i.next_key += 1;
-            key
-        };
-        let mut region = Region {
-            mem: Mem::view(ptr, len),
-            key,
-            ni: Arc::downgrade(&self.inner),
-            pins: Some(Vec::new()),
-            listed: false,
-        };
-        {
-            let mut i = self.lock();
+            // Every pin the range lies in, new or not, is held by this region.
             let held: Vec<u64> = i
                 .pins
                 .range(..e)
@@ -939,12 +929,24 @@ impl Ni {
                     p.refs += 1;
                 }
             }
-            region.pins = Some(held);
-            if let std::collections::btree_map::Entry::Vacant(v) = i.regions.entry(start) {
-                v.insert(len as u64);
-                region.listed = true;
-            }
-        }
+            let listed = match i.regions.entry(start) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(len as u64);
+                    true
+                }
+                std::collections::btree_map::Entry::Occupied(_) => false,
+            };
+            let key = i.next_key;
+            i.next_key += 1;
+            (key, held, listed)
+        };
+        let region = Region {
+            mem: Mem::view(ptr, len),
+            key,
+            ni: Arc::downgrade(&self.inner),
+            pins: Some(held),
+            listed,
+        };
         // From here the region's drop undoes the above.
         self.request(Request {
             opcode: op::REG_MR,

@@ -403,8 +403,6 @@ pub struct Engine {
     pub rx_selective: bool,
     /// Counters bound to the endpoint (`fi_ep_bind` of a counter).
     pub cntrs: crate::cntr::Bindings,
-    /// RMA operations started and not finished (what an `FI_FENCE` waits for).
-    rma_inflight: usize,
     /// The endpoint's default flags (`fi_info` tx/rx `op_flags`).
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
@@ -479,7 +477,6 @@ impl Engine {
             tx_selective: false,
             rx_selective: false,
             cntrs: Default::default(),
-            rma_inflight: 0,
             tx_op_flags: FI_COMPLETION,
             rx_op_flags: FI_COMPLETION,
             min_multi_recv: 64,
@@ -557,16 +554,17 @@ impl Engine {
         let t = std::time::Instant::now();
         loop {
             self.progress();
-            let left = self
-                .ops
-                .values()
-                .filter(|p| matches!(p, Pending::Eager { .. } | Pending::Rma(_)))
-                .count();
+            let left = self.in_flight(|p| matches!(p, Pending::Eager { .. } | Pending::Rma(_)));
             if left == 0 || t.elapsed() >= limit {
                 return left;
             }
             self.ni.idle();
         }
+    }
+
+    /// Operations started and not finished that `kind` picks.
+    fn in_flight(&self, kind: impl Fn(&Pending) -> bool) -> usize {
+        self.ops.values().filter(|p| kind(p)).count()
     }
 
     /// Take what the NI finished and move every message and send along.
@@ -963,7 +961,7 @@ impl Engine {
         if !self.enabled {
             return Err((FI_EOPBADSTATE, "the endpoint is not enabled".into()));
         }
-        if len as u64 > MAX_MSG as u64 {
+        if len > MAX_MSG {
             return Err((
                 FI_EMSGSIZE,
                 format!("{len} bytes: more than max_msg_size {MAX_MSG}"),
@@ -975,10 +973,11 @@ impl Engine {
                 format!("key {key:#x} is no key this provider gives"),
             )
         })?;
-        if flags & FI_FENCE != 0 && self.rma_inflight > 0 {
+        let rma = |p: &Pending| matches!(p, Pending::Rma(_));
+        if flags & FI_FENCE != 0 && self.in_flight(rma) > 0 {
             // Started only once everything before it finished (fi_rma(3) FI_FENCE).
             self.progress();
-            if self.rma_inflight > 0 {
+            if self.in_flight(rma) > 0 {
                 return Err((FI_EAGAIN, String::new()));
             }
         }
@@ -1023,7 +1022,6 @@ impl Engine {
         match started {
             Ok(op) => {
                 let copy_out = (!write && staging.is_some()).then_some((buf, len));
-                self.rma_inflight += 1;
                 self.ops.insert(
                     op.id(),
                     Pending::Rma(RmaPending {
@@ -1046,7 +1044,6 @@ impl Engine {
     }
 
     fn finish_rma(&mut self, p: RmaPending, r: Result<(), NiError>) {
-        self.rma_inflight -= 1;
         if let (Ok(()), Some((buf, len)), Some(s)) = (&r, p.copy_out, &p.staging) {
             // SAFETY: the read into `s` completed; the application's buffer is ours until
             // this completion.
