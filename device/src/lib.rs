@@ -14,6 +14,7 @@ pub mod dma;
 pub mod fabric;
 pub mod irq;
 pub mod lanai;
+pub mod link;
 pub mod mlink;
 pub mod ni;
 pub mod pci;

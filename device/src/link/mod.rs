@@ -1,0 +1,53 @@
+//! Links between daemons: how one daemon's fabric reaches the NIs another daemon hosts
+//! (device/abi/links.md). The fabric sees only [`Link`]: it hands frames for a host to
+//! it and takes events from it; which wire carries them is the backend's business.
+//!
+//! [`tcp`] is the backend that needs nothing installed: TCP driven by one io_uring, no
+//! thread per connection.
+
+pub mod tcp;
+pub mod wire;
+
+pub use wire::Msg;
+
+/// A daemon's index in the fabric description (`[[host]]` order).
+pub type HostId = u32;
+
+/// What a link reports to the fabric, in the order it happened.
+#[derive(Debug)]
+pub enum Event {
+    /// `host` is connected and speaks our fabric description: frames to it now go out.
+    Up(HostId),
+    /// `host`'s connection ended (closed, silent too long, or it broke the protocol): every
+    /// frame queued for it is gone, and nothing arrives from it until the next `Up`.
+    Down(HostId, String),
+    Frame(HostId, Msg),
+}
+
+/// The seam between the fabric and the wire to other daemons.
+pub trait Link: Send + Sync {
+    /// Queue `msg` for `host`; false when `host` is not connected (nothing was queued).
+    /// Never blocks: flow control is the caller's, by [`Link::queued`].
+    fn send(&self, host: HostId, msg: &Msg) -> bool;
+    /// Move what happened since the last call into `out`.
+    fn poll(&self, out: &mut Vec<Event>);
+    /// Bytes queued for `host` and not yet handed to the wire.
+    fn queued(&self, host: HostId) -> usize;
+    /// Counters: frames and bytes each way, protocol errors, connections made.
+    fn stats(&self) -> LinkStats;
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct LinkStats {
+    pub frames_sent: u64,
+    pub bytes_sent: u64,
+    pub frames_rcvd: u64,
+    pub bytes_rcvd: u64,
+    /// Connections ended for a malformed frame or a wrong HELLO.
+    pub protocol_errors: u64,
+    /// Connections ended for silence past the dead time.
+    pub timeouts: u64,
+    pub connects: u64,
+    /// Host by host: connected now.
+    pub up: Vec<bool>,
+}

@@ -1,0 +1,476 @@
+//! Frames between daemons (docs: device/abi/links.md).
+//!
+//! Every frame is a little-endian header `len: u32, kind: u8, 0: [u8; 3]` and `len` bytes of
+//! body: the kind's fixed fields, then for the kinds that carry data, the payload to the end
+//! of the body. A peer daemon is another administrator's process on another machine, so
+//! everything here is checked on the way in: an unknown kind, a body shorter than its fields,
+//! a payload longer than [`CHUNK`] or a frame longer than [`MAX_FRAME`] ends the connection
+//! (and is counted), never a panic or an allocation the frame's length chose.
+
+/// `HELLO`'s magic ("NIFL") and the protocol version both sides must speak.
+pub const MAGIC: u32 = 0x4c46_494e;
+pub const VERSION: u32 = 1;
+/// Payload bytes one frame carries at most: larger transfers go as several.
+pub const CHUNK: usize = 128 << 10;
+/// The header, and the longest frame (header, fields, one chunk).
+pub const HEADER: usize = 8;
+pub const MAX_FRAME: usize = HEADER + 64 + CHUNK;
+
+mod kind {
+    pub const HELLO: u8 = 1;
+    pub const HEARTBEAT: u8 = 2;
+    pub const READY: u8 = 3;
+    pub const SEND: u8 = 4;
+    pub const PULL: u8 = 5;
+    pub const DATA: u8 = 6;
+    pub const SEND_DONE: u8 = 7;
+    pub const PUT: u8 = 8;
+    pub const GET: u8 = 9;
+    pub const REPLY: u8 = 10;
+}
+
+/// What one daemon tells another. NI numbers are physical (fabric-wide); `id` names an
+/// operation of the daemon that started it, unique there for the link's life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// First frame each way: who this is and which fabric description it runs.
+    Hello { host: u32, digest: u64 },
+    /// Sent when nothing else was for a while, so silence means a dead peer.
+    Heartbeat,
+    /// NI `node` of the sender has (or no longer has) a client that takes messages.
+    Ready { node: u32, ready: bool },
+    /// A message from `src` to `dst`. `payload` holds all `len` bytes (eager) or is empty
+    /// and the receiver asks for them with `Pull` once a receive matches (rendezvous).
+    Send {
+        id: u64,
+        src: u32,
+        dst: u32,
+        src_rank: u32,
+        tag: u64,
+        len: u64,
+        eager: bool,
+        payload: Vec<u8>,
+    },
+    /// The receiver of rendezvous send `id` asks for `len` bytes from `offset`.
+    Pull { id: u64, offset: u64, len: u32 },
+    /// Bytes of send `id` from `offset` (answering `Pull`); `status` non-zero: none, failed.
+    Data {
+        id: u64,
+        offset: u64,
+        status: u16,
+        payload: Vec<u8>,
+    },
+    /// Send `id` was received (`status` Ok or Truncated with `len` bytes) or failed.
+    SendDone {
+        id: u64,
+        status: u16,
+        dst_rank: u32,
+        len: u64,
+    },
+    /// Write `payload` into region `key` of NI `dst` at `offset`.
+    Put {
+        id: u64,
+        src: u32,
+        dst: u32,
+        key: u32,
+        offset: u64,
+        payload: Vec<u8>,
+    },
+    /// Read `len` bytes of region `key` of NI `dst` from `offset`.
+    Get {
+        id: u64,
+        src: u32,
+        dst: u32,
+        key: u32,
+        offset: u64,
+        len: u32,
+    },
+    /// The answer to `Put` (no payload) or `Get` (the bytes) `id` at `offset`.
+    Reply {
+        id: u64,
+        offset: u64,
+        status: u16,
+        payload: Vec<u8>,
+    },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    #[error("frame of {0} bytes is longer than the longest allowed ({MAX_FRAME})")]
+    TooLong(usize),
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    #[error("frame kind {0} is {1} bytes, shorter than its fields")]
+    Short(u8, usize),
+    #[error("payload of {0} bytes is longer than a chunk ({CHUNK})")]
+    Payload(usize),
+}
+
+struct Out<'a>(&'a mut Vec<u8>);
+
+impl Out<'_> {
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+}
+
+struct In<'a> {
+    b: &'a [u8],
+    kind: u8,
+}
+
+impl In<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        if self.b.len() < N {
+            return Err(WireError::Short(self.kind, self.b.len()));
+        }
+        let (h, t) = self.b.split_at(N);
+        self.b = t;
+        Ok(h.try_into().expect("split at N"))
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+    fn rest(self) -> Result<Vec<u8>, WireError> {
+        if self.b.len() > CHUNK {
+            return Err(WireError::Payload(self.b.len()));
+        }
+        Ok(self.b.to_vec())
+    }
+}
+
+impl Msg {
+    /// Append this frame to `buf`.
+    pub fn encode(&self, buf: &mut Vec<u8>) {
+        let start = buf.len();
+        buf.extend_from_slice(&[0; HEADER]);
+        let mut o = Out(buf);
+        let (k, payload): (u8, &[u8]) = match self {
+            Msg::Hello { host, digest } => {
+                o.u32(MAGIC).u32(VERSION).u32(*host).u64(*digest);
+                (kind::HELLO, &[])
+            }
+            Msg::Heartbeat => (kind::HEARTBEAT, &[]),
+            Msg::Ready { node, ready } => {
+                o.u32(*node).u8(*ready as u8);
+                (kind::READY, &[])
+            }
+            Msg::Send {
+                id,
+                src,
+                dst,
+                src_rank,
+                tag,
+                len,
+                eager,
+                payload,
+            } => {
+                o.u64(*id)
+                    .u32(*src)
+                    .u32(*dst)
+                    .u32(*src_rank)
+                    .u64(*tag)
+                    .u64(*len)
+                    .u8(*eager as u8);
+                (kind::SEND, payload)
+            }
+            Msg::Pull { id, offset, len } => {
+                o.u64(*id).u64(*offset).u32(*len);
+                (kind::PULL, &[])
+            }
+            Msg::Data {
+                id,
+                offset,
+                status,
+                payload,
+            } => {
+                o.u64(*id).u64(*offset).u16(*status);
+                (kind::DATA, payload)
+            }
+            Msg::SendDone {
+                id,
+                status,
+                dst_rank,
+                len,
+            } => {
+                o.u64(*id).u16(*status).u32(*dst_rank).u64(*len);
+                (kind::SEND_DONE, &[])
+            }
+            Msg::Put {
+                id,
+                src,
+                dst,
+                key,
+                offset,
+                payload,
+            } => {
+                o.u64(*id).u32(*src).u32(*dst).u32(*key).u64(*offset);
+                (kind::PUT, payload)
+            }
+            Msg::Get {
+                id,
+                src,
+                dst,
+                key,
+                offset,
+                len,
+            } => {
+                o.u64(*id)
+                    .u32(*src)
+                    .u32(*dst)
+                    .u32(*key)
+                    .u64(*offset)
+                    .u32(*len);
+                (kind::GET, &[])
+            }
+            Msg::Reply {
+                id,
+                offset,
+                status,
+                payload,
+            } => {
+                o.u64(*id).u64(*offset).u16(*status);
+                (kind::REPLY, payload)
+            }
+        };
+        debug_assert!(payload.len() <= CHUNK, "callers split payloads into chunks");
+        buf.extend_from_slice(payload);
+        let body = (buf.len() - start - HEADER) as u32;
+        buf[start..start + 4].copy_from_slice(&body.to_le_bytes());
+        buf[start + 4] = k;
+    }
+
+    /// The length of the frame at the start of `buf`, once its header is there.
+    pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, WireError> {
+        if buf.len() < HEADER {
+            return Ok(None);
+        }
+        let body = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+        let len = HEADER.saturating_add(body);
+        if len > MAX_FRAME {
+            return Err(WireError::TooLong(len));
+        }
+        Ok(Some(len))
+    }
+
+    /// Decode one whole frame (as long as [`Msg::frame_len`] said).
+    pub fn decode(frame: &[u8]) -> Result<Msg, WireError> {
+        let k = frame[4];
+        let mut i = In {
+            b: &frame[HEADER..],
+            kind: k,
+        };
+        let m = match k {
+            kind::HELLO => {
+                let (magic, version) = (i.u32()?, i.u32()?);
+                if magic != MAGIC || version != VERSION {
+                    // Not ours, or a version we do not speak: as unknown as a bad kind.
+                    return Err(WireError::UnknownKind(k));
+                }
+                Msg::Hello {
+                    host: i.u32()?,
+                    digest: i.u64()?,
+                }
+            }
+            kind::HEARTBEAT => Msg::Heartbeat,
+            kind::READY => Msg::Ready {
+                node: i.u32()?,
+                ready: i.u8()? != 0,
+            },
+            kind::SEND => Msg::Send {
+                id: i.u64()?,
+                src: i.u32()?,
+                dst: i.u32()?,
+                src_rank: i.u32()?,
+                tag: i.u64()?,
+                len: i.u64()?,
+                eager: i.u8()? != 0,
+                payload: i.rest()?,
+            },
+            kind::PULL => Msg::Pull {
+                id: i.u64()?,
+                offset: i.u64()?,
+                len: i.u32()?,
+            },
+            kind::DATA => Msg::Data {
+                id: i.u64()?,
+                offset: i.u64()?,
+                status: i.u16()?,
+                payload: i.rest()?,
+            },
+            kind::SEND_DONE => Msg::SendDone {
+                id: i.u64()?,
+                status: i.u16()?,
+                dst_rank: i.u32()?,
+                len: i.u64()?,
+            },
+            kind::PUT => Msg::Put {
+                id: i.u64()?,
+                src: i.u32()?,
+                dst: i.u32()?,
+                key: i.u32()?,
+                offset: i.u64()?,
+                payload: i.rest()?,
+            },
+            kind::GET => Msg::Get {
+                id: i.u64()?,
+                src: i.u32()?,
+                dst: i.u32()?,
+                key: i.u32()?,
+                offset: i.u64()?,
+                len: i.u32()?,
+            },
+            kind::REPLY => Msg::Reply {
+                id: i.u64()?,
+                offset: i.u64()?,
+                status: i.u16()?,
+                payload: i.rest()?,
+            },
+            other => return Err(WireError::UnknownKind(other)),
+        };
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> Vec<Msg> {
+        vec![
+            Msg::Hello {
+                host: 3,
+                digest: 77,
+            },
+            Msg::Heartbeat,
+            Msg::Ready {
+                node: 9,
+                ready: true,
+            },
+            Msg::Send {
+                id: 1,
+                src: 2,
+                dst: 5,
+                src_rank: 1,
+                tag: u64::MAX,
+                len: 4,
+                eager: true,
+                payload: vec![1, 2, 3, 4],
+            },
+            Msg::Pull {
+                id: 1,
+                offset: 8,
+                len: 100,
+            },
+            Msg::Data {
+                id: 1,
+                offset: 8,
+                status: 0,
+                payload: vec![7; CHUNK],
+            },
+            Msg::SendDone {
+                id: 1,
+                status: 8,
+                dst_rank: 2,
+                len: 9,
+            },
+            Msg::Put {
+                id: 2,
+                src: 0,
+                dst: 4,
+                key: 1,
+                offset: 0,
+                payload: vec![9; 3],
+            },
+            Msg::Get {
+                id: 3,
+                src: 0,
+                dst: 4,
+                key: 1,
+                offset: 5,
+                len: 6,
+            },
+            Msg::Reply {
+                id: 3,
+                offset: 5,
+                status: 0,
+                payload: vec![1; 6],
+            },
+        ]
+    }
+
+    #[test]
+    fn every_frame_decodes_to_itself_back_to_back() {
+        let mut buf = Vec::new();
+        for m in all() {
+            m.encode(&mut buf);
+        }
+        let mut at = 0;
+        for m in all() {
+            let n = Msg::frame_len(&buf[at..]).unwrap().unwrap();
+            assert_eq!(Msg::decode(&buf[at..at + n]).unwrap(), m);
+            at += n;
+        }
+        assert_eq!(at, buf.len());
+    }
+
+    #[test]
+    fn hostile_frames_are_errors_not_panics() {
+        // Every truncation of every frame's body: an error or a different valid frame.
+        for m in all() {
+            let mut buf = Vec::new();
+            m.encode(&mut buf);
+            for cut in HEADER..buf.len() {
+                let mut f = buf[..cut].to_vec();
+                let body = (cut - HEADER) as u32;
+                f[..4].copy_from_slice(&body.to_le_bytes());
+                let _ = Msg::decode(&f);
+            }
+        }
+        let mut long = vec![0u8; HEADER];
+        long[..4].copy_from_slice(&(MAX_FRAME as u32).to_le_bytes());
+        assert!(matches!(Msg::frame_len(&long), Err(WireError::TooLong(_))));
+        long[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(Msg::frame_len(&long), Err(WireError::TooLong(_))));
+        let mut bad = vec![0u8; HEADER];
+        bad[4] = 200;
+        assert_eq!(Msg::decode(&bad), Err(WireError::UnknownKind(200)));
+        let mut hello = Vec::new();
+        Msg::Hello { host: 0, digest: 0 }.encode(&mut hello);
+        hello[HEADER] ^= 1;
+        assert!(Msg::decode(&hello).is_err(), "a wrong magic is refused");
+        let mut short = Vec::new();
+        Msg::Pull {
+            id: 1,
+            offset: 2,
+            len: 3,
+        }
+        .encode(&mut short);
+        short.truncate(short.len() - 1);
+        let body = (short.len() - HEADER) as u32;
+        short[..4].copy_from_slice(&body.to_le_bytes());
+        assert!(matches!(Msg::decode(&short), Err(WireError::Short(..))));
+    }
+}
