@@ -179,6 +179,24 @@ fn node_range(daemon: &Daemon, nodes: &[u32]) -> Result<Vec<u32>, String> {
 }
 
 fn handle(daemon: &Daemon, req: Request) -> Response {
+    if daemon.link.is_some()
+        && matches!(
+            req,
+            Request::PartitionCreate { .. }
+                | Request::PartitionDelete { .. }
+                | Request::MapOutNode { .. }
+                | Request::MapOutLink { .. }
+                | Request::MapOutClear
+        )
+    {
+        // Every daemon must hold the same partitions and torus; until a partition manager
+        // pushes changes to all of them, they are the fabric description's.
+        return error(
+            "this fabric spans hosts: its partitions and map-outs are those of the fabric \
+             description (--fabric); change the file and restart its daemons"
+                .to_string(),
+        );
+    }
     match req {
         Request::Status => {
             let attached = daemon

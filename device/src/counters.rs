@@ -180,6 +180,8 @@ counters! {
     err_timeout,
     /// Requests refused because this NI's port or the peer's was down, or no route was left.
     err_link_down,
+    /// Requests for an NI on another host that do not cross hosts (links.md).
+    err_other_host,
     /// Port 0, the NI's link onto the fabric (Lanai X port): data-network packets (messages,
     /// put/get data, active messages, T3E SENDs; collectives travel the control network) and
     /// their payload bytes, out and in.

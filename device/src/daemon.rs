@@ -76,6 +76,126 @@ pub struct PartitionConfig {
     pub nodes: Vec<u32>,
 }
 
+/// A fabric that spans hosts (`ni-device --fabric FILE --host NAME`): every daemon of it
+/// runs with the same file (device/abi/links.md). NIs are numbered across hosts in the
+/// file's order: the first host's are 0.., the next host's follow.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricDescription {
+    #[serde(rename = "host")]
+    pub hosts: Vec<HostConfig>,
+    /// `[[partition]]` tables as in the config file, in fabric-wide NI numbers; default: one
+    /// partition of every NI.
+    #[serde(default)]
+    pub partition: Vec<PartitionConfig>,
+    /// The torus of the whole fabric, `XxYxZ` (default: the smallest holding every NI).
+    pub torus: Option<String>,
+    pub collective_timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    pub name: String,
+    /// Where its daemon listens for the others: `ADDRESS:PORT`.
+    pub link: String,
+    /// How many NIs it hosts.
+    pub nis: u32,
+}
+
+/// This daemon's place in a fabric that spans hosts.
+pub struct Span {
+    pub me: u32,
+    pub names: Vec<String>,
+    pub addrs: Vec<std::net::SocketAddr>,
+    /// The first NI of each host, and one past the last host's.
+    pub bases: Vec<u32>,
+    /// Of the description's text: daemons with different ones refuse each other.
+    pub digest: u64,
+}
+
+impl Span {
+    /// Read `path` and find `host` in it.
+    pub fn load(path: &Path, host: &str) -> Result<(Span, FabricDescription)> {
+        use std::net::ToSocketAddrs;
+        let text =
+            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let d: FabricDescription =
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if d.hosts.is_empty() || d.hosts.len() > crate::link::tcp::MAX_HOSTS {
+            bail!(
+                "{}: {} hosts; a fabric has 1 to {}",
+                path.display(),
+                d.hosts.len(),
+                crate::link::tcp::MAX_HOSTS
+            );
+        }
+        let me = d
+            .hosts
+            .iter()
+            .position(|h| h.name == host)
+            .with_context(|| {
+                let names: Vec<&str> = d.hosts.iter().map(|h| h.name.as_str()).collect();
+                format!("{}: no host {host:?} (it names {names:?})", path.display())
+            })? as u32;
+        let mut bases = vec![0u32];
+        let mut addrs = Vec::new();
+        for h in &d.hosts {
+            if h.nis == 0 {
+                bail!("{}: host {:?} hosts no NI", path.display(), h.name);
+            }
+            if d.hosts.iter().filter(|o| o.name == h.name).count() > 1 {
+                bail!("{}: host {:?} is named twice", path.display(), h.name);
+            }
+            let next = bases.last().unwrap().saturating_add(h.nis);
+            if next > MAX_NODES {
+                bail!("{}: more than {MAX_NODES} NIs in all", path.display());
+            }
+            bases.push(next);
+            let a = h
+                .link
+                .to_socket_addrs()
+                .with_context(|| format!("host {:?}: link address {:?}", h.name, h.link))?
+                .next()
+                .with_context(|| format!("host {:?}: {:?} resolves to nothing", h.name, h.link))?;
+            addrs.push(a);
+        }
+        // FNV-1a: any change to the file, even a comment, makes daemons refuse each other,
+        // which is the point: they must agree on numbering, partitions and torus.
+        let digest = text
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        Ok((
+            Span {
+                me,
+                names: d.hosts.iter().map(|h| h.name.clone()).collect(),
+                addrs,
+                bases,
+                digest,
+            },
+            d,
+        ))
+    }
+
+    pub fn total(&self) -> u32 {
+        *self.bases.last().expect("bases")
+    }
+
+    /// This daemon's NIs.
+    pub fn local(&self) -> std::ops::Range<u32> {
+        self.bases[self.me as usize]..self.bases[self.me as usize + 1]
+    }
+
+    /// The host of each NI of the fabric.
+    pub fn host_of(&self) -> Vec<u32> {
+        (0..self.names.len() as u32)
+            .flat_map(|h| {
+                (self.bases[h as usize]..self.bases[h as usize + 1]).map(move |_| h)
+            })
+            .collect()
+    }
+}
+
 impl ConfigFile {
     pub fn load(path: &Path) -> Result<ConfigFile> {
         let text =
@@ -86,7 +206,13 @@ impl ConfigFile {
 
 pub struct Daemon {
     pub run_dir: PathBuf,
+    /// Every NI of the fabric; those of other hosts (see `local`) are stand-ins no one
+    /// attaches to.
     pub slots: Vec<Arc<Slot>>,
+    /// The NIs this daemon serves.
+    pub local: std::ops::Range<u32>,
+    /// The link to the other daemons when the fabric spans hosts.
+    pub link: Option<Arc<dyn crate::link::Link>>,
     pub fabric: Arc<Fabric>,
     pub started: Instant,
     _lock: File,
@@ -212,6 +338,21 @@ impl Daemon {
         torus: Option<&str>,
         direct: Option<Kind>,
     ) -> Result<Arc<Daemon>> {
+        Self::start_span(run_dir, nodes, partitions, collective_timeout, torus, direct, None)
+    }
+
+    /// As [`Daemon::start`], as one host of a fabric that spans hosts (`span`: `nodes` is
+    /// then the whole fabric's).
+    pub fn start_span(
+        run_dir: &Path,
+        nodes: u32,
+        partitions: &[PartitionConfig],
+        collective_timeout: std::time::Duration,
+        torus: Option<&str>,
+        direct: Option<Kind>,
+        span: Option<Span>,
+    ) -> Result<Arc<Daemon>> {
+        let local = span.as_ref().map_or(0..nodes, |s| s.local());
         if nodes == 0 || nodes > MAX_NODES {
             bail!("--nodes must be between 1 and {MAX_NODES}, not {nodes}");
         }
@@ -250,19 +391,43 @@ impl Daemon {
                 window: Mutex::new(None),
             }));
             // The NI sockets are for the same user's QEMU and processes.
-            listeners.push(bind_fresh(&socket_path(&run_dir, i), 0o600)?);
+            if local.contains(&i) {
+                listeners.push((i, bind_fresh(&socket_path(&run_dir, i), 0o600)?));
+            }
         }
         let control = bind_fresh(&control_path(&run_dir), 0o600)?;
         let fabric = Arc::new(Fabric::new(
-            doorbell,
+            doorbell.clone(),
             slots.clone(),
             partitions,
             collective_timeout,
             torus,
         ));
+        let mut link: Option<Arc<dyn crate::link::Link>> = None;
+        if let Some(span) = &span {
+            let bell = doorbell.clone();
+            let l = crate::link::tcp::TcpLink::start(crate::link::tcp::Config {
+                me: span.me,
+                addrs: span.addrs.clone(),
+                digest: span.digest,
+                notify: Box::new(move || bell.ring()),
+            })
+            .with_context(|| format!("starting the link of host {:?}", span.names[span.me as usize]))?;
+            let l: Arc<dyn crate::link::Link> = Arc::new(l);
+            fabric.lock().remote = Some(crate::fabric::remote::Remote::new(
+                l.clone(),
+                span.me,
+                span.host_of(),
+                span.names.clone(),
+            ));
+            link = Some(l);
+        }
+        // After the remote part: partitions that span hosts get no window.
         fabric.set_direct(direct);
         let daemon = Arc::new(Daemon {
             run_dir,
+            local: local.clone(),
+            link,
             slots,
             fabric: fabric.clone(),
             started: Instant::now(),
@@ -271,8 +436,8 @@ impl Daemon {
         std::thread::Builder::new()
             .name("fabric".into())
             .spawn(move || fabric.run())?;
-        for (i, l) in listeners.into_iter().enumerate() {
-            let slot = daemon.slots[i].clone();
+        for (i, l) in listeners {
+            let slot = daemon.slots[i as usize].clone();
             std::thread::Builder::new()
                 .name(format!("ni{i}"))
                 .spawn(move || server::serve(slot, l))?;
@@ -285,17 +450,27 @@ impl Daemon {
         std::thread::Builder::new()
             .name("control".into())
             .spawn(move || crate::control::serve(d, control))?;
-        tracing::info!(
-            nodes,
-            run_dir = %daemon.run_dir.display(),
-            "ni-device serving"
-        );
+        match &span {
+            None => tracing::info!(
+                nodes,
+                run_dir = %daemon.run_dir.display(),
+                "ni-device serving"
+            ),
+            Some(s) => tracing::info!(
+                host = %s.names[s.me as usize],
+                nis = ?daemon.local,
+                of = nodes,
+                hosts = s.names.len(),
+                run_dir = %daemon.run_dir.display(),
+                "ni-device serving its part of a fabric that spans hosts"
+            ),
+        }
         Ok(daemon)
     }
 
     /// Remove what the daemon created in the run directory.
     pub fn cleanup(&self) {
-        for i in 0..self.slots.len() as u32 {
+        for i in self.local.clone() {
             let _ = fs::remove_file(socket_path(&self.run_dir, i));
         }
         let _ = fs::remove_file(control_path(&self.run_dir));

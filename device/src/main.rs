@@ -41,6 +41,15 @@ struct Args {
     /// through the fabric [default: isolated, or the config file's `direct`].
     #[arg(long, value_name = "isolated|shared|off", value_parser = parse_direct)]
     direct: Option<Direct>,
+    /// A fabric that spans hosts: a TOML file with `[[host]]` tables (`name`, `link =
+    /// "ADDRESS:PORT"`, `nis`), and the fabric's `[[partition]]` tables and `torus`. Every
+    /// daemon of the fabric runs with the same file; NIs are numbered across hosts in its
+    /// order (device/abi/links.md). Needs --host.
+    #[arg(long, requires = "host")]
+    fabric: Option<PathBuf>,
+    /// Which `[[host]]` of the --fabric file this daemon is.
+    #[arg(long, requires = "fabric")]
+    host: Option<String>,
 }
 
 /// `--direct`'s value (a newtype: clap reads `Option<Option<_>>` as an optional value).
@@ -75,7 +84,36 @@ fn main() -> Result<()> {
         Some(p) => ConfigFile::load(p)?,
         None => ConfigFile::default(),
     };
-    let nodes = args.nodes.or(file.nodes).unwrap_or(2);
+    let span = match (&args.fabric, &args.host) {
+        (Some(path), Some(host)) => Some(ni_device::daemon::Span::load(path, host)?),
+        _ => None,
+    };
+    let mut partitions = file.partition;
+    let mut torus = args.torus.or(file.torus);
+    let mut collective_timeout = args.collective_timeout.or(file.collective_timeout_secs);
+    let nodes = match &span {
+        None => args.nodes.or(file.nodes).unwrap_or(2),
+        Some((s, d)) => {
+            let total = s.total();
+            if let Some(n) = args.nodes.or(file.nodes).filter(|&n| n != total) {
+                anyhow::bail!("--nodes {n}, but the fabric description has {total} NIs");
+            }
+            if !partitions.is_empty() {
+                anyhow::bail!("with --fabric, partitions come from the fabric description");
+            }
+            partitions = d
+                .partition
+                .iter()
+                .map(|p| ni_device::daemon::PartitionConfig {
+                    name: p.name.clone(),
+                    nodes: p.nodes.clone(),
+                })
+                .collect();
+            torus = torus.or(d.torus.clone());
+            collective_timeout = collective_timeout.or(d.collective_timeout_secs);
+            total
+        }
+    };
     let run_dir = args
         .run_dir
         .or(file.run_dir)
@@ -87,12 +125,9 @@ fn main() -> Result<()> {
     signals.add(Signal::SIGTERM);
     signals.thread_block().context("blocking signals")?;
 
-    let timeout = args
-        .collective_timeout
-        .or(file.collective_timeout_secs)
+    let timeout = collective_timeout
         .map(std::time::Duration::from_secs_f64)
         .unwrap_or(ni_device::fabric::collective::DEFAULT_TIMEOUT);
-    let torus = args.torus.or(file.torus);
     let direct = match args.direct {
         Some(Direct(d)) => d,
         None => file
@@ -104,13 +139,14 @@ fn main() -> Result<()> {
             .context("the config file's `direct`")?
             .unwrap_or(Some(Kind::Isolated)),
     };
-    let daemon = Daemon::start(
+    let daemon = Daemon::start_span(
         &run_dir,
         nodes,
-        &file.partition,
+        &partitions,
         timeout,
         torus.as_deref(),
         direct,
+        span.map(|(s, _)| s),
     )?;
     let sig = signals.wait().context("waiting for a signal")?;
     tracing::info!("{sig:?}: shutting down");

@@ -69,6 +69,7 @@ extern "C" {
 #define NI_EABSTAINCHANGED (-16) /* abstain flags changed while a combine was pending */
 #define NI_ECOLLTIMEOUT (-17)    /* a collective round timed out: a member never joined */
 #define NI_ELINKDOWN (-18)       /* this NI's port or the peer's is down, or no route is left */
+#define NI_EOTHERHOST (-19)      /* the target NI is on another host; this operation does not cross hosts */
 /* -100 and below: library errors. */
 #define NI_EWOULDBLOCK (-100) /* the submission ring is full (libni normally waits for room) */
 #define NI_ERESET (-101)      /* the NI was reset under this process: detach, attach again */

@@ -56,6 +56,7 @@ pub const NI_EABSTAINING: c_int = -15;
 pub const NI_EABSTAINCHANGED: c_int = -16;
 pub const NI_ECOLLTIMEOUT: c_int = -17;
 pub const NI_ELINKDOWN: c_int = -18;
+pub const NI_EOTHERHOST: c_int = -19;
 pub const NI_EWOULDBLOCK: c_int = -100;
 pub const NI_ERESET: c_int = -101;
 pub const NI_ETIMEDOUT: c_int = -102;
@@ -115,6 +116,7 @@ pub fn status_code(s: Status) -> c_int {
         Status::AbstainChanged => NI_EABSTAINCHANGED,
         Status::Timeout => NI_ECOLLTIMEOUT,
         Status::LinkDown => NI_ELINKDOWN,
+        Status::OtherHost => NI_EOTHERHOST,
     }
 }
 
@@ -2078,6 +2080,7 @@ mod tests {
         (NI_EABSTAINCHANGED, "NI_EABSTAINCHANGED"),
         (NI_ECOLLTIMEOUT, "NI_ECOLLTIMEOUT"),
         (NI_ELINKDOWN, "NI_ELINKDOWN"),
+        (NI_EOTHERHOST, "NI_EOTHERHOST"),
         (NI_EWOULDBLOCK, "NI_EWOULDBLOCK"),
         (NI_ERESET, "NI_ERESET"),
         (NI_ETIMEDOUT, "NI_ETIMEDOUT"),

@@ -252,6 +252,9 @@ pub enum Status {
     /// `ni-ctl port set NI --state up`), or the torus has no route left between them after
     /// map-outs. Nothing was transferred; retry once the link is back.
     LinkDown = 18,
+    /// The target NI is hosted by another daemon and this operation does not cross hosts
+    /// (device/abi/links.md lists what does).
+    OtherHost = 19,
 }
 
 impl Status {
@@ -277,6 +280,7 @@ impl Status {
             AbstainChanged,
             Timeout,
             LinkDown,
+            OtherHost,
         ]
         .into_iter()
         .find(|s| *s as u16 == v)
@@ -308,6 +312,9 @@ impl Status {
             Status::Timeout => "collective timed out: a member never joined",
             Status::LinkDown => {
                 "link down: this NI's port or the peer's is down, or no route is left (see ni-ctl port list)"
+            }
+            Status::OtherHost => {
+                "the target NI is on another host and this operation does not cross hosts"
             }
         }
     }

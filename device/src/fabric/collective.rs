@@ -237,6 +237,9 @@ impl State {
         words: [u32; MAX_WORDS],
     ) -> Result<Option<Completion>, Status> {
         let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
+        if self.spans_hosts(&members) {
+            return Err(Status::OtherHost);
+        }
         let size = members.len();
         let flags = self.flags(a);
         // Whoever the round needs must be there to join it at all.

@@ -16,6 +16,7 @@ pub mod node;
 pub mod ops;
 pub mod partition;
 pub mod port;
+pub mod remote;
 pub mod router;
 pub mod t3e;
 pub mod topology;
@@ -126,6 +127,8 @@ pub struct State {
     mlink_flights: std::collections::VecDeque<mlink::Flight>,
     /// The SSD-T90 routers' own registers, one per physical node (`router.rs`).
     pub routers: Vec<router::RouterRegs>,
+    /// The other daemons of a fabric that spans hosts (`remote.rs`); none for one host.
+    pub remote: Option<remote::Remote>,
 }
 
 impl Fabric {
@@ -192,6 +195,7 @@ impl Fabric {
                 routers,
                 direct: None,
                 transfers: Default::default(),
+                remote: None,
             }),
             doorbell,
         }
@@ -342,7 +346,7 @@ impl State {
             self.publish_peers_up();
             self.publish_reach();
         }
-        let mut work = changed;
+        let mut work = changed | self.pump_link();
         for i in 0..self.nodes.len() {
             if !self.nodes[i].live {
                 continue;
@@ -452,6 +456,12 @@ impl State {
             };
             if self.windows.contains_key(name) || members.len() > ni_abi::window::MAX_RANKS as usize
             {
+                continue;
+            }
+            if self.spans_hosts(members) {
+                // A window is memory one host shares; members elsewhere are reached through
+                // the link, so the whole partition takes the fabric path.
+                tracing::info!(partition = %name, "partition spans hosts: fabric path only");
                 continue;
             }
             let attached = members.iter().any(|&n| {

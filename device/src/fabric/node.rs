@@ -44,6 +44,9 @@ pub struct PendingSend {
     pub addr: u64,
     pub len: u64,
     pub tag: u64,
+    /// A message of another host: that host and its id for the message (`remote.rs`);
+    /// `addr` is then nothing, the payload is there or held by the fabric.
+    pub remote: Option<(u32, u64)>,
 }
 
 #[derive(Clone, Copy, Debug)]

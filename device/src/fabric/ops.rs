@@ -79,7 +79,7 @@ impl State {
         );
     }
 
-    fn rank_of(&self, node: usize) -> u32 {
+    pub(super) fn rank_of(&self, node: usize) -> u32 {
         self.partitions.rank_size(node as u32).0
     }
 
@@ -263,6 +263,9 @@ impl State {
         let b = self.peer(a, r.rank)?;
         self.link(a, b)?;
         self.check_local(a, r.addr, r.len, false)?;
+        if self.other_host(b).is_some() {
+            return self.remote_send(a, b, r);
+        }
         let src_rank = self.rank_of(a);
         self.nodes[a].counters.sends += 1;
         self.nodes[a].outstanding += 1;
@@ -274,6 +277,7 @@ impl State {
             addr: r.addr,
             len: r.len,
             tag: r.tag,
+            remote: None,
         });
         self.match_at(b);
         Ok(None)
@@ -307,7 +311,7 @@ impl State {
     }
 
     /// Pair waiting messages at NI `b` with its posted receives, oldest message first.
-    fn match_at(&mut self, b: usize) {
+    pub(super) fn match_at(&mut self, b: usize) {
         let mut i = 0;
         while i < self.nodes[b].unexpected.len() {
             let s = self.nodes[b].unexpected[i];
@@ -315,6 +319,10 @@ impl State {
                 i += 1;
                 continue;
             };
+            if s.remote.is_some() {
+                self.remote_match(b, i, j);
+                continue;
+            }
             let rv = self.nodes[b].recvs[j];
             let n = s.len.min(rv.len);
             if n > transfer::INLINE_MAX {
@@ -437,6 +445,9 @@ impl State {
             self.link(b, a)?
         };
         self.check_local(a, r.addr, r.len, !put)?;
+        if self.other_host(b).is_some() {
+            return self.remote_one_sided(a, b, r, put);
+        }
         let need = if put {
             access::REMOTE_WRITE
         } else {
@@ -502,6 +513,7 @@ impl State {
 
     fn rop(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         let b = self.peer(a, r.rank)?;
+        self.here(b)?;
         self.link(a, b)?;
         if r.len > AM_MAX_PAYLOAD {
             return Err(Status::BadLength);
@@ -638,6 +650,7 @@ impl State {
 
     fn mq_send(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         let b = self.peer(a, r.rank)?;
+        self.here(b)?;
         let hops = self.link(a, b)?;
         if r.len != MQ_MESSAGE {
             return Err(Status::BadLength);
@@ -687,7 +700,11 @@ impl State {
             // Collectives need every member: fail what the partition had pending.
             self.reset_partition_colls(x, Status::PeerDown);
         }
-        let waiting: Vec<PendingSend> = self.nodes[x].unexpected.drain(..).collect();
+        let (theirs, waiting): (Vec<PendingSend>, Vec<PendingSend>) = self.nodes[x]
+            .unexpected
+            .drain(..)
+            .partition(|s| s.remote.is_some());
+        self.remote_local_gone(x, theirs);
         let ams: Vec<PendingAm> = self.nodes[x].am_waiting.drain(..).collect();
         let was_live = self.nodes[x].live;
         let x_rank = self.rank_of(x);
@@ -788,6 +805,7 @@ fn count_error(c: &mut crate::counters::FabricCounters, s: Status) {
         Status::AbstainChanged => &mut c.err_abstain_changed,
         Status::Timeout => &mut c.err_timeout,
         Status::LinkDown => &mut c.err_link_down,
+        Status::OtherHost => &mut c.err_other_host,
     };
     *field += 1;
 }

@@ -449,6 +449,7 @@ pub fn fi_err(e: &NiError) -> i32 {
             Status::Cancelled => FI_ECANCELED,
             Status::Timeout => FI_ETIMEDOUT,
             Status::LinkDown => FI_ENETDOWN,
+            Status::OtherHost => FI_EOPNOTSUPP,
             // RMA: the target's key, access or bounds (fi_rma(3) names no class; these are
             // what the kernel's verbs report for a rejected rkey and a bad address).
             Status::BadKey => FI_EACCES,

@@ -1,0 +1,1013 @@
+//! NIs hosted by other daemons, reached through the [`Link`] seam (device/abi/links.md).
+//!
+//! Every daemon of a fabric holds a [`Node`](super::node::Node) for every NI of the fabric:
+//! its own NIs' nodes are what they always were; another host's are stand-ins that carry
+//! only what that host told us (`ready`, from `READY`), so partitions, ranks, the torus and
+//! PEERS_UP read the same everywhere. A request whose peer is a stand-in is carried across:
+//!
+//! - SEND: the message goes to the receiver's host with its payload (eager, up to
+//!   [`EAGER_MAX`] and while [`EAGER_BUDGET`] allows) or without (rendezvous: the receiver's
+//!   host pulls it in chunks once a receive matches). Matching happens where the receiver
+//!   is, in arrival order, as for a local sender; the sender's SEND completes when its
+//!   receiver's host says it was received (`SEND_DONE`), as a local one does when copied.
+//! - PUT/GET: chunks to and from the target's registered region, checked there (key,
+//!   access, bounds) as a local one is; at most [`WINDOW`] chunks of one operation in flight.
+//!
+//! A host that goes away (link down) or an NI there that loses its client (READY false)
+//! fails what was pending with it: `LinkDown` and `PeerDown`. Nothing is retried, so
+//! nothing is duplicated; frames of one link keep their order, so messages of one sender
+//! keep theirs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ni_abi::fastpath::{access, op, Completion, Request, Status};
+
+use super::node::{PendingSend, PostedRecv};
+use super::State;
+use crate::link::wire::CHUNK;
+use crate::link::{Event, HostId, Link, Msg};
+use crate::ni::read_dma;
+
+/// Messages up to this size travel with their send.
+pub const EAGER_MAX: u64 = 32 << 10;
+/// Eager bytes one daemon may have sent to another and not yet seen received: past it,
+/// sends go rendezvous, so a receiver that never posts receives costs its host at most this
+/// per sending host.
+pub const EAGER_BUDGET: u64 = 4 << 20;
+/// Chunks of one put, get or pull in flight.
+pub const WINDOW: u64 = 8;
+/// Bytes queued on a link past which no new chunks are issued until it drains.
+pub const QUEUE_MAX: usize = 4 << 20;
+
+/// One of this daemon's operations waiting on another host.
+enum Op {
+    Send {
+        a: usize,
+        dst: usize,
+        host: HostId,
+        r: Request,
+        /// Bytes it holds of the eager budget.
+        eager: u64,
+    },
+    OneSided {
+        a: usize,
+        dst: usize,
+        host: HostId,
+        r: Request,
+        put: bool,
+        /// Chunks sent (put) or asked for (get), and answered, of [`chunks`] in all.
+        next: u64,
+        answered: u64,
+    },
+}
+
+impl Op {
+    fn dst(&self) -> usize {
+        match self {
+            Op::Send { dst, .. } | Op::OneSided { dst, .. } => *dst,
+        }
+    }
+    fn origin(&self) -> usize {
+        match self {
+            Op::Send { a, .. } | Op::OneSided { a, .. } => *a,
+        }
+    }
+}
+
+/// A rendezvous message of another host matched here: its bytes being pulled.
+struct Pull {
+    b: usize,
+    s: PendingSend,
+    rv: PostedRecv,
+    /// Bytes to move, asked for, and arrived.
+    n: u64,
+    next: u64,
+    got: u64,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RemoteCounters {
+    /// Frames from a peer daemon that named an NI it does not host, an operation that does
+    /// not exist, or lengths that do not add up: refused (and answered where they can be).
+    pub bad_frames: u64,
+    pub sends_out: u64,
+    pub sends_in: u64,
+    pub rendezvous: u64,
+    pub puts_out: u64,
+    pub gets_out: u64,
+    pub chunks_in: u64,
+    pub chunks_out: u64,
+    pub failed_link_down: u64,
+    pub failed_peer_down: u64,
+}
+
+pub struct Remote {
+    pub link: Arc<dyn Link>,
+    pub me: HostId,
+    /// The host of every NI of the fabric.
+    pub host_of: Vec<HostId>,
+    pub names: Vec<String>,
+    next_id: u64,
+    ops: HashMap<u64, Op>,
+    pulls: HashMap<(HostId, u64), Pull>,
+    /// Payloads of eager messages from other hosts waiting here for a receive.
+    payloads: HashMap<(HostId, u64), Vec<u8>>,
+    /// Our NIs' readiness as last told to the other hosts.
+    announced: Vec<bool>,
+    eager_out: Vec<u64>,
+    pub up: Vec<bool>,
+    pub counters: RemoteCounters,
+    events: Vec<Event>,
+}
+
+impl Remote {
+    pub fn new(link: Arc<dyn Link>, me: HostId, host_of: Vec<HostId>, names: Vec<String>) -> Remote {
+        let hosts = names.len();
+        Remote {
+            link,
+            me,
+            announced: vec![false; host_of.len()],
+            host_of,
+            names,
+            next_id: 1,
+            ops: HashMap::new(),
+            pulls: HashMap::new(),
+            payloads: HashMap::new(),
+            eager_out: vec![0; hosts],
+            up: vec![false; hosts],
+            counters: RemoteCounters::default(),
+            events: Vec::new(),
+        }
+    }
+}
+
+fn status_of(v: u16) -> Status {
+    Status::from_u16(v).unwrap_or(Status::BadDescriptor)
+}
+
+impl State {
+    /// The host NI `n` is on, when it is not this daemon's.
+    pub(super) fn other_host(&self, n: usize) -> Option<HostId> {
+        let r = self.remote.as_ref()?;
+        let h = *r.host_of.get(n)?;
+        (h != r.me).then_some(h)
+    }
+
+    /// Refuse, for a peer on another host, an operation that does not cross hosts.
+    pub(super) fn here(&mut self, b: usize) -> Result<(), Status> {
+        match self.other_host(b) {
+            Some(_) => Err(Status::OtherHost),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether partition `members` has one on another host.
+    pub(super) fn spans_hosts(&self, members: &[u32]) -> bool {
+        members.iter().any(|&m| self.other_host(m as usize).is_some())
+    }
+
+    fn frame(&mut self, host: HostId, m: Msg) -> bool {
+        let r = self.remote.as_mut().expect("remote");
+        r.link.send(host, &m)
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        let r = self.remote.as_mut().expect("remote");
+        let id = r.next_id;
+        r.next_id += 1;
+        id
+    }
+
+    /// SEND from local NI `a` to NI `b` on another host (checked as a local one is).
+    pub(super) fn remote_send(&mut self, a: usize, b: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let host = self.other_host(b).expect("remote peer");
+        let rm = self.remote.as_ref().expect("remote");
+        let eager = r.len <= EAGER_MAX && rm.eager_out[host as usize] + r.len <= EAGER_BUDGET;
+        let mut payload = Vec::new();
+        if eager {
+            payload.resize(r.len as usize, 0);
+            read_dma(&self.nodes[a].dma)
+                .read(r.addr, &mut payload)
+                .map_err(|_| Status::NotRegistered)?;
+        }
+        let id = self.fresh_id();
+        let m = Msg::Send {
+            id,
+            src: a as u32,
+            dst: b as u32,
+            src_rank: self.partitions.rank_size(a as u32).0,
+            tag: r.tag,
+            len: r.len,
+            eager,
+            payload,
+        };
+        if !self.frame(host, m) {
+            return Err(Status::LinkDown);
+        }
+        let e = if eager { r.len } else { 0 };
+        let rm = self.remote.as_mut().expect("remote");
+        rm.eager_out[host as usize] += e;
+        rm.counters.sends_out += 1;
+        if !eager {
+            rm.counters.rendezvous += 1;
+        }
+        rm.ops.insert(
+            id,
+            Op::Send {
+                a,
+                dst: b,
+                host,
+                r: *r,
+                eager: e,
+            },
+        );
+        let n = &mut self.nodes[a];
+        n.counters.sends += 1;
+        n.outstanding += 1;
+        n.dr_message_count += 1;
+        Ok(None)
+    }
+
+    /// PUT or GET of local NI `a` at NI `b` on another host.
+    pub(super) fn remote_one_sided(
+        &mut self,
+        a: usize,
+        b: usize,
+        r: &Request,
+        put: bool,
+    ) -> Result<Option<Completion>, Status> {
+        let host = self.other_host(b).expect("remote peer");
+        if !self.remote.as_ref().expect("remote").up[host as usize] {
+            return Err(Status::LinkDown);
+        }
+        let id = self.fresh_id();
+        let rm = self.remote.as_mut().expect("remote");
+        if put {
+            rm.counters.puts_out += 1;
+        } else {
+            rm.counters.gets_out += 1;
+        }
+        rm.ops.insert(
+            id,
+            Op::OneSided {
+                a,
+                dst: b,
+                host,
+                r: *r,
+                put,
+                next: 0,
+                answered: 0,
+            },
+        );
+        self.nodes[a].outstanding += 1;
+        self.issue_chunks(id);
+        Ok(None)
+    }
+
+    /// Send the next chunks of one-sided operation `id` its window and the link allow.
+    fn issue_chunks(&mut self, id: u64) {
+        loop {
+            let rm = self.remote.as_mut().expect("remote");
+            let Some(Op::OneSided {
+                a,
+                dst,
+                host,
+                r,
+                put,
+                next,
+                answered,
+            }) = rm.ops.get(&id)
+            else {
+                return;
+            };
+            let (a, dst, host, r, put, k) = (*a, *dst, *host, *r, *put, *next);
+            if k >= chunks(r.len) || k - answered >= WINDOW || rm.link.queued(host) > QUEUE_MAX {
+                return;
+            }
+            let at = k * CHUNK as u64;
+            let n = (r.len - at).min(CHUNK as u64);
+            let m = if put {
+                let mut payload = vec![0u8; n as usize];
+                if read_dma(&self.nodes[a].dma)
+                    .read(r.addr + at, &mut payload)
+                    .is_err()
+                {
+                    self.finish_op(id, Status::NotRegistered);
+                    return;
+                }
+                Msg::Put {
+                    id,
+                    src: a as u32,
+                    dst: dst as u32,
+                    key: r.key,
+                    offset: r.tag + at,
+                    payload,
+                }
+            } else {
+                Msg::Get {
+                    id,
+                    src: a as u32,
+                    dst: dst as u32,
+                    key: r.key,
+                    offset: r.tag + at,
+                    len: n as u32,
+                }
+            };
+            if !self.frame(host, m) {
+                self.finish_op(id, Status::LinkDown);
+                return;
+            }
+            let rm = self.remote.as_mut().expect("remote");
+            rm.counters.chunks_out += 1;
+            if let Some(Op::OneSided { next, .. }) = rm.ops.get_mut(&id) {
+                *next += 1;
+            }
+        }
+    }
+
+    /// End operation `id` of ours with `status`, completing it at its NI.
+    fn finish_op(&mut self, id: u64, status: Status) {
+        let rm = self.remote.as_mut().expect("remote");
+        let Some(op) = rm.ops.remove(&id) else {
+            return;
+        };
+        match status {
+            Status::LinkDown => rm.counters.failed_link_down += 1,
+            Status::PeerDown => rm.counters.failed_peer_down += 1,
+            _ => {}
+        }
+        match op {
+            Op::Send {
+                a, host, r, eager, ..
+            } => {
+                rm.eager_out[host as usize] -= eager;
+                let n = &mut self.nodes[a];
+                n.outstanding -= 1;
+                if status != Status::Ok {
+                    n.dr_message_count -= 1;
+                    self.fail(a, &r, status);
+                }
+            }
+            Op::OneSided { a, r, put, .. } => {
+                self.nodes[a].outstanding -= 1;
+                if status == Status::Ok {
+                    let c = &mut self.nodes[a].counters;
+                    if put {
+                        c.puts += 1;
+                        c.put_bytes += r.len;
+                        c.p0_packets_sent += 1;
+                        c.p0_bytes_sent += r.len;
+                    } else {
+                        c.gets += 1;
+                        c.get_bytes += r.len;
+                        c.p0_packets_rcvd += 1;
+                        c.p0_bytes_rcvd += r.len;
+                    }
+                    if let Some(c) = super::ops::done(&r) {
+                        self.complete(a, c);
+                    }
+                } else {
+                    self.fail(a, &r, status);
+                }
+            }
+        }
+    }
+
+    /// Pair a message of another host (`s`, at `unexpected[i]` of NI `b`) with receive
+    /// `recvs[j]`: copy an eager one now, start pulling a rendezvous one.
+    pub(super) fn remote_match(&mut self, b: usize, i: usize, j: usize) {
+        let s = self.nodes[b].unexpected.remove(i).expect("matched message");
+        let rv = self.nodes[b].recvs.remove(j).expect("matched receive");
+        let (host, id) = s.remote.expect("a message of another host");
+        let n = s.len.min(rv.len);
+        let rm = self.remote.as_mut().expect("remote");
+        if let Some(payload) = rm.payloads.remove(&(host, id)) {
+            let ok = read_dma(&self.nodes[b].dma)
+                .write(rv.addr, &payload[..n as usize])
+                .is_ok();
+            self.remote_received(b, &s, &rv, if ok { Status::Ok } else { Status::NotRegistered });
+            return;
+        }
+        if n == 0 {
+            self.remote_received(b, &s, &rv, Status::Ok);
+            return;
+        }
+        rm.pulls.insert(
+            (host, id),
+            Pull {
+                b,
+                s,
+                rv,
+                n,
+                next: 0,
+                got: 0,
+            },
+        );
+        self.issue_pulls(host, id);
+    }
+
+    fn issue_pulls(&mut self, host: HostId, id: u64) {
+        loop {
+            let rm = self.remote.as_mut().expect("remote");
+            let Some(p) = rm.pulls.get_mut(&(host, id)) else {
+                return;
+            };
+            if p.next >= p.n || p.next - p.got >= WINDOW * CHUNK as u64 || rm.link.queued(host) > QUEUE_MAX {
+                return;
+            }
+            let len = (p.n - p.next).min(CHUNK as u64);
+            let offset = p.next;
+            p.next += len;
+            if !rm.link.send(host, &Msg::Pull { id, offset, len: len as u32 }) {
+                // The link-down event that follows fails it.
+                return;
+            }
+        }
+    }
+
+    /// Message `s` of another host reached receive `rv` of NI `b` (or failed to, `status`):
+    /// complete the receive here and tell the sender's host.
+    fn remote_received(&mut self, b: usize, s: &PendingSend, rv: &PostedRecv, status: Status) {
+        let (host, id) = s.remote.expect("remote message");
+        let n = s.len.min(rv.len);
+        self.nodes[b].outstanding -= 1;
+        let truncated = s.len > rv.len;
+        let dst_rank = self.rank_of(b);
+        if status == Status::Ok {
+            let nb = &mut self.nodes[b];
+            nb.dr_message_count -= 1;
+            nb.counters.recvs += 1;
+            nb.counters.recv_bytes += n;
+            nb.counters.p0_packets_rcvd += 1;
+            nb.counters.p0_bytes_rcvd += n;
+            if truncated {
+                nb.counters.err_truncated += 1;
+            }
+            self.complete(
+                b,
+                Completion {
+                    opcode: op::RECV,
+                    status: if truncated { Status::Truncated } else { Status::Ok } as u16,
+                    rank: s.src_rank,
+                    user: rv.user,
+                    len: s.len,
+                    tag: s.tag,
+                    ..Default::default()
+                },
+            );
+        } else {
+            let r = Request {
+                opcode: op::RECV,
+                rank: rv.from_rank,
+                user: rv.user,
+                len: rv.len,
+                tag: rv.tag,
+                ..Default::default()
+            };
+            self.fail(b, &r, status);
+        }
+        self.frame(
+            host,
+            Msg::SendDone {
+                id,
+                status: status as u16,
+                dst_rank,
+                len: n,
+            },
+        );
+    }
+
+    fn bad_frame(&mut self, host: HostId, what: &str) {
+        let rm = self.remote.as_mut().expect("remote");
+        rm.counters.bad_frames += 1;
+        tracing::warn!(host = %rm.names[host as usize], "link: refused a frame: {what}");
+    }
+
+    /// Whether NI `n` is one of ours with a client ready, for a frame from `host` about it.
+    fn ours(&self, n: u32) -> bool {
+        self.other_host(n as usize).is_none() && (n as usize) < self.nodes.len()
+    }
+
+    fn from_host(&self, n: u32, host: HostId) -> bool {
+        self.remote
+            .as_ref()
+            .and_then(|r| r.host_of.get(n as usize))
+            .is_some_and(|&h| h == host)
+    }
+
+    /// Events of the link, and READY for what changed here: one pass of the poller.
+    pub(super) fn pump_link(&mut self) -> bool {
+        let Some(rm) = self.remote.as_mut() else {
+            return false;
+        };
+        let mut events = std::mem::take(&mut rm.events);
+        rm.link.poll(&mut events);
+        let mut work = !events.is_empty();
+        for e in events.drain(..) {
+            match e {
+                Event::Up(h) => self.host_up(h),
+                Event::Down(h, why) => self.host_down(h, &why),
+                Event::Frame(h, m) => self.on_frame(h, m),
+            }
+        }
+        self.remote.as_mut().expect("remote").events = events;
+        work |= self.announce();
+        work |= self.resume_chunks();
+        work
+    }
+
+    /// Tell every host about our NIs whose readiness changed.
+    fn announce(&mut self) -> bool {
+        let mut changed = Vec::new();
+        let rm = self.remote.as_ref().expect("remote");
+        for (i, n) in self.nodes.iter().enumerate() {
+            if rm.host_of[i] == rm.me && n.ready != rm.announced[i] {
+                changed.push((i, n.ready));
+            }
+        }
+        if changed.is_empty() {
+            return false;
+        }
+        let rm = self.remote.as_mut().expect("remote");
+        for (i, ready) in changed {
+            rm.announced[i] = ready;
+            for h in 0..rm.up.len() {
+                if rm.up[h] {
+                    rm.link.send(h as HostId, &Msg::Ready { node: i as u32, ready });
+                }
+            }
+        }
+        true
+    }
+
+    /// Operations held back by a full link queue: issue what now fits.
+    fn resume_chunks(&mut self) -> bool {
+        let rm = self.remote.as_ref().expect("remote");
+        let waiting: Vec<u64> = rm
+            .ops
+            .iter()
+            .filter_map(|(&id, op)| match op {
+                Op::OneSided { r, next, .. } if *next < chunks(r.len) => Some(id),
+                _ => None,
+            })
+            .collect();
+        let pulls: Vec<(HostId, u64)> = rm
+            .pulls
+            .iter()
+            .filter(|(_, p)| p.next < p.n)
+            .map(|(&k, _)| k)
+            .collect();
+        let work = !waiting.is_empty() || !pulls.is_empty();
+        for id in waiting {
+            self.issue_chunks(id);
+        }
+        for (h, id) in pulls {
+            self.issue_pulls(h, id);
+        }
+        work
+    }
+
+    fn host_up(&mut self, h: HostId) {
+        let rm = self.remote.as_mut().expect("remote");
+        rm.up[h as usize] = true;
+        tracing::info!(host = %rm.names[h as usize], "host joined the fabric");
+        // What it must know of ours: every NI with a client.
+        for (i, n) in self.nodes.iter().enumerate() {
+            if rm.host_of[i] == rm.me && rm.announced[i] {
+                debug_assert!(n.ready || !rm.announced[i]);
+                rm.link.send(h, &Msg::Ready { node: i as u32, ready: true });
+            }
+        }
+    }
+
+    fn host_down(&mut self, h: HostId, why: &str) {
+        let rm = self.remote.as_mut().expect("remote");
+        rm.up[h as usize] = false;
+        tracing::info!(host = %rm.names[h as usize], "host left the fabric: {why}");
+        let theirs: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.remote.as_ref().unwrap().host_of[i] == h)
+            .collect();
+        for x in theirs {
+            self.remote_node_gone(x, Status::LinkDown);
+        }
+        let rm = self.remote.as_mut().expect("remote");
+        rm.payloads.retain(|&(host, _), _| host != h);
+        rm.eager_out[h as usize] = 0;
+    }
+
+    /// NI `x` of another host is gone (its client, or its host): fail what waited on it.
+    fn remote_node_gone(&mut self, x: usize, status: Status) {
+        let was_ready = std::mem::replace(&mut self.nodes[x].ready, false);
+        let rm = self.remote.as_mut().expect("remote");
+        let ids: Vec<u64> = rm.ops.iter().filter(|(_, o)| o.dst() == x).map(|(&id, _)| id).collect();
+        for id in ids {
+            self.finish_op(id, status);
+        }
+        let rm = self.remote.as_mut().expect("remote");
+        let keys: Vec<(HostId, u64)> = rm
+            .pulls
+            .iter()
+            .filter(|(_, p)| p.s.src == x)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in keys {
+            let p = self.remote.as_mut().unwrap().pulls.remove(&k).expect("pull");
+            self.nodes[p.b].outstanding -= 1;
+            let r = Request {
+                opcode: op::RECV,
+                rank: p.rv.from_rank,
+                user: p.rv.user,
+                len: p.rv.len,
+                tag: p.rv.tag,
+                ..Default::default()
+            };
+            self.fail(p.b, &r, status);
+        }
+        for j in 0..self.nodes.len() {
+            if self.other_host(j).is_some() {
+                continue;
+            }
+            let n = &mut self.nodes[j];
+            let before = n.unexpected.len();
+            let mut dropped = Vec::new();
+            n.unexpected.retain(|s| {
+                let keep = s.src != x;
+                if !keep {
+                    dropped.push(s.remote);
+                }
+                keep
+            });
+            let _ = before;
+            if let Some(rm) = self.remote.as_mut() {
+                for k in dropped.into_iter().flatten() {
+                    rm.payloads.remove(&k);
+                }
+            }
+            let n = &mut self.nodes[j];
+            let (dead, live): (Vec<PostedRecv>, Vec<PostedRecv>) =
+                n.recvs.drain(..).partition(|r| r.from == Some(x));
+            n.recvs = live.into();
+            n.outstanding -= dead.len();
+            for rv in dead {
+                let r = Request {
+                    opcode: op::RECV,
+                    rank: rv.from_rank,
+                    user: rv.user,
+                    len: rv.len,
+                    tag: rv.tag,
+                    ..Default::default()
+                };
+                self.fail(j, &r, status);
+            }
+        }
+        if was_ready {
+            self.publish_peers_up();
+        }
+    }
+
+    /// Our NI `x` lost its client: drop its operations with other hosts, and answer the
+    /// messages of other hosts it had not taken.
+    pub(super) fn remote_local_gone(&mut self, x: usize, waiting: Vec<PendingSend>) {
+        let Some(rm) = self.remote.as_mut() else {
+            return;
+        };
+        let mine: Vec<u64> = rm.ops.iter().filter(|(_, o)| o.origin() == x).map(|(&id, _)| id).collect();
+        for id in mine {
+            if let Some(Op::Send { host, eager, .. }) = rm.ops.remove(&id) {
+                rm.eager_out[host as usize] -= eager;
+            }
+        }
+        let pulls: Vec<(HostId, u64)> = rm.pulls.iter().filter(|(_, p)| p.b == x).map(|(&k, _)| k).collect();
+        let mut answers = Vec::new();
+        for k in pulls {
+            rm.pulls.remove(&k);
+            answers.push(k);
+        }
+        for s in waiting {
+            if let Some(k) = s.remote {
+                rm.payloads.remove(&k);
+                answers.push(k);
+            }
+        }
+        for (host, id) in answers {
+            rm.link.send(
+                host,
+                &Msg::SendDone {
+                    id,
+                    status: Status::PeerDown as u16,
+                    dst_rank: 0,
+                    len: 0,
+                },
+            );
+        }
+    }
+
+    fn on_frame(&mut self, h: HostId, m: Msg) {
+        match m {
+            Msg::Ready { node, ready } => {
+                if !self.from_host(node, h) {
+                    return self.bad_frame(h, "READY for an NI it does not host");
+                }
+                if ready {
+                    if !self.nodes[node as usize].ready {
+                        self.nodes[node as usize].ready = true;
+                        self.publish_peers_up();
+                    }
+                } else {
+                    self.remote_node_gone(node as usize, Status::PeerDown);
+                }
+            }
+            Msg::Send {
+                id,
+                src,
+                dst,
+                src_rank,
+                tag,
+                len,
+                eager,
+                payload,
+            } => {
+                let answer = |st: Status| Msg::SendDone {
+                    id,
+                    status: st as u16,
+                    dst_rank: 0,
+                    len: 0,
+                };
+                if !self.from_host(src, h) || !self.ours(dst) || (eager && payload.len() as u64 != len) {
+                    self.bad_frame(h, "SEND that does not add up");
+                    self.frame(h, answer(Status::BadDescriptor));
+                    return;
+                }
+                let b = dst as usize;
+                if !self.nodes[b].ready {
+                    self.frame(h, answer(Status::PeerDown));
+                    return;
+                }
+                let rm = self.remote.as_mut().expect("remote");
+                rm.counters.sends_in += 1;
+                if eager {
+                    rm.payloads.insert((h, id), payload);
+                }
+                self.nodes[b].dr_message_count += 1;
+                self.nodes[b].unexpected.push_back(PendingSend {
+                    src: src as usize,
+                    src_rank,
+                    user: 0,
+                    addr: 0,
+                    len,
+                    tag,
+                    remote: Some((h, id)),
+                });
+                self.match_at(b);
+            }
+            Msg::Pull { id, offset, len } => {
+                let rm = self.remote.as_ref().expect("remote");
+                let Some(Op::Send { a, r, host, .. }) = rm.ops.get(&id) else {
+                    // Gone meanwhile (its client left): the SEND_DONE we sent says so.
+                    return;
+                };
+                let (a, r) = (*a, *r);
+                if *host != h || len as usize > CHUNK || offset.checked_add(len as u64).is_none_or(|e| e > r.len) {
+                    self.bad_frame(h, "PULL outside its message");
+                    return;
+                }
+                let mut payload = vec![0u8; len as usize];
+                let status = match read_dma(&self.nodes[a].dma).read(r.addr + offset, &mut payload) {
+                    Ok(()) => Status::Ok,
+                    Err(_) => {
+                        payload.clear();
+                        Status::NotRegistered
+                    }
+                };
+                self.remote.as_mut().unwrap().counters.chunks_out += 1;
+                self.frame(
+                    h,
+                    Msg::Data {
+                        id,
+                        offset,
+                        status: status as u16,
+                        payload,
+                    },
+                );
+                if status != Status::Ok {
+                    self.finish_op(id, status);
+                }
+            }
+            Msg::Data {
+                id,
+                offset,
+                status,
+                payload,
+            } => {
+                let rm = self.remote.as_mut().expect("remote");
+                let Some(p) = rm.pulls.get_mut(&(h, id)) else {
+                    return;
+                };
+                rm.counters.chunks_in += 1;
+                let status = status_of(status);
+                let fits = offset == p.got && offset + payload.len() as u64 <= p.n;
+                let (b, s, rv) = (p.b, p.s, p.rv);
+                let ok = status == Status::Ok
+                    && fits
+                    && read_dma(&self.nodes[b].dma)
+                        .write(rv.addr + offset, &payload)
+                        .is_ok();
+                if !fits && status == Status::Ok {
+                    self.bad_frame(h, "DATA out of order or past its message");
+                }
+                let rm = self.remote.as_mut().expect("remote");
+                if !ok {
+                    rm.pulls.remove(&(h, id));
+                    let st = if status == Status::Ok { Status::NotRegistered } else { status };
+                    self.remote_received(b, &s, &rv, st);
+                    return;
+                }
+                let p = rm.pulls.get_mut(&(h, id)).expect("pull");
+                p.got += payload.len() as u64;
+                if p.got == p.n {
+                    rm.pulls.remove(&(h, id));
+                    self.remote_received(b, &s, &rv, Status::Ok);
+                } else {
+                    self.issue_pulls(h, id);
+                }
+            }
+            Msg::SendDone { id, status, .. } => {
+                let rm = self.remote.as_ref().expect("remote");
+                let Some(Op::Send { a, dst, host, r, .. }) = rm.ops.get(&id) else {
+                    return;
+                };
+                if *host != h {
+                    return self.bad_frame(h, "SEND_DONE for another host's message");
+                }
+                let (a, dst, r) = (*a, *dst, *r);
+                let status = status_of(status);
+                if status == Status::Ok {
+                    let dst_rank = self.rank_of(dst);
+                    let c = &mut self.nodes[a].counters;
+                    c.send_bytes += r.len;
+                    c.p0_packets_sent += 1;
+                    c.p0_bytes_sent += r.len;
+                    self.complete(
+                        a,
+                        Completion {
+                            opcode: op::SEND,
+                            status: Status::Ok as u16,
+                            rank: dst_rank,
+                            user: r.user,
+                            len: r.len,
+                            tag: r.tag,
+                            ..Default::default()
+                        },
+                    );
+                }
+                self.finish_op(id, status);
+            }
+            Msg::Put {
+                id,
+                src,
+                dst,
+                key,
+                offset,
+                payload,
+            } => {
+                if !self.from_host(src, h) || !self.ours(dst) {
+                    self.bad_frame(h, "PUT that does not add up");
+                    return;
+                }
+                let status = self.remote_access(dst as usize, key, offset, payload.len() as u64, access::REMOTE_WRITE)
+                    .and_then(|at| {
+                        read_dma(&self.nodes[dst as usize].dma)
+                            .write(at, &payload)
+                            .map_err(|_| Status::OutOfBounds)
+                    })
+                    .err()
+                    .unwrap_or(Status::Ok);
+                self.remote.as_mut().unwrap().counters.chunks_in += 1;
+                if status == Status::Ok {
+                    let c = &mut self.nodes[dst as usize].counters;
+                    c.p0_bytes_rcvd += payload.len() as u64;
+                }
+                self.frame(
+                    h,
+                    Msg::Reply {
+                        id,
+                        offset,
+                        status: status as u16,
+                        payload: Vec::new(),
+                    },
+                );
+            }
+            Msg::Get {
+                id,
+                src,
+                dst,
+                key,
+                offset,
+                len,
+            } => {
+                if !self.from_host(src, h) || !self.ours(dst) || len as usize > CHUNK {
+                    self.bad_frame(h, "GET that does not add up");
+                    return;
+                }
+                let mut payload = vec![0u8; len as usize];
+                let status = self
+                    .remote_access(dst as usize, key, offset, len as u64, access::REMOTE_READ)
+                    .and_then(|at| {
+                        read_dma(&self.nodes[dst as usize].dma)
+                            .read(at, &mut payload)
+                            .map_err(|_| Status::OutOfBounds)
+                    })
+                    .err()
+                    .unwrap_or(Status::Ok);
+                if status != Status::Ok {
+                    payload.clear();
+                } else {
+                    self.nodes[dst as usize].counters.p0_bytes_sent += len as u64;
+                }
+                self.frame(
+                    h,
+                    Msg::Reply {
+                        id,
+                        offset,
+                        status: status as u16,
+                        payload,
+                    },
+                );
+            }
+            Msg::Reply {
+                id,
+                offset,
+                status,
+                payload,
+            } => {
+                let rm = self.remote.as_mut().expect("remote");
+                let Some(Op::OneSided {
+                    a,
+                    host,
+                    r,
+                    put,
+                    answered,
+                    next,
+                    ..
+                }) = rm.ops.get(&id)
+                else {
+                    return;
+                };
+                if *host != h {
+                    return self.bad_frame(h, "REPLY for another host's operation");
+                }
+                let (a, r, put, k, issued) = (*a, *r, *put, *answered, *next);
+                let status = status_of(status);
+                if status != Status::Ok {
+                    self.finish_op(id, status);
+                    return;
+                }
+                // Chunks are answered in the order they were sent (one link, one target).
+                let at = k * CHUNK as u64;
+                let n = (r.len - at.min(r.len)).min(CHUNK as u64);
+                if k >= issued || offset != r.tag.wrapping_add(at) || (!put && payload.len() as u64 != n) {
+                    self.bad_frame(h, "REPLY out of order or past its operation");
+                    self.finish_op(id, Status::BadDescriptor);
+                    return;
+                }
+                if !put && read_dma(&self.nodes[a].dma).write(r.addr + at, &payload).is_err() {
+                    self.finish_op(id, Status::NotRegistered);
+                    return;
+                }
+                let rm = self.remote.as_mut().expect("remote");
+                rm.counters.chunks_in += 1;
+                if let Some(Op::OneSided { answered, .. }) = rm.ops.get_mut(&id) {
+                    *answered += 1;
+                    if *answered == chunks(r.len) {
+                        self.finish_op(id, Status::Ok);
+                        return;
+                    }
+                }
+                self.issue_chunks(id);
+            }
+            Msg::Hello { .. } | Msg::Heartbeat => {}
+        }
+    }
+
+    /// The target IOVA of `[offset, offset + len)` of region `key` of our NI `b`.
+    fn remote_access(&self, b: usize, key: u32, offset: u64, len: u64, need: u32) -> Result<u64, Status> {
+        if !self.nodes[b].ready {
+            return Err(Status::PeerDown);
+        }
+        let mr = self.nodes[b].mrs.get(&key).ok_or(Status::BadKey)?;
+        if mr.access & need != need {
+            return Err(Status::BadKey);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= mr.len => Ok(mr.iova + offset),
+            _ => Err(Status::OutOfBounds),
+        }
+    }
+}
+
+/// Chunks a one-sided operation of `len` bytes takes: one at least, so a zero-length one
+/// still has the target check its key.
+fn chunks(len: u64) -> u64 {
+    len.div_ceil(CHUNK as u64).max(1)
+}
