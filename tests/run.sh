@@ -50,6 +50,10 @@ NI_TEST_DIRECT=shared cargo test -q -p ni-tests --test p2p --test collectives --
 step "MPI programs over the libfabric provider: tests/mpi/run.sh"
 bash tests/mpi/run.sh
 
+# One fabric across hosts: two network namespaces, a daemon in each, linked over a veth.
+step "fabric across hosts: tests/multihost/run.sh"
+bash tests/multihost/run.sh
+
 if [ "${NI_SKIP_VM:-0}" = 1 ]; then
   step "VM tests SKIPPED because NI_SKIP_VM=1: QEMU guests were not booted"
 else

@@ -250,7 +250,8 @@ pub enum Status {
     Timeout = 17,
     /// This NI's port or the peer's is down (Lanai X link state machine not in sync:
     /// `ni-ctl port set NI --state up`), or the torus has no route left between them after
-    /// map-outs. Nothing was transferred; retry once the link is back.
+    /// map-outs, or the link to the daemon hosting the peer is down (links.md). What was
+    /// pending with the peer may have been partly transferred; retry once the link is back.
     LinkDown = 18,
     /// The target NI is hosted by another daemon and this operation does not cross hosts
     /// (device/abi/links.md lists what does).
@@ -311,7 +312,7 @@ impl Status {
             }
             Status::Timeout => "collective timed out: a member never joined",
             Status::LinkDown => {
-                "link down: this NI's port or the peer's is down, or no route is left (see ni-ctl port list)"
+                "link down: this NI's port or the peer's is down, no route is left, or the link to the peer's host is down (see ni-ctl port list, ni-ctl hosts)"
             }
             Status::OtherHost => {
                 "the target NI is on another host and this operation does not cross hosts"

@@ -316,6 +316,84 @@ fn killed(ni: &Ni) {
     println!("failed after {:?}", t.elapsed());
 }
 
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// One checked message each way between ranks 0 and 1 (rank 0 first), tags from `tag`.
+fn exchange(ni: &Ni, buf: &ni::Region, tag: u64) {
+    let peer = 1 - ni.rank();
+    let n = 100_000;
+    for (i, sender) in [(0u64, 0u32), (1, 1)] {
+        let want = pattern(n, tag + i);
+        if ni.rank() == sender {
+            buf.write_at(0, &want);
+            ni.send(peer, buf, 0..n, tag + i).unwrap();
+        } else {
+            let d = ni.recv(Some(peer), buf, 0..n, tag + i, u64::MAX).unwrap();
+            assert_eq!((d.len as usize, d.rank), (n, peer));
+            let mut got = vec![0u8; n];
+            buf.read_at(0, &mut got);
+            assert!(got == want, "message {tag}+{i} arrived corrupted");
+        }
+    }
+}
+
+/// Issue 17, faults: ranks 0 and 1 on two hosts exchange checked messages, then rank 0
+/// leaves a 64 MiB send pending and both wait on a receive from the other, printing
+/// `waiting`. The test cuts the link or kills a daemon: what was pending fails (link down
+/// or peer down) and the rank prints `failed AT` (Unix time). Then it goes on as
+/// `cross-rejoin`. A rank whose own daemon died just reports it.
+fn cross_fault(ni: &Ni) {
+    let buf = ni.alloc(64 << 20).unwrap();
+    exchange(ni, &buf, 1);
+    let peer = 1 - ni.rank();
+    let big = (ni.rank() == 0).then(|| ni.isend(peer, &buf, 0..64 << 20, 55).unwrap());
+    println!("waiting");
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    let gone = |r: Result<ni::Done, Error>| match r {
+        Err(e) if matches!(status_of(&e), Some(Status::LinkDown | Status::PeerDown)) => {
+            println!("failed {:.3} {e}", unix_now());
+            true
+        }
+        Err(e @ Error::DaemonGone(_)) => {
+            println!("own daemon gone: {e}");
+            false
+        }
+        other => panic!("expected link down or peer down, got {other:?}"),
+    };
+    if !gone(ni.recv(Some(peer), &buf, 0..16, 999, u64::MAX)) {
+        std::process::exit(0);
+    }
+    if let Some(s) = big {
+        gone(ni.wait(s));
+    }
+    cross_rejoin(ni);
+}
+
+/// Wait (up to 30 s) until the other rank is reachable again, then exchange checked
+/// messages with it.
+fn cross_rejoin(ni: &Ni) {
+    let peer = 1 - ni.rank();
+    let t = Instant::now();
+    loop {
+        match ni.ping(peer) {
+            Ok(()) => break,
+            Err(e) if matches!(status_of(&e), Some(Status::LinkDown | Status::PeerDown)) => {}
+            Err(e) => panic!("ping: {e}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "peer never came back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("rejoined after {:?}", t.elapsed());
+    let buf = ni.alloc(1 << 20).unwrap();
+    exchange(ni, &buf, 100);
+}
+
 /// Malformed requests: each fails with its own status and the NI keeps working.
 fn bad_requests(ni: &Ni) {
     let buf = ni.alloc(4096).unwrap();
@@ -505,6 +583,8 @@ fn main() {
         "attach" => println!("rank {} of {} on NI {}", ni.rank(), ni.size(), ni.node()),
         "daemon-dies" => daemon_dies(ni),
         "cm5-doors" => cm5_doors(&ni),
+        "cross-fault" => cross_fault(&ni),
+        "cross-rejoin" => cross_rejoin(&ni),
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
