@@ -139,6 +139,10 @@ ranks put-get a:0 b:3
 pass "put/get across hosts"
 ranks many-to-one a:1 b:4 a:2 b:5
 pass "many-to-one, four ranks on alternating hosts"
+ranks am a:0 b:3
+pass "active messages across hosts (handler ring, payloads checked, no ring refused)"
+ranks mq a:0 b:3
+pass "T3E message-queue SENDs across hosts (Tail, Limit, threshold interrupt)"
 
 # Loss: TCP carries the link over dropped packets; nothing changes for the ranks.
 if ip netns exec "$NA" tc qdisc add dev "$VA" root netem delay 2ms 2>/dev/null; then

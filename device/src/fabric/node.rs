@@ -76,6 +76,8 @@ pub struct PendingAm {
     pub addr: u64,
     pub len: u64,
     pub handler: u64,
+    /// From another host: that host and its id for it; the payload is held by the fabric.
+    pub remote: Option<(u32, u64)>,
 }
 
 pub struct Node {

@@ -513,12 +513,14 @@ impl State {
 
     fn rop(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         let b = self.peer(a, r.rank)?;
-        self.here(b)?;
         self.link(a, b)?;
         if r.len > AM_MAX_PAYLOAD {
             return Err(Status::BadLength);
         }
         self.check_local(a, r.addr, r.len, false)?;
+        if self.other_host(b).is_some() {
+            return self.remote_small(a, b, r);
+        }
         if self.nodes[b].am.is_none() {
             return Err(Status::NoHandlerRing);
         }
@@ -532,6 +534,7 @@ impl State {
             addr: r.addr,
             len: r.len,
             handler: r.mask,
+            remote: None,
         });
         self.flush_active_messages(b);
         Ok(None)
@@ -551,9 +554,12 @@ impl State {
             self.nodes[am.src].outstanding -= 1;
             work = true;
             let copied = self.am_write_header(b, slot, am.src_rank, am.handler, am.len)
-                && self
-                    .copy(am.src, am.addr, b, slot + AM_HEADER, am.len)
-                    .is_ok();
+                && match am.remote {
+                    None => self
+                        .copy(am.src, am.addr, b, slot + AM_HEADER, am.len)
+                        .is_ok(),
+                    Some(k) => self.remote_am_payload(k, b, slot + AM_HEADER),
+                };
             let dst_rank = self.rank_of(b);
             let req = Request {
                 opcode: op::ROP,
@@ -565,7 +571,13 @@ impl State {
             };
             if !copied {
                 self.fail(am.src, &req, Status::NotRegistered);
+                if let Some(k) = am.remote {
+                    self.remote_answer(k, Status::NotRegistered, 0);
+                }
                 continue;
+            }
+            if let Some(k) = am.remote {
+                self.remote_answer(k, Status::Ok, 0);
             }
             let hops = self.hops(am.src, b).unwrap_or(0);
             self.wire(am.src, b, am.len, hops);
@@ -650,12 +662,14 @@ impl State {
 
     fn mq_send(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
         let b = self.peer(a, r.rank)?;
-        self.here(b)?;
         let hops = self.link(a, b)?;
         if r.len != MQ_MESSAGE {
             return Err(Status::BadLength);
         }
         self.check_local(a, r.addr, MQ_MESSAGE, false)?;
+        if self.other_host(b).is_some() {
+            return self.remote_small(a, b, r);
+        }
         let mr = *self.nodes[b].mrs.get(&r.key).ok_or(Status::BadKey)?;
         if mr.access & access::MESSAGE_QUEUE == 0 {
             return Err(Status::BadKey);
@@ -668,9 +682,27 @@ impl State {
             .read(r.addr, &mut msg)
             .map_err(|_| Status::NotRegistered)?;
         self.nodes[a].counters.mq_sends += 1;
-        let mqcw = mr.iova + r.tag;
-        let arrival = mq::arrive(&read_dma(&self.nodes[b].dma), mqcw, mr.iova + mr.len, &msg)?;
-        self.wire(a, b, MQ_MESSAGE, hops);
+        let arrival = self.mq_arrive(b, r.key, r.tag, &msg);
+        if matches!(arrival, Ok(_) | Err(Status::QueueFull)) {
+            self.wire(a, b, MQ_MESSAGE, hops);
+        }
+        let mut c = done(r).expect("a completion");
+        c.aux = arrival?;
+        Ok(Some(c))
+    }
+
+    /// A T3E SEND's 64 bytes into the queue at `offset` of NI `b`'s region `key`: the new
+    /// Tail, or why not (device/abi/t3e.md).
+    pub(super) fn mq_arrive(&mut self, b: usize, key: u32, offset: u64, msg: &[u8; 64]) -> Result<u64, Status> {
+        let mr = *self.nodes[b].mrs.get(&key).ok_or(Status::BadKey)?;
+        if mr.access & access::MESSAGE_QUEUE == 0 {
+            return Err(Status::BadKey);
+        }
+        if offset.checked_add(8).is_none_or(|e| e > mr.len) {
+            return Err(Status::OutOfBounds);
+        }
+        let mqcw = mr.iova + offset;
+        let arrival = mq::arrive(&read_dma(&self.nodes[b].dma), mqcw, mr.iova + mr.len, msg)?;
         match arrival {
             Arrival::Rejected => {
                 self.nodes[b].counters.mq_rejected += 1;
@@ -682,9 +714,7 @@ impl State {
                     self.nodes[b].counters.mq_threshold += 1;
                     self.mq_interrupt(b, mqcw);
                 }
-                let mut c = done(r).expect("a completion");
-                c.aux = tail;
-                Ok(Some(c))
+                Ok(tail)
             }
         }
     }
@@ -729,6 +759,9 @@ impl State {
         }
         for m in ams.into_iter().filter(|m| m.src != x) {
             self.nodes[m.src].outstanding -= 1;
+            if let Some(k) = m.remote {
+                self.remote_answer(k, Status::PeerDown, 0);
+            }
             let r = Request {
                 opcode: op::ROP,
                 rank: x_rank,

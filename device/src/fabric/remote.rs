@@ -9,7 +9,7 @@
 //!   [`EAGER_MAX`] and while [`EAGER_BUDGET`] allows) or without (rendezvous: the receiver's
 //!   host pulls it in chunks once a receive matches). Matching happens where the receiver
 //!   is, in arrival order, as for a local sender; the sender's SEND completes when its
-//!   receiver's host says it was received (`SEND_DONE`), as a local one does when copied.
+//!   receiver's host says it was received (`DONE`), as a local one does when copied.
 //! - PUT/GET: chunks to and from the target's registered region, checked there (key,
 //!   access, bounds) as a local one is; at most [`WINDOW`] chunks of one operation in flight.
 //!
@@ -50,6 +50,13 @@ enum Op {
         /// Bytes it holds of the eager budget.
         eager: u64,
     },
+    /// An active message (ROP) or a T3E message-queue SEND: one frame, one answer.
+    Small {
+        a: usize,
+        dst: usize,
+        host: HostId,
+        r: Request,
+    },
     OneSided {
         a: usize,
         dst: usize,
@@ -65,12 +72,12 @@ enum Op {
 impl Op {
     fn dst(&self) -> usize {
         match self {
-            Op::Send { dst, .. } | Op::OneSided { dst, .. } => *dst,
+            Op::Send { dst, .. } | Op::Small { dst, .. } | Op::OneSided { dst, .. } => *dst,
         }
     }
     fn origin(&self) -> usize {
         match self {
-            Op::Send { a, .. } | Op::OneSided { a, .. } => *a,
+            Op::Send { a, .. } | Op::Small { a, .. } | Op::OneSided { a, .. } => *a,
         }
     }
 }
@@ -154,14 +161,6 @@ impl State {
         (h != r.me).then_some(h)
     }
 
-    /// Refuse, for a peer on another host, an operation that does not cross hosts.
-    pub(super) fn here(&mut self, b: usize) -> Result<(), Status> {
-        match self.other_host(b) {
-            Some(_) => Err(Status::OtherHost),
-            None => Ok(()),
-        }
-    }
-
     /// Whether partition `members` has one on another host.
     pub(super) fn spans_hosts(&self, members: &[u32]) -> bool {
         members.iter().any(|&m| self.other_host(m as usize).is_some())
@@ -227,6 +226,86 @@ impl State {
         n.outstanding += 1;
         n.dr_message_count += 1;
         Ok(None)
+    }
+
+    /// ROP or MQ_SEND of local NI `a` to NI `b` on another host (checked as a local one is
+    /// up to what the target holds: its handler ring, its queue).
+    pub(super) fn remote_small(
+        &mut self,
+        a: usize,
+        b: usize,
+        r: &Request,
+    ) -> Result<Option<Completion>, Status> {
+        let host = self.other_host(b).expect("remote peer");
+        let mut payload = vec![0u8; r.len as usize];
+        read_dma(&self.nodes[a].dma)
+            .read(r.addr, &mut payload)
+            .map_err(|_| Status::NotRegistered)?;
+        let id = self.fresh_id();
+        let m = if r.opcode == op::ROP {
+            Msg::Am {
+                id,
+                src: a as u32,
+                dst: b as u32,
+                src_rank: self.rank_of(a),
+                handler: r.mask,
+                payload,
+            }
+        } else {
+            Msg::Mq {
+                id,
+                src: a as u32,
+                dst: b as u32,
+                key: r.key,
+                offset: r.tag,
+                payload,
+            }
+        };
+        if !self.frame(host, m) {
+            return Err(Status::LinkDown);
+        }
+        self.remote.as_mut().expect("remote").ops.insert(
+            id,
+            Op::Small {
+                a,
+                dst: b,
+                host,
+                r: *r,
+            },
+        );
+        let c = &mut self.nodes[a].counters;
+        if r.opcode == op::ROP {
+            c.rops += 1;
+        } else {
+            c.mq_sends += 1;
+        }
+        self.nodes[a].outstanding += 1;
+        Ok(None)
+    }
+
+    /// Write the payload of active message `k` of another host into NI `b` at `at`.
+    pub(super) fn remote_am_payload(&mut self, k: (HostId, u64), b: usize, at: u64) -> bool {
+        let Some(p) = self.remote.as_mut().and_then(|r| r.payloads.remove(&k)) else {
+            return false;
+        };
+        read_dma(&self.nodes[b].dma).write(at, &p).is_ok()
+    }
+
+    /// Tell the host of operation `k` how it ended here.
+    pub(super) fn remote_answer(&mut self, k: (HostId, u64), status: Status, aux: u64) {
+        if let Some(rm) = self.remote.as_mut() {
+            rm.payloads.remove(&k);
+            rm.link.send(
+                k.0,
+                &Msg::Done {
+                    id: k.1,
+                    status: status as u16,
+                    dst_rank: 0,
+                    len: 0,
+                    aux,
+                },
+            );
+        }
     }
 
     /// PUT or GET of local NI `a` at NI `b` on another host.
@@ -346,6 +425,12 @@ impl State {
                 n.outstanding -= 1;
                 if status != Status::Ok {
                     n.dr_message_count -= 1;
+                    self.fail(a, &r, status);
+                }
+            }
+            Op::Small { a, r, .. } => {
+                self.nodes[a].outstanding -= 1;
+                if status != Status::Ok {
                     self.fail(a, &r, status);
                 }
             }
@@ -469,11 +554,12 @@ impl State {
         }
         self.frame(
             host,
-            Msg::SendDone {
+            Msg::Done {
                 id,
                 status: status as u16,
                 dst_rank,
                 len: n,
+                aux: 0,
             },
         );
     }
@@ -640,7 +726,23 @@ impl State {
             });
             let _ = before;
             if let Some(rm) = self.remote.as_mut() {
-                for k in dropped.into_iter().flatten() {
+                for k in dropped.drain(..).flatten() {
+                    rm.payloads.remove(&k);
+                }
+            }
+            let n = &mut self.nodes[j];
+            let mut ams = 0;
+            n.am_waiting.retain(|m| {
+                let keep = m.src != x;
+                if !keep {
+                    ams += 1;
+                    dropped.push(m.remote);
+                }
+                keep
+            });
+            self.nodes[x].outstanding -= ams;
+            if let Some(rm) = self.remote.as_mut() {
+                for k in dropped.drain(..).flatten() {
                     rm.payloads.remove(&k);
                 }
             }
@@ -693,11 +795,12 @@ impl State {
         for (host, id) in answers {
             rm.link.send(
                 host,
-                &Msg::SendDone {
+                &Msg::Done {
                     id,
                     status: Status::PeerDown as u16,
                     dst_rank: 0,
                     len: 0,
+                    aux: 0,
                 },
             );
         }
@@ -728,11 +831,12 @@ impl State {
                 eager,
                 payload,
             } => {
-                let answer = |st: Status| Msg::SendDone {
+                let answer = |st: Status| Msg::Done {
                     id,
                     status: st as u16,
                     dst_rank: 0,
                     len: 0,
+                    aux: 0,
                 };
                 if !self.from_host(src, h) || !self.ours(dst) || (eager && payload.len() as u64 != len) {
                     self.bad_frame(h, "SEND that does not add up");
@@ -764,7 +868,7 @@ impl State {
             Msg::Pull { id, offset, len } => {
                 let rm = self.remote.as_ref().expect("remote");
                 let Some(Op::Send { a, r, host, .. }) = rm.ops.get(&id) else {
-                    // Gone meanwhile (its client left): the SEND_DONE we sent says so.
+                    // Gone meanwhile (its client left): the DONE we sent says so.
                     return;
                 };
                 let (a, r) = (*a, *r);
@@ -832,13 +936,37 @@ impl State {
                     self.issue_pulls(h, id);
                 }
             }
-            Msg::SendDone { id, status, .. } => {
+            Msg::Done {
+                id, status, aux, ..
+            } => {
                 let rm = self.remote.as_ref().expect("remote");
+                if let Some(Op::Small { a, dst, host, r }) = rm.ops.get(&id) {
+                    if *host != h {
+                        return self.bad_frame(h, "DONE for another host's operation");
+                    }
+                    let (a, dst, r) = (*a, *dst, *r);
+                    let status = status_of(status);
+                    if status == Status::Ok {
+                        let c = &mut self.nodes[a].counters;
+                        c.p0_packets_sent += 1;
+                        c.p0_bytes_sent += r.len;
+                        let mut c = super::ops::done(&r).expect("a completion");
+                        if r.opcode == op::ROP {
+                            c.rank = self.rank_of(dst);
+                            c.tag = r.mask;
+                        } else {
+                            c.aux = aux;
+                        }
+                        self.complete(a, c);
+                    }
+                    self.finish_op(id, status);
+                    return;
+                }
                 let Some(Op::Send { a, dst, host, r, .. }) = rm.ops.get(&id) else {
                     return;
                 };
                 if *host != h {
-                    return self.bad_frame(h, "SEND_DONE for another host's message");
+                    return self.bad_frame(h, "DONE for another host's message");
                 }
                 let (a, dst, r) = (*a, *dst, *r);
                 let status = status_of(status);
@@ -862,6 +990,77 @@ impl State {
                     );
                 }
                 self.finish_op(id, status);
+            }
+            Msg::Am {
+                id,
+                src,
+                dst,
+                src_rank,
+                handler,
+                payload,
+            } => {
+                if !self.from_host(src, h)
+                    || !self.ours(dst)
+                    || payload.len() as u64 > ni_abi::fastpath::AM_MAX_PAYLOAD
+                {
+                    self.bad_frame(h, "active message that does not add up");
+                    return self.remote_answer((h, id), Status::BadDescriptor, 0);
+                }
+                let b = dst as usize;
+                if !self.nodes[b].ready {
+                    return self.remote_answer((h, id), Status::PeerDown, 0);
+                }
+                if self.nodes[b].am.is_none() {
+                    return self.remote_answer((h, id), Status::NoHandlerRing, 0);
+                }
+                let len = payload.len() as u64;
+                self.remote
+                    .as_mut()
+                    .expect("remote")
+                    .payloads
+                    .insert((h, id), payload);
+                // The stand-in counts it as its own would: delivery takes it off.
+                self.nodes[src as usize].outstanding += 1;
+                self.nodes[b].am_waiting.push_back(super::node::PendingAm {
+                    src: src as usize,
+                    src_rank,
+                    user: 0,
+                    addr: 0,
+                    len,
+                    handler,
+                    remote: Some((h, id)),
+                });
+                self.flush_active_messages(b);
+            }
+            Msg::Mq {
+                id,
+                src,
+                dst,
+                key,
+                offset,
+                payload,
+            } => {
+                let Ok(msg) = <[u8; 64]>::try_from(payload.as_slice()) else {
+                    self.bad_frame(h, "message-queue SEND not of 64 bytes");
+                    return self.remote_answer((h, id), Status::BadLength, 0);
+                };
+                if !self.from_host(src, h) || !self.ours(dst) {
+                    self.bad_frame(h, "message-queue SEND that does not add up");
+                    return self.remote_answer((h, id), Status::BadDescriptor, 0);
+                }
+                let b = dst as usize;
+                if !self.nodes[b].ready {
+                    return self.remote_answer((h, id), Status::PeerDown, 0);
+                }
+                match self.mq_arrive(b, key, offset, &msg) {
+                    Ok(tail) => {
+                        let c = &mut self.nodes[b].counters;
+                        c.p0_packets_rcvd += 1;
+                        c.p0_bytes_rcvd += 64;
+                        self.remote_answer((h, id), Status::Ok, tail)
+                    }
+                    Err(st) => self.remote_answer((h, id), st, 0),
+                }
             }
             Msg::Put {
                 id,

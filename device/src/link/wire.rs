@@ -23,10 +23,12 @@ mod kind {
     pub const SEND: u8 = 4;
     pub const PULL: u8 = 5;
     pub const DATA: u8 = 6;
-    pub const SEND_DONE: u8 = 7;
+    pub const DONE: u8 = 7;
     pub const PUT: u8 = 8;
     pub const GET: u8 = 9;
     pub const REPLY: u8 = 10;
+    pub const AM: u8 = 11;
+    pub const MQ: u8 = 12;
 }
 
 /// What one daemon tells another. NI numbers are physical (fabric-wide); `id` names an
@@ -60,12 +62,33 @@ pub enum Msg {
         status: u16,
         payload: Vec<u8>,
     },
-    /// Send `id` was received (`status` Ok or Truncated with `len` bytes) or failed.
-    SendDone {
+    /// Send, active message or message-queue SEND `id` was delivered (`len` bytes; `aux`:
+    /// the queue's new Tail for MQ) or failed (`status`).
+    Done {
         id: u64,
         status: u16,
         dst_rank: u32,
         len: u64,
+        aux: u64,
+    },
+    /// An active message (ROP) for handler `handler` of NI `dst`.
+    Am {
+        id: u64,
+        src: u32,
+        dst: u32,
+        src_rank: u32,
+        handler: u64,
+        payload: Vec<u8>,
+    },
+    /// A T3E message-queue SEND: the 64-byte `payload` into the queue whose MQCW is at
+    /// `offset` of region `key` of NI `dst`.
+    Mq {
+        id: u64,
+        src: u32,
+        dst: u32,
+        key: u32,
+        offset: u64,
+        payload: Vec<u8>,
     },
     /// Write `payload` into region `key` of NI `dst` at `offset`.
     Put {
@@ -209,14 +232,37 @@ impl Msg {
                 o.u64(*id).u64(*offset).u16(*status);
                 (kind::DATA, payload)
             }
-            Msg::SendDone {
+            Msg::Done {
                 id,
                 status,
                 dst_rank,
                 len,
+                aux,
             } => {
-                o.u64(*id).u16(*status).u32(*dst_rank).u64(*len);
-                (kind::SEND_DONE, &[])
+                o.u64(*id).u16(*status).u32(*dst_rank).u64(*len).u64(*aux);
+                (kind::DONE, &[])
+            }
+            Msg::Am {
+                id,
+                src,
+                dst,
+                src_rank,
+                handler,
+                payload,
+            } => {
+                o.u64(*id).u32(*src).u32(*dst).u32(*src_rank).u64(*handler);
+                (kind::AM, payload)
+            }
+            Msg::Mq {
+                id,
+                src,
+                dst,
+                key,
+                offset,
+                payload,
+            } => {
+                o.u64(*id).u32(*src).u32(*dst).u32(*key).u64(*offset);
+                (kind::MQ, payload)
             }
             Msg::Put {
                 id,
@@ -320,11 +366,28 @@ impl Msg {
                 status: i.u16()?,
                 payload: i.rest()?,
             },
-            kind::SEND_DONE => Msg::SendDone {
+            kind::DONE => Msg::Done {
                 id: i.u64()?,
                 status: i.u16()?,
                 dst_rank: i.u32()?,
                 len: i.u64()?,
+                aux: i.u64()?,
+            },
+            kind::AM => Msg::Am {
+                id: i.u64()?,
+                src: i.u32()?,
+                dst: i.u32()?,
+                src_rank: i.u32()?,
+                handler: i.u64()?,
+                payload: i.rest()?,
+            },
+            kind::MQ => Msg::Mq {
+                id: i.u64()?,
+                src: i.u32()?,
+                dst: i.u32()?,
+                key: i.u32()?,
+                offset: i.u64()?,
+                payload: i.rest()?,
             },
             kind::PUT => Msg::Put {
                 id: i.u64()?,
@@ -390,11 +453,28 @@ mod tests {
                 status: 0,
                 payload: vec![7; CHUNK],
             },
-            Msg::SendDone {
+            Msg::Done {
                 id: 1,
                 status: 8,
                 dst_rank: 2,
                 len: 9,
+                aux: 4,
+            },
+            Msg::Am {
+                id: 4,
+                src: 1,
+                dst: 2,
+                src_rank: 0,
+                handler: 3,
+                payload: vec![5; 100],
+            },
+            Msg::Mq {
+                id: 5,
+                src: 1,
+                dst: 2,
+                key: 7,
+                offset: 64,
+                payload: vec![6; 64],
             },
             Msg::Put {
                 id: 2,
