@@ -162,9 +162,9 @@ impl Span {
         }
         // FNV-1a: any change to the file, even a comment, makes daemons refuse each other,
         // which is the point: they must agree on numbering, partitions and torus.
-        let digest = text
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        let digest = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
         Ok((
             Span {
                 me,
@@ -189,9 +189,7 @@ impl Span {
     /// The host of each NI of the fabric.
     pub fn host_of(&self) -> Vec<u32> {
         (0..self.names.len() as u32)
-            .flat_map(|h| {
-                (self.bases[h as usize]..self.bases[h as usize + 1]).map(move |_| h)
-            })
+            .flat_map(|h| (self.bases[h as usize]..self.bases[h as usize + 1]).map(move |_| h))
             .collect()
     }
 }
@@ -338,7 +336,15 @@ impl Daemon {
         torus: Option<&str>,
         direct: Option<Kind>,
     ) -> Result<Arc<Daemon>> {
-        Self::start_span(run_dir, nodes, partitions, collective_timeout, torus, direct, None)
+        Self::start_span(
+            run_dir,
+            nodes,
+            partitions,
+            collective_timeout,
+            torus,
+            direct,
+            None,
+        )
     }
 
     /// As [`Daemon::start`], as one host of a fabric that spans hosts (`span`: `nodes` is
@@ -412,7 +418,12 @@ impl Daemon {
                 digest: span.digest,
                 notify: Box::new(move || bell.ring()),
             })
-            .with_context(|| format!("starting the link of host {:?}", span.names[span.me as usize]))?;
+            .with_context(|| {
+                format!(
+                    "starting the link of host {:?}",
+                    span.names[span.me as usize]
+                )
+            })?;
             let l: Arc<dyn crate::link::Link> = Arc::new(l);
             fabric.lock().remote = Some(crate::fabric::remote::Remote::new(
                 l.clone(),

@@ -144,6 +144,39 @@ pass "active messages across hosts (handler ring, payloads checked, no ring refu
 ranks mq a:0 b:3
 pass "T3E message-queue SENDs across hosts (Tail, Limit, threshold interrupt)"
 
+# Unmodified MPI programs (tests/mpi/p2p.c, coll.c: Open MPI, pml cm + mtl ofi on the
+# provider "ni") with ranks on both hosts: rank r on NI 1, 4, 2, 5 (partition "four"). mpirun
+# and its ranks stay in the root namespace (its launcher talks to them over local sockets);
+# what crosses the veth is the daemons' link, which carries every message between hosts.
+if command -v mpirun >/dev/null && command -v mpicc >/dev/null && [ -e "$BIN/libni_fi.so" ]; then
+  mkdir -p "$D/prov" "$D/mpi"
+  ln -sf "$BIN/libni_fi.so" "$D/prov/libni-fi.so"
+  for prog in p2p coll; do
+    mpicc -O2 -g -Wall -Wextra -o "$D/mpi/$prog" "tests/mpi/$prog.c"
+  done
+  # Rank r of the job on NI (1 4 2 5)[r]: hosts a and b alternate.
+  printf '%s\n' '#!/bin/sh' \
+    'case "$OMPI_COMM_WORLD_RANK" in 0) s=a/ni1 ;; 1) s=b/ni4 ;; 2) s=a/ni2 ;; 3) s=b/ni5 ;; esac' \
+    "NI_SOCKET=\"$D/\$s.sock\" exec \"\$@\"" >"$D/mpi/on-host"
+  chmod +x "$D/mpi/on-host"
+  for prog in p2p coll; do
+    if ! FI_PROVIDER_PATH="$D/prov" FI_LOG_LEVEL=warn timeout -k 10 300 mpirun --allow-run-as-root \
+      --oversubscribe -n 4 --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include ni \
+      -x FI_PROVIDER_PATH -x FI_LOG_LEVEL "$D/mpi/on-host" "$D/mpi/$prog" \
+      >"$D/mpi-$prog.out" 2>&1 </dev/null; then
+      fail "MPI $prog across hosts: $(tail -n 30 "$D/mpi-$prog.out")"
+    fi
+    grep -q "FAIL" "$D/mpi-$prog.out" && fail "MPI $prog: $(grep FAIL "$D/mpi-$prog.out" | head)"
+    passes=$(grep -c "PASS" "$D/mpi-$prog.out" || true)
+    [ "$passes" -gt 0 ] || fail "MPI $prog printed no PASS: $(tail -n 20 "$D/mpi-$prog.out")"
+    pass "MPI $prog (Open MPI over the provider), 4 ranks on 2 hosts: $passes checks passed"
+  done
+  sent=$(ip netns exec "$NA" cat /proc/net/dev | awk -v d="$VA:" '$1 == d {print $10}')
+  echo "bytes host a sent over its veth so far: $sent"
+else
+  fail "Open MPI (mpirun, mpicc) or libni_fi.so missing: tests/run.sh installs and builds them"
+fi
+
 # Loss: TCP carries the link over dropped packets; nothing changes for the ranks.
 if ip netns exec "$NA" tc qdisc add dev "$VA" root netem delay 2ms 2>/dev/null; then
   ip netns exec "$NA" tc qdisc del dev "$VA" root

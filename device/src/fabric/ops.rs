@@ -693,7 +693,13 @@ impl State {
 
     /// A T3E SEND's 64 bytes into the queue at `offset` of NI `b`'s region `key`: the new
     /// Tail, or why not (device/abi/t3e.md).
-    pub(super) fn mq_arrive(&mut self, b: usize, key: u32, offset: u64, msg: &[u8; 64]) -> Result<u64, Status> {
+    pub(super) fn mq_arrive(
+        &mut self,
+        b: usize,
+        key: u32,
+        offset: u64,
+        msg: &[u8; 64],
+    ) -> Result<u64, Status> {
         let mr = *self.nodes[b].mrs.get(&key).ok_or(Status::BadKey)?;
         if mr.access & access::MESSAGE_QUEUE == 0 {
             return Err(Status::BadKey);

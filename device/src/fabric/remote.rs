@@ -129,7 +129,12 @@ pub struct Remote {
 }
 
 impl Remote {
-    pub fn new(link: Arc<dyn Link>, me: HostId, host_of: Vec<HostId>, names: Vec<String>) -> Remote {
+    pub fn new(
+        link: Arc<dyn Link>,
+        me: HostId,
+        host_of: Vec<HostId>,
+        names: Vec<String>,
+    ) -> Remote {
         let hosts = names.len();
         Remote {
             link,
@@ -163,7 +168,9 @@ impl State {
 
     /// Whether partition `members` has one on another host.
     pub(super) fn spans_hosts(&self, members: &[u32]) -> bool {
-        members.iter().any(|&m| self.other_host(m as usize).is_some())
+        members
+            .iter()
+            .any(|&m| self.other_host(m as usize).is_some())
     }
 
     fn frame(&mut self, host: HostId, m: Msg) -> bool {
@@ -179,7 +186,12 @@ impl State {
     }
 
     /// SEND from local NI `a` to NI `b` on another host (checked as a local one is).
-    pub(super) fn remote_send(&mut self, a: usize, b: usize, r: &Request) -> Result<Option<Completion>, Status> {
+    pub(super) fn remote_send(
+        &mut self,
+        a: usize,
+        b: usize,
+        r: &Request,
+    ) -> Result<Option<Completion>, Status> {
         let host = self.other_host(b).expect("remote peer");
         let rm = self.remote.as_ref().expect("remote");
         let eager = r.len <= EAGER_MAX && rm.eager_out[host as usize] + r.len <= EAGER_BUDGET;
@@ -471,7 +483,16 @@ impl State {
             let ok = read_dma(&self.nodes[b].dma)
                 .write(rv.addr, &payload[..n as usize])
                 .is_ok();
-            self.remote_received(b, &s, &rv, if ok { Status::Ok } else { Status::NotRegistered });
+            self.remote_received(
+                b,
+                &s,
+                &rv,
+                if ok {
+                    Status::Ok
+                } else {
+                    Status::NotRegistered
+                },
+            );
             return;
         }
         if n == 0 {
@@ -498,13 +519,23 @@ impl State {
             let Some(p) = rm.pulls.get_mut(&(host, id)) else {
                 return;
             };
-            if p.next >= p.n || p.next - p.got >= WINDOW * CHUNK as u64 || rm.link.queued(host) > QUEUE_MAX {
+            if p.next >= p.n
+                || p.next - p.got >= WINDOW * CHUNK as u64
+                || rm.link.queued(host) > QUEUE_MAX
+            {
                 return;
             }
             let len = (p.n - p.next).min(CHUNK as u64);
             let offset = p.next;
             p.next += len;
-            if !rm.link.send(host, &Msg::Pull { id, offset, len: len as u32 }) {
+            if !rm.link.send(
+                host,
+                &Msg::Pull {
+                    id,
+                    offset,
+                    len: len as u32,
+                },
+            ) {
                 // The link-down event that follows fails it.
                 return;
             }
@@ -533,7 +564,11 @@ impl State {
                 b,
                 Completion {
                     opcode: op::RECV,
-                    status: if truncated { Status::Truncated } else { Status::Ok } as u16,
+                    status: if truncated {
+                        Status::Truncated
+                    } else {
+                        Status::Ok
+                    } as u16,
                     rank: s.src_rank,
                     user: rv.user,
                     len: s.len,
@@ -620,7 +655,13 @@ impl State {
             rm.announced[i] = ready;
             for h in 0..rm.up.len() {
                 if rm.up[h] {
-                    rm.link.send(h as HostId, &Msg::Ready { node: i as u32, ready });
+                    rm.link.send(
+                        h as HostId,
+                        &Msg::Ready {
+                            node: i as u32,
+                            ready,
+                        },
+                    );
                 }
             }
         }
@@ -662,7 +703,13 @@ impl State {
         for (i, n) in self.nodes.iter().enumerate() {
             if rm.host_of[i] == rm.me && rm.announced[i] {
                 debug_assert!(n.ready || !rm.announced[i]);
-                rm.link.send(h, &Msg::Ready { node: i as u32, ready: true });
+                rm.link.send(
+                    h,
+                    &Msg::Ready {
+                        node: i as u32,
+                        ready: true,
+                    },
+                );
             }
         }
     }
@@ -686,7 +733,12 @@ impl State {
     fn remote_node_gone(&mut self, x: usize, status: Status) {
         let was_ready = std::mem::replace(&mut self.nodes[x].ready, false);
         let rm = self.remote.as_mut().expect("remote");
-        let ids: Vec<u64> = rm.ops.iter().filter(|(_, o)| o.dst() == x).map(|(&id, _)| id).collect();
+        let ids: Vec<u64> = rm
+            .ops
+            .iter()
+            .filter(|(_, o)| o.dst() == x)
+            .map(|(&id, _)| id)
+            .collect();
         for id in ids {
             self.finish_op(id, status);
         }
@@ -698,7 +750,13 @@ impl State {
             .map(|(&k, _)| k)
             .collect();
         for k in keys {
-            let p = self.remote.as_mut().unwrap().pulls.remove(&k).expect("pull");
+            let p = self
+                .remote
+                .as_mut()
+                .unwrap()
+                .pulls
+                .remove(&k)
+                .expect("pull");
             self.nodes[p.b].outstanding -= 1;
             let r = Request {
                 opcode: op::RECV,
@@ -774,13 +832,23 @@ impl State {
         let Some(rm) = self.remote.as_mut() else {
             return;
         };
-        let mine: Vec<u64> = rm.ops.iter().filter(|(_, o)| o.origin() == x).map(|(&id, _)| id).collect();
+        let mine: Vec<u64> = rm
+            .ops
+            .iter()
+            .filter(|(_, o)| o.origin() == x)
+            .map(|(&id, _)| id)
+            .collect();
         for id in mine {
             if let Some(Op::Send { host, eager, .. }) = rm.ops.remove(&id) {
                 rm.eager_out[host as usize] -= eager;
             }
         }
-        let pulls: Vec<(HostId, u64)> = rm.pulls.iter().filter(|(_, p)| p.b == x).map(|(&k, _)| k).collect();
+        let pulls: Vec<(HostId, u64)> = rm
+            .pulls
+            .iter()
+            .filter(|(_, p)| p.b == x)
+            .map(|(&k, _)| k)
+            .collect();
         let mut answers = Vec::new();
         for k in pulls {
             rm.pulls.remove(&k);
@@ -838,7 +906,10 @@ impl State {
                     len: 0,
                     aux: 0,
                 };
-                if !self.from_host(src, h) || !self.ours(dst) || (eager && payload.len() as u64 != len) {
+                if !self.from_host(src, h)
+                    || !self.ours(dst)
+                    || (eager && payload.len() as u64 != len)
+                {
                     self.bad_frame(h, "SEND that does not add up");
                     self.frame(h, answer(Status::BadDescriptor));
                     return;
@@ -872,12 +943,16 @@ impl State {
                     return;
                 };
                 let (a, r) = (*a, *r);
-                if *host != h || len as usize > CHUNK || offset.checked_add(len as u64).is_none_or(|e| e > r.len) {
+                if *host != h
+                    || len as usize > CHUNK
+                    || offset.checked_add(len as u64).is_none_or(|e| e > r.len)
+                {
                     self.bad_frame(h, "PULL outside its message");
                     return;
                 }
                 let mut payload = vec![0u8; len as usize];
-                let status = match read_dma(&self.nodes[a].dma).read(r.addr + offset, &mut payload) {
+                let status = match read_dma(&self.nodes[a].dma).read(r.addr + offset, &mut payload)
+                {
                     Ok(()) => Status::Ok,
                     Err(_) => {
                         payload.clear();
@@ -923,7 +998,11 @@ impl State {
                 let rm = self.remote.as_mut().expect("remote");
                 if !ok {
                     rm.pulls.remove(&(h, id));
-                    let st = if status == Status::Ok { Status::NotRegistered } else { status };
+                    let st = if status == Status::Ok {
+                        Status::NotRegistered
+                    } else {
+                        status
+                    };
                     self.remote_received(b, &s, &rv, st);
                     return;
                 }
@@ -962,7 +1041,10 @@ impl State {
                     self.finish_op(id, status);
                     return;
                 }
-                let Some(Op::Send { a, dst, host, r, .. }) = rm.ops.get(&id) else {
+                let Some(Op::Send {
+                    a, dst, host, r, ..
+                }) = rm.ops.get(&id)
+                else {
                     return;
                 };
                 if *host != h {
@@ -1074,7 +1156,14 @@ impl State {
                     self.bad_frame(h, "PUT that does not add up");
                     return;
                 }
-                let status = self.remote_access(dst as usize, key, offset, payload.len() as u64, access::REMOTE_WRITE)
+                let status = self
+                    .remote_access(
+                        dst as usize,
+                        key,
+                        offset,
+                        payload.len() as u64,
+                        access::REMOTE_WRITE,
+                    )
                     .and_then(|at| {
                         read_dma(&self.nodes[dst as usize].dma)
                             .write(at, &payload)
@@ -1165,12 +1254,19 @@ impl State {
                 // Chunks are answered in the order they were sent (one link, one target).
                 let at = k * CHUNK as u64;
                 let n = (r.len - at.min(r.len)).min(CHUNK as u64);
-                if k >= issued || offset != r.tag.wrapping_add(at) || (!put && payload.len() as u64 != n) {
+                if k >= issued
+                    || offset != r.tag.wrapping_add(at)
+                    || (!put && payload.len() as u64 != n)
+                {
                     self.bad_frame(h, "REPLY out of order or past its operation");
                     self.finish_op(id, Status::BadDescriptor);
                     return;
                 }
-                if !put && read_dma(&self.nodes[a].dma).write(r.addr + at, &payload).is_err() {
+                if !put
+                    && read_dma(&self.nodes[a].dma)
+                        .write(r.addr + at, &payload)
+                        .is_err()
+                {
                     self.finish_op(id, Status::NotRegistered);
                     return;
                 }
@@ -1190,7 +1286,14 @@ impl State {
     }
 
     /// The target IOVA of `[offset, offset + len)` of region `key` of our NI `b`.
-    fn remote_access(&self, b: usize, key: u32, offset: u64, len: u64, need: u32) -> Result<u64, Status> {
+    fn remote_access(
+        &self,
+        b: usize,
+        key: u32,
+        offset: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<u64, Status> {
         if !self.nodes[b].ready {
             return Err(Status::PeerDown);
         }

@@ -386,7 +386,10 @@ fn cross_rejoin(ni: &Ni) {
             Err(e) if matches!(status_of(&e), Some(Status::LinkDown | Status::PeerDown)) => {}
             Err(e) => panic!("ping: {e}"),
         }
-        assert!(t.elapsed() < Duration::from_secs(30), "peer never came back");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "peer never came back"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     println!("rejoined after {:?}", t.elapsed());
