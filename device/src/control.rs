@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ni_abi::control::{
-    Envelope, NodeCounters, NodeInfo, Request, Response, Status, MAX_REQUEST, PROTOCOL_VERSION,
+    Envelope, HostInfo, HostsInfo, NodeCounters, NodeInfo, Request, Response, Status, MAX_REQUEST,
+    PROTOCOL_VERSION,
 };
 
 use crate::daemon::{socket_path, Daemon};
@@ -165,6 +166,221 @@ fn parse(line: &[u8]) -> Result<Request, String> {
         .map_err(|e| format!("unknown or malformed request: {e}"))
 }
 
+/// How long a question to another daemon may take.
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Answer other daemons' questions about this one's NIs (`ni-ctl` on their host showing the
+/// whole fabric), for the daemon's life.
+pub fn serve_peers(daemon: Arc<Daemon>) {
+    let (Some(span), Some(link)) = (daemon.span.as_ref(), daemon.link.as_ref()) else {
+        return;
+    };
+    loop {
+        let (host, id, q) = span.queries.next_question();
+        let answer = match serde_json::from_slice::<Request>(&q) {
+            Ok(req @ (Request::Nodes | Request::Counters { .. })) => handle_local(&daemon, req),
+            Ok(_) => error("other daemons may ask for nodes and counters only"),
+            Err(e) => error(format!("not a control request: {e}")),
+        };
+        let mut payload = serde_json::to_vec(&answer).unwrap_or_default();
+        if payload.len() > crate::link::wire::CHUNK {
+            payload = serde_json::to_vec(&error("answer too long: ask for fewer NIs"))
+                .unwrap_or_default();
+        }
+        link.send(host, &crate::link::Msg::Answer { id, payload });
+    }
+}
+
+/// Ask host `h` the control request `req` about its NIs.
+fn ask(daemon: &Daemon, h: u32, req: &Request) -> Result<Response, String> {
+    let (Some(span), Some(link)) = (daemon.span.as_ref(), daemon.link.as_ref()) else {
+        return Err("the fabric is this daemon".into());
+    };
+    let q = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+    let a = span
+        .queries
+        .ask(link.as_ref(), h, q, PEER_TIMEOUT)
+        .map_err(|e| format!("host {}: {e}", span.names[h as usize]))?;
+    match serde_json::from_slice::<Response>(&a) {
+        Ok(Response::Error { error }) => Err(format!("host {}: {error}", span.names[h as usize])),
+        Ok(r) => Ok(r),
+        Err(e) => Err(format!(
+            "host {}: unreadable answer: {e}",
+            span.names[h as usize]
+        )),
+    }
+}
+
+fn hosts(daemon: &Daemon) -> Response {
+    let Some(span) = daemon.span.as_ref() else {
+        let n = daemon.slots.len() as u32;
+        return Response::Hosts(HostsInfo {
+            me: None,
+            hosts: vec![HostInfo {
+                name: "-".into(),
+                link: "-".into(),
+                first: 0,
+                end: n,
+                state: "self".into(),
+            }],
+            counters: Vec::new(),
+        });
+    };
+    let stats = daemon.link.as_ref().map(|l| l.stats()).unwrap_or_default();
+    let remote = daemon
+        .fabric
+        .lock()
+        .remote
+        .as_ref()
+        .map(|r| r.counters.clone())
+        .unwrap_or_default();
+    let mut counters = vec![
+        ("link_frames_sent".to_string(), stats.frames_sent),
+        ("link_bytes_sent".to_string(), stats.bytes_sent),
+        ("link_frames_rcvd".to_string(), stats.frames_rcvd),
+        ("link_bytes_rcvd".to_string(), stats.bytes_rcvd),
+        ("link_protocol_errors".to_string(), stats.protocol_errors),
+        ("link_timeouts".to_string(), stats.timeouts),
+        ("link_connects".to_string(), stats.connects),
+    ];
+    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(&remote) {
+        for (k, v) in m {
+            counters.push((format!("remote_{k}"), v.as_u64().unwrap_or(0)));
+        }
+    }
+    Response::Hosts(HostsInfo {
+        me: Some(span.names[span.me as usize].clone()),
+        hosts: (0..span.names.len())
+            .map(|h| HostInfo {
+                name: span.names[h].clone(),
+                link: span.links[h].clone(),
+                first: span.bases[h],
+                end: span.bases[h + 1],
+                state: if h as u32 == span.me {
+                    "self"
+                } else if stats.up.get(h).copied().unwrap_or(false) {
+                    "up"
+                } else {
+                    "down"
+                }
+                .into(),
+            })
+            .collect(),
+        counters,
+    })
+}
+
+/// Nodes and counters over the whole fabric: this daemon's NIs here, the others' from
+/// their daemons (a host that cannot answer shows as such, the rest still shows).
+fn fabric_wide(daemon: &Daemon, req: Request) -> Response {
+    let Some(span) = daemon.span.as_ref() else {
+        return handle_local(daemon, req);
+    };
+    let here = handle_local(daemon, req.clone());
+    match req {
+        Request::Nodes => {
+            let Response::Nodes { mut nodes } = here else {
+                return here;
+            };
+            for h in 0..span.names.len() as u32 {
+                if h == span.me {
+                    continue;
+                }
+                let theirs = match ask(daemon, h, &Request::Nodes) {
+                    Ok(Response::Nodes { nodes }) => nodes,
+                    other => {
+                        let why = match other {
+                            Err(e) => e,
+                            Ok(r) => format!("unexpected answer {r:?}"),
+                        };
+                        tracing::debug!("nodes of host {}: {why}", span.names[h as usize]);
+                        let st = daemon.fabric.lock();
+                        (span.bases[h as usize]..span.bases[h as usize + 1])
+                            .map(|n| {
+                                let mut row = unreachable_node(span, h, n);
+                                // What every daemon of the fabric knows alike.
+                                if let Some((p, r)) = st.partitions.of(n) {
+                                    row.partition = Some(p.name.clone());
+                                    row.rank = Some(r);
+                                }
+                                row.physical = st.physical_of(n);
+                                row
+                            })
+                            .collect()
+                    }
+                };
+                nodes.extend(theirs);
+            }
+            nodes.sort_by_key(|n| n.node);
+            Response::Nodes { nodes }
+        }
+        Request::Counters {
+            nodes: asked,
+            reset,
+        } => {
+            let all: Vec<u32> = if asked.is_empty() {
+                (0..daemon.slots.len() as u32).collect()
+            } else {
+                asked
+            };
+            if let Some(&bad) = all.iter().find(|&&n| n as usize >= daemon.slots.len()) {
+                return error(format!(
+                    "no NI {bad}: the fabric has NIs 0 to {}",
+                    daemon.slots.len() - 1
+                ));
+            }
+            let mut out = Vec::new();
+            for h in 0..span.names.len() as u32 {
+                let mine: Vec<u32> = all
+                    .iter()
+                    .copied()
+                    .filter(|&n| span.host_of(n) == Some(h))
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let req = Request::Counters { nodes: mine, reset };
+                let r = if h == span.me {
+                    Ok(handle_local(daemon, req))
+                } else {
+                    ask(daemon, h, &req)
+                };
+                match r {
+                    Ok(Response::Counters { counters }) => out.extend(counters),
+                    Ok(Response::Error { error: e }) | Err(e) => return error(e),
+                    Ok(r) => return error(format!("unexpected answer {r:?}")),
+                }
+            }
+            out.sort_by_key(|c| c.node);
+            Response::Counters { counters: out }
+        }
+        _ => here,
+    }
+}
+
+/// A row for an NI whose daemon could not be asked.
+fn unreachable_node(span: &crate::daemon::SpanView, h: u32, n: u32) -> NodeInfo {
+    NodeInfo {
+        node: n,
+        socket: "-".into(),
+        state: "host down".into(),
+        client_pid: None,
+        attaches: 0,
+        dma_regions: 0,
+        dma_bytes: 0,
+        client_kind: None,
+        client_name: None,
+        ready: false,
+        partition: None,
+        rank: None,
+        logical: n,
+        physical: String::new(),
+        link: "-".into(),
+        clsm: String::new(),
+        host: Some(span.names[h as usize].clone()),
+    }
+}
+
 fn node_range(daemon: &Daemon, nodes: &[u32]) -> Result<Vec<u32>, String> {
     let n = daemon.slots.len() as u32;
     if nodes.is_empty() {
@@ -197,7 +413,48 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
                 .to_string(),
         );
     }
+    if let Some(span) = daemon.span.as_ref() {
+        // What acts on one NI acts where it is: its stand-in here is not it.
+        let named = match &req {
+            Request::ResetNode { node }
+            | Request::PortSet { node, .. }
+            | Request::MlinkFault { node, .. }
+            | Request::DiagLoopback { node, .. } => vec![*node],
+            Request::DiagPing { from, .. } => vec![*from],
+            Request::Ports { nodes } => nodes.clone(),
+            _ => Vec::new(),
+        };
+        if let Some(&n) = named.iter().find(|n| !daemon.local.contains(n)) {
+            if let Some(h) = span.host_of(n) {
+                return error(format!(
+                    "NI {n} is on host {}: run ni-ctl there (this is host {})",
+                    span.names[h as usize], span.names[span.me as usize]
+                ));
+            }
+        }
+        if let Request::Ports { nodes } = &req {
+            if nodes.is_empty() {
+                return handle_local(
+                    daemon,
+                    Request::Ports {
+                        nodes: daemon.local.clone().collect(),
+                    },
+                );
+            }
+        }
+    }
     match req {
+        Request::Hosts => hosts(daemon),
+        Request::Nodes | Request::Counters { .. } => fabric_wide(daemon, req),
+        other => handle_local(daemon, other),
+    }
+}
+
+/// A request about this daemon's own NIs (`Nodes` and `Counters` list only them when the
+/// fabric spans hosts).
+fn handle_local(daemon: &Daemon, req: Request) -> Response {
+    match req {
+        Request::Hosts => hosts(daemon),
         Request::Status => {
             let attached = daemon
                 .slots
@@ -224,7 +481,16 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
             })
         }
         Request::Nodes => nodes(daemon),
-        Request::Counters { nodes, reset } => match node_range(daemon, &nodes) {
+        Request::Counters { nodes, reset } => match node_range(daemon, &nodes).and_then(|n| {
+            let local = &daemon.local;
+            if nodes.is_empty() {
+                return Ok(local.clone().collect());
+            }
+            match n.iter().find(|i| !local.contains(i)) {
+                Some(i) => Err(format!("NI {i} is on another host")),
+                None => Ok(n),
+            }
+        }) {
             Ok(nodes) => Response::Counters {
                 counters: nodes
                     .into_iter()
@@ -454,7 +720,10 @@ fn nodes(daemon: &Daemon) -> Response {
     // What the fabric knows, under its lock; then each NI's own state (lock order).
     let views: Vec<_> = {
         let st = daemon.fabric.lock();
-        (0..daemon.slots.len())
+        daemon
+            .local
+            .clone()
+            .map(|i| i as usize)
             .map(|i| {
                 let part = st.partitions.of(i as u32).map(|(p, r)| (p.name.clone(), r));
                 let n = &st.nodes[i];
@@ -477,12 +746,12 @@ fn nodes(daemon: &Daemon) -> Response {
         .collect();
     let pids = client_pids(daemon, &attached);
     Response::Nodes {
-        nodes: daemon
-            .slots
+        nodes: daemon.slots[daemon.local.start as usize..daemon.local.end as usize]
             .iter()
             .zip(views)
             .enumerate()
             .map(|(i, (s, (part, physical, ready, up, clsm)))| {
+                let i = i + daemon.local.start as usize;
                 let a = s.attachment.lock().map(|a| a.clone()).unwrap_or_default();
                 let ni = lock(&s.ni);
                 let (dma_regions, dma_bytes) = {
@@ -514,6 +783,7 @@ fn nodes(daemon: &Daemon) -> Response {
                     physical,
                     link: if up { "up" } else { "down" }.into(),
                     clsm: clsm.into(),
+                    host: daemon.span.as_ref().map(|s| s.names[s.me as usize].clone()),
                 }
             })
             .collect(),

@@ -103,6 +103,24 @@ pub struct HostConfig {
     pub nis: u32,
 }
 
+/// What the control socket shows of the fabric's hosts.
+pub struct SpanView {
+    pub me: u32,
+    pub names: Vec<String>,
+    pub links: Vec<String>,
+    pub bases: Vec<u32>,
+    pub queries: Arc<crate::fabric::remote::Queries>,
+}
+
+impl SpanView {
+    /// The host of NI `n`.
+    pub fn host_of(&self, n: u32) -> Option<u32> {
+        (0..self.names.len())
+            .find(|&h| (self.bases[h]..self.bases[h + 1]).contains(&n))
+            .map(|h| h as u32)
+    }
+}
+
 /// This daemon's place in a fabric that spans hosts.
 pub struct Span {
     pub me: u32,
@@ -211,6 +229,8 @@ pub struct Daemon {
     pub local: std::ops::Range<u32>,
     /// The link to the other daemons when the fabric spans hosts.
     pub link: Option<Arc<dyn crate::link::Link>>,
+    /// This daemon's place among them.
+    pub span: Option<SpanView>,
     pub fabric: Arc<Fabric>,
     pub started: Instant,
     _lock: File,
@@ -410,6 +430,7 @@ impl Daemon {
             torus,
         ));
         let mut link: Option<Arc<dyn crate::link::Link>> = None;
+        let mut view = None;
         if let Some(span) = &span {
             let bell = doorbell.clone();
             let l = crate::link::tcp::TcpLink::start(crate::link::tcp::Config {
@@ -425,12 +446,20 @@ impl Daemon {
                 )
             })?;
             let l: Arc<dyn crate::link::Link> = Arc::new(l);
-            fabric.lock().remote = Some(crate::fabric::remote::Remote::new(
+            let remote = crate::fabric::remote::Remote::new(
                 l.clone(),
                 span.me,
                 span.host_of(),
                 span.names.clone(),
-            ));
+            );
+            view = Some(SpanView {
+                me: span.me,
+                names: span.names.clone(),
+                links: span.addrs.iter().map(|a| a.to_string()).collect(),
+                bases: span.bases.clone(),
+                queries: remote.queries.clone(),
+            });
+            fabric.lock().remote = Some(remote);
             link = Some(l);
         }
         // After the remote part: partitions that span hosts get no window.
@@ -439,6 +468,7 @@ impl Daemon {
             run_dir,
             local: local.clone(),
             link,
+            span: view,
             slots,
             fabric: fabric.clone(),
             started: Instant::now(),
@@ -461,6 +491,12 @@ impl Daemon {
         std::thread::Builder::new()
             .name("control".into())
             .spawn(move || crate::control::serve(d, control))?;
+        if daemon.span.is_some() {
+            let d = daemon.clone();
+            std::thread::Builder::new()
+                .name("peer-queries".into())
+                .spawn(move || crate::control::serve_peers(d))?;
+        }
         match &span {
             None => tracing::info!(
                 nodes,

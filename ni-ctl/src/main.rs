@@ -57,6 +57,8 @@ enum Command {
     Route(RouteCommand),
     /// The interconnect torus: dimensions, datelines, logical-to-physical PE table.
     Topology,
+    /// The daemons of a fabric that spans hosts: their NIs, their links, the link counters.
+    Hosts,
     /// Partitions: which NIs may reach each other, numbered 0..size-1 in the order given.
     #[command(subcommand)]
     Partition(admin::PartitionCommand),
@@ -210,6 +212,7 @@ fn run(cli: &Cli) -> Result<()> {
         },
         Command::Route(RouteCommand::Show { a, b }) => route(&mut c, cli.json, *a, *b),
         Command::Topology => topology(&mut c, cli.json),
+        Command::Hosts => hosts(&mut c, cli.json),
         Command::Partition(p) => admin::partition(&mut c, cli.json, p),
         Command::Port(p) => admin::port(&mut c, cli.json, p),
         Command::MapOut(m) => admin::map_out(&mut c, cli.json, m),
@@ -252,8 +255,10 @@ fn nodes(c: &mut Client, json: bool) -> Result<()> {
     if json {
         return emit_json(&json!({ "nodes": nodes }));
     }
-    let mut t = Table::new([
-        ("NI", true),
+    // HOST only when the fabric spans hosts.
+    let spans = nodes.iter().any(|n| n.host.is_some());
+    let host_col = spans.then_some(("HOST", false));
+    let mut t = Table::new([("NI", true)].into_iter().chain(host_col).chain([
         ("STATE", false),
         ("CLIENT", false),
         ("PARTITION", false),
@@ -265,22 +270,28 @@ fn nodes(c: &mut Client, json: bool) -> Result<()> {
         ("DMA-REGIONS", true),
         ("DMA-BYTES", true),
         ("SOCKET", false),
-    ]);
+    ]));
     for n in &nodes {
-        t.row(vec![
-            n.node.to_string(),
-            node_state(n),
-            client_cell(n),
-            n.partition.clone().unwrap_or_else(|| "-".into()),
-            n.rank.map_or("-".into(), |r| r.to_string()),
-            n.logical.to_string(),
-            n.physical.clone(),
-            format!("{}({})", n.link, n.clsm),
-            n.attaches.to_string(),
-            n.dma_regions.to_string(),
-            n.dma_bytes.to_string(),
-            n.socket.clone(),
-        ]);
+        let host = spans.then(|| n.host.clone().unwrap_or_else(|| "-".into()));
+        t.row(
+            [n.node.to_string()]
+                .into_iter()
+                .chain(host)
+                .chain([
+                    node_state(n),
+                    client_cell(n),
+                    n.partition.clone().unwrap_or_else(|| "-".into()),
+                    n.rank.map_or("-".into(), |r| r.to_string()),
+                    n.logical.to_string(),
+                    n.physical.clone(),
+                    format!("{}({})", n.link, n.clsm),
+                    n.attaches.to_string(),
+                    n.dma_regions.to_string(),
+                    n.dma_bytes.to_string(),
+                    n.socket.clone(),
+                ])
+                .collect(),
+        );
     }
     emit(&t.render())
 }
@@ -570,6 +581,44 @@ fn route(c: &mut Client, json: bool, from: u32, to: u32) -> Result<()> {
 fn coords(phys: &str) -> Option<[u32; 3]> {
     let field = |i: usize| u32::from_str_radix(phys.get(i..i + 2)?, 16).ok();
     Some([field(4)?, field(2)?, field(0)?])
+}
+
+fn hosts(c: &mut Client, json: bool) -> Result<()> {
+    let h = match c.call(Request::Hosts)? {
+        Response::Hosts(h) => h,
+        r => return Err(unexpected("hosts", &r)),
+    };
+    if json {
+        return emit_json(&h);
+    }
+    let mut out = match &h.me {
+        None => "one host: the fabric is this daemon\n".to_string(),
+        Some(me) => format!("{} hosts; this is {me}\n", h.hosts.len()),
+    };
+    let mut t = Table::new([
+        ("HOST", false),
+        ("STATE", false),
+        ("NIS", false),
+        ("LINK", false),
+    ]);
+    for x in &h.hosts {
+        t.row(vec![
+            x.name.clone(),
+            x.state.clone(),
+            format!("{}-{}", x.first, x.end.saturating_sub(1)),
+            x.link.clone(),
+        ]);
+    }
+    out.push_str(&t.render());
+    if !h.counters.is_empty() {
+        out.push('\n');
+        let mut t = Table::new([("COUNTER", false), ("VALUE", true)]);
+        for (k, v) in &h.counters {
+            t.row(vec![k.clone(), v.to_string()]);
+        }
+        out.push_str(&t.render());
+    }
+    emit(&out)
 }
 
 fn topology(c: &mut Client, json: bool) -> Result<()> {

@@ -44,6 +44,8 @@ pub enum Request {
     Route { from: u32, to: u32 },
     /// The torus dimensions, datelines and the routing-tag LUT.
     Topology,
+    /// The daemons of a fabric that spans hosts, their NIs and links (links.md).
+    Hosts,
     /// Create a partition of `nodes` (NI numbers; rank i is `nodes[i]`). The NIs must be in
     /// no partition. Their clients see the change (new EPOCH: attach again).
     PartitionCreate { name: String, nodes: Vec<u32> },
@@ -151,6 +153,31 @@ pub enum Response {
     Ping(PingInfo),
     Loopback(LoopbackInfo),
     Traffic(TrafficInfo),
+    Hosts(HostsInfo),
+}
+
+/// The fabric's hosts as one daemon sees them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HostsInfo {
+    /// The host answering; none when the fabric is this one daemon.
+    pub me: Option<String>,
+    pub hosts: Vec<HostInfo>,
+    /// The link's counters (frames, bytes, protocol errors, timeouts, connects) and the
+    /// fabric's counters of work across hosts, name and value.
+    #[serde(default)]
+    pub counters: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HostInfo {
+    pub name: String,
+    /// Where its daemon listens for the others.
+    pub link: String,
+    /// Its NIs: `first..end`.
+    pub first: u32,
+    pub end: u32,
+    /// `self`, `up` or `down` (no connection to it now).
+    pub state: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -201,6 +228,9 @@ pub struct NodeInfo {
     /// Port 0's link state machine state (e.g. `IN_SYNC_GO`).
     #[serde(default)]
     pub clsm: String,
+    /// The host whose daemon serves it, when the fabric spans hosts.
+    #[serde(default)]
+    pub host: Option<String>,
 }
 
 /// Counter name and value pairs, in a stable order.

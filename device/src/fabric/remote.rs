@@ -18,8 +18,10 @@
 //! nothing is duplicated; frames of one link keep their order, so messages of one sender
 //! keep theirs.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use ni_abi::fastpath::{access, op, Completion, Request, Status};
 
@@ -109,8 +111,88 @@ pub struct RemoteCounters {
     pub failed_peer_down: u64,
 }
 
+/// Questions between daemons' control sockets (`Msg::Query`/`Answer`), opaque here: the
+/// poller only carries them between the link and the control threads, which block on them.
+#[derive(Default)]
+pub struct Queries {
+    inbound: Mutex<VecDeque<(HostId, u64, Vec<u8>)>>,
+    inbound_cv: Condvar,
+    /// Answers awaited (`None` until it comes), by id.
+    answers: Mutex<HashMap<u64, Option<Vec<u8>>>>,
+    answers_cv: Condvar,
+    next: AtomicU64,
+}
+
+/// Questions from other hosts waiting for the control thread, at most: more are refused.
+const QUERIES_MAX: usize = 64;
+
+impl Queries {
+    /// Ask `host` (through `link`) and wait up to `timeout` for its answer.
+    pub fn ask(
+        &self,
+        link: &dyn Link,
+        host: HostId,
+        q: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, String> {
+        if q.len() > CHUNK {
+            return Err("question too long".into());
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.answers).insert(id, None);
+        if !link.send(host, &Msg::Query { id, payload: q }) {
+            lock(&self.answers).remove(&id);
+            return Err("its link is down".into());
+        }
+        let g = lock(&self.answers);
+        let (mut g, _) = self
+            .answers_cv
+            .wait_timeout_while(g, timeout, |a| a.get(&id).is_some_and(|x| x.is_none()))
+            .unwrap_or_else(|e| e.into_inner());
+        match g.remove(&id).flatten() {
+            Some(a) => Ok(a),
+            None => Err(format!("no answer within {} ms", timeout.as_millis())),
+        }
+    }
+
+    /// The next question from another host (blocks).
+    pub fn next_question(&self) -> (HostId, u64, Vec<u8>) {
+        let mut g = lock(&self.inbound);
+        loop {
+            if let Some(q) = g.pop_front() {
+                return q;
+            }
+            g = self.inbound_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn question(&self, host: HostId, id: u64, q: Vec<u8>) -> bool {
+        let mut g = lock(&self.inbound);
+        if g.len() >= QUERIES_MAX {
+            return false;
+        }
+        g.push_back((host, id, q));
+        self.inbound_cv.notify_one();
+        true
+    }
+
+    fn answer(&self, id: u64, a: Vec<u8>) {
+        let mut g = lock(&self.answers);
+        // Only one that is awaited: a late or unasked answer costs nothing.
+        if let Some(slot) = g.get_mut(&id) {
+            *slot = Some(a);
+            self.answers_cv.notify_all();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub struct Remote {
     pub link: Arc<dyn Link>,
+    pub queries: Arc<Queries>,
     pub me: HostId,
     /// The host of every NI of the fabric.
     pub host_of: Vec<HostId>,
@@ -138,6 +220,7 @@ impl Remote {
         let hosts = names.len();
         Remote {
             link,
+            queries: Arc::new(Queries::default()),
             me,
             announced: vec![false; host_of.len()],
             host_of,
@@ -1280,6 +1363,26 @@ impl State {
                     }
                 }
                 self.issue_chunks(id);
+            }
+            Msg::Query { id, payload } => {
+                let rm = self.remote.as_ref().expect("remote");
+                if !rm.queries.question(h, id, payload) {
+                    let busy = br#"{"result":"error","error":"too many questions waiting"}"#;
+                    rm.link.send(
+                        h,
+                        &Msg::Answer {
+                            id,
+                            payload: busy.to_vec(),
+                        },
+                    );
+                }
+            }
+            Msg::Answer { id, payload } => {
+                self.remote
+                    .as_ref()
+                    .expect("remote")
+                    .queries
+                    .answer(id, payload);
             }
             Msg::Hello { .. } | Msg::Heartbeat => {}
         }

@@ -536,6 +536,9 @@ impl Loop {
         }
         .encode(&mut b);
         self.bufs[2 * c + 1][..b.len()].copy_from_slice(&b);
+        self.shared
+            .frames_sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.issue_write(c, 0, b.len());
         self.arm_read(c);
     }
@@ -770,6 +773,9 @@ impl Loop {
                     let mut out = lock(&self.shared.out);
                     if out[h].buf.is_empty() {
                         Msg::Heartbeat.encode(&mut out[h].buf);
+                        self.shared
+                            .frames_sent
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
                 _ => {}

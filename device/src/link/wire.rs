@@ -29,6 +29,8 @@ mod kind {
     pub const REPLY: u8 = 10;
     pub const AM: u8 = 11;
     pub const MQ: u8 = 12;
+    pub const QUERY: u8 = 13;
+    pub const ANSWER: u8 = 14;
 }
 
 /// What one daemon tells another. NI numbers are physical (fabric-wide); `id` names an
@@ -36,11 +38,17 @@ mod kind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
     /// First frame each way: who this is and which fabric description it runs.
-    Hello { host: u32, digest: u64 },
+    Hello {
+        host: u32,
+        digest: u64,
+    },
     /// Sent when nothing else was for a while, so silence means a dead peer.
     Heartbeat,
     /// NI `node` of the sender has (or no longer has) a client that takes messages.
-    Ready { node: u32, ready: bool },
+    Ready {
+        node: u32,
+        ready: bool,
+    },
     /// A message from `src` to `dst`. `payload` holds all `len` bytes (eager) or is empty
     /// and the receiver asks for them with `Pull` once a receive matches (rendezvous).
     Send {
@@ -54,7 +62,11 @@ pub enum Msg {
         payload: Vec<u8>,
     },
     /// The receiver of rendezvous send `id` asks for `len` bytes from `offset`.
-    Pull { id: u64, offset: u64, len: u32 },
+    Pull {
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
     /// Bytes of send `id` from `offset` (answering `Pull`); `status` non-zero: none, failed.
     Data {
         id: u64,
@@ -88,6 +100,16 @@ pub enum Msg {
         dst: u32,
         key: u32,
         offset: u64,
+        payload: Vec<u8>,
+    },
+    /// An administrator's question about the receiver's NIs (a control request, JSON), and
+    /// its answer: how `ni-ctl` on one host shows the whole fabric.
+    Query {
+        id: u64,
+        payload: Vec<u8>,
+    },
+    Answer {
+        id: u64,
         payload: Vec<u8>,
     },
     /// Write `payload` into region `key` of NI `dst` at `offset`.
@@ -275,6 +297,14 @@ impl Msg {
                 o.u64(*id).u32(*src).u32(*dst).u32(*key).u64(*offset);
                 (kind::PUT, payload)
             }
+            Msg::Query { id, payload } => {
+                o.u64(*id);
+                (kind::QUERY, payload)
+            }
+            Msg::Answer { id, payload } => {
+                o.u64(*id);
+                (kind::ANSWER, payload)
+            }
             Msg::Get {
                 id,
                 src,
@@ -397,6 +427,14 @@ impl Msg {
                 offset: i.u64()?,
                 payload: i.rest()?,
             },
+            kind::QUERY => Msg::Query {
+                id: i.u64()?,
+                payload: i.rest()?,
+            },
+            kind::ANSWER => Msg::Answer {
+                id: i.u64()?,
+                payload: i.rest()?,
+            },
             kind::GET => Msg::Get {
                 id: i.u64()?,
                 src: i.u32()?,
@@ -467,6 +505,14 @@ mod tests {
                 src_rank: 0,
                 handler: 3,
                 payload: vec![5; 100],
+            },
+            Msg::Query {
+                id: 6,
+                payload: b"{}".to_vec(),
+            },
+            Msg::Answer {
+                id: 6,
+                payload: b"[]".to_vec(),
             },
             Msg::Mq {
                 id: 5,
