@@ -111,7 +111,7 @@ pass "two daemons in two namespaces linked over the veth"
 # pid in RANK_PID.
 rank() {
   ip netns exec "$(ns_of "$1")" env NI_SOCKET="$D/$1/ni$2.sock" timeout 120 \
-    "$BIN/ni-test-rank" "$3" >"$4" 2>&1 &
+    "$BIN/${RANK_BIN:-ni-test-rank}" "$3" >"$4" 2>&1 &
   RANK_PID=$!
 }
 
@@ -143,6 +143,15 @@ ranks am a:0 b:3
 pass "active messages across hosts (handler ring, payloads checked, no ring refused)"
 ranks mq a:0 b:3
 pass "T3E message-queue SENDs across hosts (Tail, Limit, threshold interrupt)"
+
+# Collectives done in the network, members on both hosts: every host keeps the partition's
+# rounds, members' contributions travel to the others (JOIN), each host completes the round
+# and writes its own members' results (ni-test-coll checks every value against its own
+# reference arithmetic).
+for s in vectors combines globals; do
+  RANK_BIN=ni-test-coll ranks "$s" a:1 b:4 a:2 b:5
+  pass "collectives across hosts: $s, four ranks on alternating hosts"
+done
 
 # Unmodified MPI programs (tests/mpi/p2p.c, coll.c: Open MPI, pml cm + mtl ofi on the
 # provider "ni") with ranks on both hosts: rank r on NI 1, 4, 2, 5 (partition "four"). mpirun

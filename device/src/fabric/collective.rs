@@ -58,18 +58,20 @@ pub struct Entry {
 }
 
 #[derive(Debug)]
-struct Round {
-    entries: Vec<Option<Entry>>,
-    started: Instant,
+pub(super) struct Round {
+    pub(super) entries: Vec<Option<Entry>>,
+    pub(super) started: Instant,
+    /// Contributions of members on other hosts, by rank (their bytes from `req.addr` on).
+    pub(super) data: HashMap<usize, Vec<u8>>,
 }
 
 #[derive(Debug, Default)]
-struct Rounds {
+pub(super) struct Rounds {
     /// Sequence number of `rounds[0]`.
-    base: u64,
-    rounds: VecDeque<Round>,
+    pub(super) base: u64,
+    pub(super) rounds: VecDeque<Round>,
     /// Per rank: the sequence number of its next request.
-    next: Vec<u64>,
+    pub(super) next: Vec<u64>,
 }
 
 /// A partition's control-network state.
@@ -109,7 +111,7 @@ impl AsyncGlobal {
 }
 
 impl PartitionColl {
-    fn rounds(&mut self, k: Kind, size: usize) -> &mut Rounds {
+    pub(super) fn rounds(&mut self, k: Kind, size: usize) -> &mut Rounds {
         let r = self.rounds.entry(k).or_default();
         if r.next.len() != size {
             r.next = vec![r.base; size];
@@ -117,7 +119,7 @@ impl PartitionColl {
         r
     }
 
-    fn sized(&mut self, size: usize) {
+    pub(super) fn sized(&mut self, size: usize) {
         if self.reduce_results.len() != size {
             self.reduce_results = (0..size).map(|_| VecDeque::new()).collect();
             self.receive_only = (0..size).map(|_| VecDeque::new()).collect();
@@ -154,6 +156,10 @@ impl State {
     /// poller may still be queued behind another NI's), and the fast path's changes are
     /// mirrored there (`mirror_participation`).
     pub(super) fn flags(&self, node: usize) -> u32 {
+        if self.other_host(node).is_some() {
+            // As its host last announced them (`READY`).
+            return self.nodes[node].participation;
+        }
         let regs = lock(&self.slots[node].ni).cm5.participation();
         (self.nodes[node].participation & !participation::ABSTAIN_BITS) | regs
     }
@@ -237,8 +243,9 @@ impl State {
         words: [u32; MAX_WORDS],
     ) -> Result<Option<Completion>, Status> {
         let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
-        if self.spans_hosts(&members) {
-            return Err(Status::OtherHost);
+        let spans = self.spans_hosts(&members);
+        if spans {
+            self.span_check(&members, k, r)?;
         }
         let size = members.len();
         let flags = self.flags(a);
@@ -309,9 +316,14 @@ impl State {
             rs.rounds.push_back(Round {
                 entries: vec![None; size],
                 started: Instant::now(),
+                data: HashMap::new(),
             });
         }
         rs.rounds[idx].entries[rank] = Some(entry);
+        if spans {
+            // The other hosts' fabrics keep the same rounds and complete them alike.
+            self.span_join(&name, &members, k, seq, rank, &entry);
+        }
         let nodes = &mut self.nodes[a].counters;
         match k {
             Kind::Combine => nodes.combines += 1,
@@ -616,8 +628,12 @@ impl State {
                     let words = o.result.expect("checked");
                     self.com_result(members[r] as usize, &words[..len], o.overflow);
                 }
-                // An abstainer that still takes reductions: queue the result for it.
-                None if o.result.is_some() && pattern == Pattern::Reduce => {
+                // An abstainer that still takes reductions: queue the result for it (its
+                // own host does, if that is another).
+                None if o.result.is_some()
+                    && pattern == Pattern::Reduce
+                    && self.other_host(members[r] as usize).is_none() =>
+                {
                     if let Some(pc) = self.colls.get_mut(name) {
                         pc.reduce_results[r].push_back((*o, len as u64));
                     }
@@ -661,7 +677,7 @@ impl State {
             .iter()
             .map(|e| e.expect("every member joined"))
             .collect();
-        let result = self.run_vector(&entries);
+        let result = self.run_vector(&entries, &round.data);
         let bytes = entries[0].req.len * dtype::size(entries[0].req.access & 0xFF).unwrap_or(0);
         for e in &entries {
             match result {
@@ -680,7 +696,11 @@ impl State {
     }
 
     /// Move the data of a completed vector round. On a fault, which rank faulted.
-    fn run_vector(&self, e: &[Entry]) -> Result<(), (Status, u32)> {
+    fn run_vector(
+        &self,
+        e: &[Entry],
+        remote: &HashMap<usize, Vec<u8>>,
+    ) -> Result<(), (Status, u32)> {
         let r0 = e[0].req;
         let kind = r0.flags;
         let d = r0.access & 0xFF;
@@ -693,10 +713,28 @@ impl State {
             .map(|x| read_dma(&self.nodes[x.node].dma))
             .collect();
         let fault = |rank: usize| (Status::NotRegistered, rank as u32);
+        let elsewhere: Vec<bool> = e
+            .iter()
+            .map(|x| self.other_host(x.node).is_some())
+            .collect();
         let read = |rank: usize, addr: u64, buf: &mut [u8]| {
+            if elsewhere[rank] {
+                // Its contribution came with its JOIN; its host checked it.
+                let at = addr.wrapping_sub(e[rank].req.addr) as usize;
+                let src = remote
+                    .get(&rank)
+                    .and_then(|d| d.get(at..at + buf.len()))
+                    .ok_or_else(|| fault(rank))?;
+                buf.copy_from_slice(src);
+                return Ok(());
+            }
             dmas[rank].read(addr, buf).map_err(|_| fault(rank))
         };
         let write = |rank: usize, addr: u64, buf: &[u8]| {
+            if elsewhere[rank] {
+                // Its host writes its result.
+                return Ok(());
+            }
             dmas[rank].write(addr, buf).map_err(|_| fault(rank))
         };
         match kind {
@@ -790,6 +828,25 @@ impl State {
     /// `sup`: the supervisor async global instead, which only the registers show.
     pub(super) fn set_global(&mut self, a: usize, sup: bool, bit: bool) -> Result<(), Status> {
         let (name, members, rank) = self.partition_of(a).ok_or(Status::OutOfPartition)?;
+        if self.spans_hosts(&members) {
+            self.span_global(&name, &members, rank, sup, bit);
+        }
+        self.apply_global(&name, &members, rank, sup, bit);
+        Ok(())
+    }
+
+    /// Member `rank` of partition `name` set its async global `sup` to `bit`: update every
+    /// member here.
+    pub(super) fn apply_global(
+        &mut self,
+        name: &str,
+        members: &[u32],
+        rank: usize,
+        sup: bool,
+        bit: bool,
+    ) {
+        let name = name.to_string();
+        let members = members.to_vec();
         let (or, rose) =
             self.colls.entry(name).or_default().globals[sup as usize].set(members.len(), rank, bit);
         for &m in &members {
@@ -821,7 +878,6 @@ impl State {
                 );
             }
         }
-        Ok(())
     }
 
     /// A combine result for NI `m`'s COM receive FIFO.

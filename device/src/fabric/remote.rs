@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use ni_abi::fastpath::{access, op, Completion, Request, Status};
 
+use super::collective::{Door, Entry, Kind, Round};
 use super::node::{PendingSend, PostedRecv};
 use super::State;
 use crate::link::wire::CHUNK;
@@ -109,6 +110,9 @@ pub struct RemoteCounters {
     pub chunks_out: u64,
     pub failed_link_down: u64,
     pub failed_peer_down: u64,
+    /// Collective contributions (JOIN) sent to and taken from other hosts.
+    pub joins_out: u64,
+    pub joins_in: u64,
 }
 
 /// Questions between daemons' control sockets (`Msg::Query`/`Answer`), opaque here: the
@@ -202,12 +206,15 @@ pub struct Remote {
     pulls: HashMap<(HostId, u64), Pull>,
     /// Payloads of eager messages from other hosts waiting here for a receive.
     payloads: HashMap<(HostId, u64), Vec<u8>>,
-    /// Our NIs' readiness as last told to the other hosts.
-    announced: Vec<bool>,
+    /// Our NIs' readiness and participation flags as last told to the other hosts.
+    announced: Vec<(bool, u32)>,
     eager_out: Vec<u64>,
     pub up: Vec<bool>,
     pub counters: RemoteCounters,
     events: Vec<Event>,
+    /// Contributions of other hosts' members arriving ahead of their JOIN, and their total.
+    join_data: HashMap<(u32, u8, u64, u32), Vec<u8>>,
+    join_bytes: usize,
 }
 
 impl Remote {
@@ -222,7 +229,7 @@ impl Remote {
             link,
             queries: Arc::new(Queries::default()),
             me,
-            announced: vec![false; host_of.len()],
+            announced: vec![(false, 0); host_of.len()],
             host_of,
             names,
             next_id: 1,
@@ -233,6 +240,8 @@ impl Remote {
             up: vec![false; hosts],
             counters: RemoteCounters::default(),
             events: Vec::new(),
+            join_data: HashMap::new(),
+            join_bytes: 0,
         }
     }
 }
@@ -693,7 +702,7 @@ impl State {
         self.other_host(n as usize).is_none() && (n as usize) < self.nodes.len()
     }
 
-    fn from_host(&self, n: u32, host: HostId) -> bool {
+    fn hosted_by(&self, n: u32, host: HostId) -> bool {
         self.remote
             .as_ref()
             .and_then(|r| r.host_of.get(n as usize))
@@ -721,21 +730,27 @@ impl State {
         work
     }
 
-    /// Tell every host about our NIs whose readiness changed.
+    /// Tell every host about our NIs whose readiness or participation flags changed.
     fn announce(&mut self) -> bool {
         let mut changed = Vec::new();
         let rm = self.remote.as_ref().expect("remote");
-        for (i, n) in self.nodes.iter().enumerate() {
-            if rm.host_of[i] == rm.me && n.ready != rm.announced[i] {
-                changed.push((i, n.ready));
+        for i in 0..self.nodes.len() {
+            if rm.host_of[i] != rm.me {
+                continue;
+            }
+            let ready = self.nodes[i].ready;
+            // Flags matter only while there is a client (they reset with it).
+            let flags = if ready { self.flags(i) } else { 0 };
+            if (ready, flags) != rm.announced[i] {
+                changed.push((i, ready, flags));
             }
         }
         if changed.is_empty() {
             return false;
         }
         let rm = self.remote.as_mut().expect("remote");
-        for (i, ready) in changed {
-            rm.announced[i] = ready;
+        for (i, ready, flags) in changed {
+            rm.announced[i] = (ready, flags);
             for h in 0..rm.up.len() {
                 if rm.up[h] {
                     rm.link.send(
@@ -743,6 +758,7 @@ impl State {
                         &Msg::Ready {
                             node: i as u32,
                             ready,
+                            flags,
                         },
                     );
                 }
@@ -783,14 +799,15 @@ impl State {
         rm.up[h as usize] = true;
         tracing::info!(host = %rm.names[h as usize], "host joined the fabric");
         // What it must know of ours: every NI with a client.
-        for (i, n) in self.nodes.iter().enumerate() {
-            if rm.host_of[i] == rm.me && rm.announced[i] {
-                debug_assert!(n.ready || !rm.announced[i]);
+        for i in 0..self.nodes.len() {
+            let (ready, flags) = rm.announced[i];
+            if rm.host_of[i] == rm.me && ready {
                 rm.link.send(
                     h,
                     &Msg::Ready {
                         node: i as u32,
-                        ready: true,
+                        ready,
+                        flags,
                     },
                 );
             }
@@ -810,6 +827,27 @@ impl State {
         let rm = self.remote.as_mut().expect("remote");
         rm.payloads.retain(|&(host, _), _| host != h);
         rm.eager_out[h as usize] = 0;
+        // Contributions it had started to send will not be finished.
+        let parts: Vec<(u32, Vec<u32>)> = self
+            .partitions
+            .list()
+            .map(|p| (p.id, p.nodes.clone()))
+            .collect();
+        let rm = self.remote.as_mut().expect("remote");
+        let host_of = &rm.host_of;
+        let mut freed = 0;
+        rm.join_data.retain(|&(pid, _, _, rank), d| {
+            let theirs = parts
+                .iter()
+                .find(|(id, _)| *id == pid)
+                .and_then(|(_, m)| m.get(rank as usize))
+                .is_some_and(|&n| host_of[n as usize] == h);
+            if theirs {
+                freed += d.len();
+            }
+            !theirs
+        });
+        rm.join_bytes -= freed;
     }
 
     /// NI `x` of another host is gone (its client, or its host): fail what waited on it.
@@ -906,6 +944,8 @@ impl State {
         }
         if was_ready {
             self.publish_peers_up();
+            // Collectives need every member: what its partition had pending fails.
+            self.reset_partition_colls(x, status);
         }
     }
 
@@ -959,10 +999,11 @@ impl State {
 
     fn on_frame(&mut self, h: HostId, m: Msg) {
         match m {
-            Msg::Ready { node, ready } => {
-                if !self.from_host(node, h) {
+            Msg::Ready { node, ready, flags } => {
+                if !self.hosted_by(node, h) {
                     return self.bad_frame(h, "READY for an NI it does not host");
                 }
+                self.nodes[node as usize].participation = flags;
                 if ready {
                     if !self.nodes[node as usize].ready {
                         self.nodes[node as usize].ready = true;
@@ -989,7 +1030,7 @@ impl State {
                     len: 0,
                     aux: 0,
                 };
-                if !self.from_host(src, h)
+                if !self.hosted_by(src, h)
                     || !self.ours(dst)
                     || (eager && payload.len() as u64 != len)
                 {
@@ -1164,7 +1205,7 @@ impl State {
                 handler,
                 payload,
             } => {
-                if !self.from_host(src, h)
+                if !self.hosted_by(src, h)
                     || !self.ours(dst)
                     || payload.len() as u64 > ni_abi::fastpath::AM_MAX_PAYLOAD
                 {
@@ -1209,7 +1250,7 @@ impl State {
                     self.bad_frame(h, "message-queue SEND not of 64 bytes");
                     return self.remote_answer((h, id), Status::BadLength, 0);
                 };
-                if !self.from_host(src, h) || !self.ours(dst) {
+                if !self.hosted_by(src, h) || !self.ours(dst) {
                     self.bad_frame(h, "message-queue SEND that does not add up");
                     return self.remote_answer((h, id), Status::BadDescriptor, 0);
                 }
@@ -1235,7 +1276,7 @@ impl State {
                 offset,
                 payload,
             } => {
-                if !self.from_host(src, h) || !self.ours(dst) {
+                if !self.hosted_by(src, h) || !self.ours(dst) {
                     self.bad_frame(h, "PUT that does not add up");
                     return;
                 }
@@ -1277,7 +1318,7 @@ impl State {
                 offset,
                 len,
             } => {
-                if !self.from_host(src, h) || !self.ours(dst) || len as usize > CHUNK {
+                if !self.hosted_by(src, h) || !self.ours(dst) || len as usize > CHUNK {
                     self.bad_frame(h, "GET that does not add up");
                     return;
                 }
@@ -1384,8 +1425,263 @@ impl State {
                     .queries
                     .answer(id, payload);
             }
+            Msg::Join {
+                pid,
+                kind,
+                seq,
+                rank,
+                flags,
+                req,
+                words,
+                payload,
+            } => self.on_join(h, pid, kind, seq, rank, flags, &req, &words, payload),
+            Msg::JoinData {
+                pid,
+                kind,
+                seq,
+                rank,
+                payload,
+            } => {
+                if self.span_member(h, pid, rank).is_none() {
+                    return self.bad_frame(h, "JOIN_DATA for no member of its host");
+                }
+                let rm = self.remote.as_mut().expect("remote");
+                if rm.join_bytes + payload.len() > JOIN_BUFFER_MAX {
+                    return self.bad_frame(h, "collective contributions past the buffer limit");
+                }
+                rm.join_bytes += payload.len();
+                rm.join_data
+                    .entry((pid, kind, seq, rank))
+                    .or_default()
+                    .extend_from_slice(&payload);
+            }
+            Msg::Global {
+                pid,
+                rank,
+                sup,
+                bit,
+            } => match self.span_member(h, pid, rank) {
+                Some((name, members, _)) => {
+                    self.apply_global(&name, &members, rank as usize, sup, bit)
+                }
+                None => self.bad_frame(h, "GLOBAL for no member of its host"),
+            },
             Msg::Hello { .. } | Msg::Heartbeat => {}
         }
+    }
+
+    /// What a collective of a partition that spans hosts needs beyond a local one.
+    pub(super) fn span_check(&self, members: &[u32], k: Kind, r: &Request) -> Result<(), Status> {
+        use crate::cm5::combine::Pattern;
+        use ni_abi::fastpath::combine as cflag;
+        if k == Kind::Combine
+            && Pattern::from_bits((r.flags & cflag::PATTERN_MASK) as u32) == Pattern::RouterDone
+        {
+            // Network-done counts the messages in the network, which no host sees whole.
+            return Err(Status::OtherHost);
+        }
+        let rm = self.remote.as_ref().expect("remote");
+        for &m in members {
+            let h = rm.host_of[m as usize];
+            if h != rm.me && !rm.up[h as usize] {
+                return Err(Status::LinkDown);
+            }
+        }
+        if k == Kind::Vector {
+            let esize = ni_abi::fastpath::dtype::size(r.access & 0xFF).unwrap_or(0);
+            if r.len.saturating_mul(esize) > SPAN_DATA_MAX {
+                return Err(Status::BadLength);
+            }
+        }
+        Ok(())
+    }
+
+    /// Our member `rank` joined round `seq` of `k` in partition `name`: tell the partition's
+    /// other hosts, with the contribution they need.
+    pub(super) fn span_join(
+        &mut self,
+        name: &str,
+        members: &[u32],
+        k: Kind,
+        seq: u64,
+        rank: usize,
+        e: &Entry,
+    ) {
+        let Some(pid) = self.partitions.get(name).map(|p| p.id) else {
+            return;
+        };
+        let data = if k == Kind::Vector {
+            use ni_abi::fastpath::coll;
+            let r = e.req;
+            let bytes = r.len * ni_abi::fastpath::dtype::size(r.access & 0xFF).unwrap_or(0);
+            let needed = match r.flags {
+                coll::BARRIER => false,
+                coll::BCAST => rank == r.rank as usize,
+                _ => true,
+            };
+            let mut d = vec![0u8; if needed { bytes as usize } else { 0 }];
+            if !d.is_empty()
+                && read_dma(&self.nodes[e.node].dma)
+                    .read(r.addr, &mut d)
+                    .is_err()
+            {
+                // Checked at the join; unmapped since. The round fails on its own hosts
+                // when they find the bytes missing.
+                d.clear();
+            }
+            d
+        } else {
+            Vec::new()
+        };
+        let flags = self.flags(e.node);
+        let rm = self.remote.as_mut().expect("remote");
+        let mut hosts: Vec<HostId> = members
+            .iter()
+            .map(|&m| rm.host_of[m as usize])
+            .filter(|&h| h != rm.me)
+            .collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        let chunks: Vec<&[u8]> = if data.is_empty() {
+            vec![&[][..]]
+        } else {
+            data.chunks(CHUNK).collect()
+        };
+        let (last, rest) = chunks.split_last().expect("one chunk at least");
+        for h in hosts {
+            for c in rest {
+                rm.link.send(
+                    h,
+                    &Msg::JoinData {
+                        pid,
+                        kind: kind_code(k),
+                        seq,
+                        rank: rank as u32,
+                        payload: c.to_vec(),
+                    },
+                );
+            }
+            rm.link.send(
+                h,
+                &Msg::Join {
+                    pid,
+                    kind: kind_code(k),
+                    seq,
+                    rank: rank as u32,
+                    flags,
+                    req: e.req.encode().to_vec(),
+                    words: e.words.to_vec(),
+                    payload: last.to_vec(),
+                },
+            );
+            rm.counters.joins_out += 1;
+        }
+    }
+
+    /// Our member `rank` set its async global: tell the partition's other hosts.
+    pub(super) fn span_global(
+        &mut self,
+        name: &str,
+        members: &[u32],
+        rank: usize,
+        sup: bool,
+        bit: bool,
+    ) {
+        let Some(pid) = self.partitions.get(name).map(|p| p.id) else {
+            return;
+        };
+        let rm = self.remote.as_ref().expect("remote");
+        let mut hosts: Vec<HostId> = members
+            .iter()
+            .map(|&m| rm.host_of[m as usize])
+            .filter(|&h| h != rm.me)
+            .collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        for h in hosts {
+            rm.link.send(
+                h,
+                &Msg::Global {
+                    pid,
+                    rank: rank as u32,
+                    sup,
+                    bit,
+                },
+            );
+        }
+    }
+
+    /// The partition `pid` names and `rank`'s NI in it, if that NI is on host `h`.
+    fn span_member(&self, h: HostId, pid: u32, rank: u32) -> Option<(String, Vec<u32>, usize)> {
+        let p = self.partitions.list().find(|p| p.id == pid)?;
+        let node = *p.nodes.get(rank as usize)?;
+        self.hosted_by(node, h)
+            .then(|| (p.name.clone(), p.nodes.clone(), node as usize))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_join(
+        &mut self,
+        h: HostId,
+        pid: u32,
+        kind: u8,
+        seq: u64,
+        rank: u32,
+        flags: u32,
+        req: &[u8],
+        words: &[u32],
+        payload: Vec<u8>,
+    ) {
+        let (Some((name, members, node)), Some(k), Ok(raw)) = (
+            self.span_member(h, pid, rank),
+            kind_of(kind),
+            <&[u8; 64]>::try_from(req),
+        ) else {
+            return self.bad_frame(h, "JOIN for no member of its host");
+        };
+        let rm = self.remote.as_mut().expect("remote");
+        rm.counters.joins_in += 1;
+        let mut data = rm
+            .join_data
+            .remove(&(pid, kind, seq, rank))
+            .unwrap_or_default();
+        rm.join_bytes -= data.len();
+        data.extend_from_slice(&payload);
+        self.nodes[node].participation = flags;
+        let mut w = [0u32; crate::cm5::combine::MAX_WORDS];
+        for (d, s) in w.iter_mut().zip(words) {
+            *d = *s;
+        }
+        let entry = Entry {
+            node,
+            req: Request::decode(raw),
+            words: w,
+            door: Door::FastPath,
+        };
+        let size = members.len();
+        let pc = self.colls.entry(name.clone()).or_default();
+        pc.sized(size);
+        let rs = pc.rounds(k, size);
+        if seq < rs.base || seq - rs.base > ROUNDS_AHEAD_MAX {
+            tracing::warn!(partition = %name, ?k, seq, base = rs.base, "JOIN from another host out of step: ignored");
+            return;
+        }
+        let idx = (seq - rs.base) as usize;
+        while rs.rounds.len() <= idx {
+            rs.rounds.push_back(Round {
+                entries: vec![None; size],
+                started: std::time::Instant::now(),
+                data: HashMap::new(),
+            });
+        }
+        let round = &mut rs.rounds[idx];
+        round.entries[rank as usize] = Some(entry);
+        if !data.is_empty() {
+            round.data.insert(rank as usize, data);
+        }
+        rs.next[rank as usize] = rs.next[rank as usize].max(seq + 1);
+        self.nodes[node].outstanding += 1;
+        self.advance(&name);
     }
 
     /// The target IOVA of `[offset, offset + len)` of region `key` of our NI `b`.
@@ -1409,6 +1705,33 @@ impl State {
             _ => Err(Status::OutOfBounds),
         }
     }
+}
+
+/// A member's contribution to a collective whose partition spans hosts, at most: it travels
+/// to every other host of the partition and waits there for the round.
+pub const SPAN_DATA_MAX: u64 = 64 << 20;
+/// Contribution bytes from other hosts held for rounds not yet joined, at most.
+const JOIN_BUFFER_MAX: usize = 1 << 30;
+/// Rounds ahead of the oldest open one a member of another host may join.
+const ROUNDS_AHEAD_MAX: u64 = 4096;
+
+fn kind_code(k: Kind) -> u8 {
+    match k {
+        Kind::Combine => 0,
+        Kind::Vector => 1,
+        Kind::Sync => 2,
+        Kind::Flush => 3,
+    }
+}
+
+fn kind_of(c: u8) -> Option<Kind> {
+    Some(match c {
+        0 => Kind::Combine,
+        1 => Kind::Vector,
+        2 => Kind::Sync,
+        3 => Kind::Flush,
+        _ => return None,
+    })
 }
 
 /// Chunks a one-sided operation of `len` bytes takes: one at least, so a zero-length one

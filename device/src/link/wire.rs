@@ -12,9 +12,9 @@ pub const MAGIC: u32 = 0x4c46_494e;
 pub const VERSION: u32 = 1;
 /// Payload bytes one frame carries at most: larger transfers go as several.
 pub const CHUNK: usize = 128 << 10;
-/// The header, and the longest frame (header, fields, one chunk).
+/// The header, and the longest frame (header, fields, one chunk; JOIN has the most fields).
 pub const HEADER: usize = 8;
-pub const MAX_FRAME: usize = HEADER + 64 + CHUNK;
+pub const MAX_FRAME: usize = HEADER + 256 + CHUNK;
 
 mod kind {
     pub const HELLO: u8 = 1;
@@ -31,7 +31,13 @@ mod kind {
     pub const MQ: u8 = 12;
     pub const QUERY: u8 = 13;
     pub const ANSWER: u8 = 14;
+    pub const JOIN: u8 = 15;
+    pub const JOIN_DATA: u8 = 16;
+    pub const GLOBAL: u8 = 17;
 }
+
+/// Combine words a JOIN carries at most.
+pub const JOIN_WORDS: usize = 16;
 
 /// What one daemon tells another. NI numbers are physical (fabric-wide); `id` names an
 /// operation of the daemon that started it, unique there for the link's life.
@@ -44,10 +50,39 @@ pub enum Msg {
     },
     /// Sent when nothing else was for a while, so silence means a dead peer.
     Heartbeat,
-    /// NI `node` of the sender has (or no longer has) a client that takes messages.
+    /// NI `node` of the sender has (or no longer has) a client that takes messages, and its
+    /// control-network participation flags.
     Ready {
         node: u32,
         ready: bool,
+        flags: u32,
+    },
+    /// Member `rank` of partition `pid` joined round `seq` of collective `kind` with request
+    /// `req` (its 64 bytes), combine `words`, participation `flags`; `payload` is the end of
+    /// its contribution (`JoinData` frames before it carry the rest, in order).
+    Join {
+        pid: u32,
+        kind: u8,
+        seq: u64,
+        rank: u32,
+        flags: u32,
+        req: Vec<u8>,
+        words: Vec<u32>,
+        payload: Vec<u8>,
+    },
+    JoinData {
+        pid: u32,
+        kind: u8,
+        seq: u64,
+        rank: u32,
+        payload: Vec<u8>,
+    },
+    /// Member `rank` of partition `pid` set its async global (`sup`: the supervisor's) to `bit`.
+    Global {
+        pid: u32,
+        rank: u32,
+        sup: bool,
+        bit: bool,
     },
     /// A message from `src` to `dst`. `payload` holds all `len` bytes (eager) or is empty
     /// and the receiver asks for them with `Pull` once a receive matches (rendezvous).
@@ -218,9 +253,47 @@ impl Msg {
                 (kind::HELLO, &[])
             }
             Msg::Heartbeat => (kind::HEARTBEAT, &[]),
-            Msg::Ready { node, ready } => {
-                o.u32(*node).u8(*ready as u8);
+            Msg::Ready { node, ready, flags } => {
+                o.u32(*node).u8(*ready as u8).u32(*flags);
                 (kind::READY, &[])
+            }
+            Msg::Join {
+                pid,
+                kind: k,
+                seq,
+                rank,
+                flags,
+                req,
+                words,
+                payload,
+            } => {
+                debug_assert!(req.len() == 64 && words.len() <= JOIN_WORDS);
+                o.u32(*pid).u8(*k).u64(*seq).u32(*rank).u32(*flags);
+                o.0.extend_from_slice(req);
+                o.u8(words.len() as u8);
+                for w in words {
+                    o.u32(*w);
+                }
+                (kind::JOIN, payload)
+            }
+            Msg::JoinData {
+                pid,
+                kind: k,
+                seq,
+                rank,
+                payload,
+            } => {
+                o.u32(*pid).u8(*k).u64(*seq).u32(*rank);
+                (kind::JOIN_DATA, payload)
+            }
+            Msg::Global {
+                pid,
+                rank,
+                sup,
+                bit,
+            } => {
+                o.u32(*pid).u32(*rank).u8(*sup as u8).u8(*bit as u8);
+                (kind::GLOBAL, &[])
             }
             Msg::Send {
                 id,
@@ -374,6 +447,39 @@ impl Msg {
             kind::READY => Msg::Ready {
                 node: i.u32()?,
                 ready: i.u8()? != 0,
+                flags: i.u32()?,
+            },
+            kind::JOIN => {
+                let (pid, k, seq, rank, flags) = (i.u32()?, i.u8()?, i.u64()?, i.u32()?, i.u32()?);
+                let req = i.take::<64>()?.to_vec();
+                let n = i.u8()? as usize;
+                if n > JOIN_WORDS {
+                    return Err(WireError::Short(kind::JOIN, n));
+                }
+                let words = (0..n).map(|_| i.u32()).collect::<Result<Vec<u32>, _>>()?;
+                Msg::Join {
+                    pid,
+                    kind: k,
+                    seq,
+                    rank,
+                    flags,
+                    req,
+                    words,
+                    payload: i.rest()?,
+                }
+            }
+            kind::JOIN_DATA => Msg::JoinData {
+                pid: i.u32()?,
+                kind: i.u8()?,
+                seq: i.u64()?,
+                rank: i.u32()?,
+                payload: i.rest()?,
+            },
+            kind::GLOBAL => Msg::Global {
+                pid: i.u32()?,
+                rank: i.u32()?,
+                sup: i.u8()? != 0,
+                bit: i.u8()? != 0,
             },
             kind::SEND => Msg::Send {
                 id: i.u64()?,
@@ -469,6 +575,30 @@ mod tests {
             Msg::Ready {
                 node: 9,
                 ready: true,
+                flags: 3,
+            },
+            Msg::Join {
+                pid: 1,
+                kind: 2,
+                seq: 3,
+                rank: 4,
+                flags: 5,
+                req: vec![6; 64],
+                words: vec![7, 8],
+                payload: vec![9; 10],
+            },
+            Msg::JoinData {
+                pid: 1,
+                kind: 2,
+                seq: 3,
+                rank: 4,
+                payload: vec![1; CHUNK],
+            },
+            Msg::Global {
+                pid: 1,
+                rank: 2,
+                sup: true,
+                bit: false,
             },
             Msg::Send {
                 id: 1,
@@ -560,6 +690,46 @@ mod tests {
             at += n;
         }
         assert_eq!(at, buf.len());
+    }
+
+    #[test]
+    fn the_fullest_frame_of_every_kind_fits() {
+        let full = vec![0u8; CHUNK];
+        for m in [
+            Msg::Join {
+                pid: u32::MAX,
+                kind: 1,
+                seq: u64::MAX,
+                rank: u32::MAX,
+                flags: u32::MAX,
+                req: vec![0; 64],
+                words: vec![0; JOIN_WORDS],
+                payload: full.clone(),
+            },
+            Msg::Send {
+                id: 0,
+                src: 0,
+                dst: 0,
+                src_rank: 0,
+                tag: 0,
+                len: CHUNK as u64,
+                eager: true,
+                payload: full.clone(),
+            },
+            Msg::Put {
+                id: 0,
+                src: 0,
+                dst: 0,
+                key: 0,
+                offset: 0,
+                payload: full.clone(),
+            },
+        ] {
+            let mut b = Vec::new();
+            m.encode(&mut b);
+            assert_eq!(Msg::frame_len(&b), Ok(Some(b.len())));
+            assert_eq!(Msg::decode(&b).unwrap(), m);
+        }
     }
 
     #[test]
