@@ -14,97 +14,19 @@
 # from bookworm if missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-BIN=$ROOT/target/release
+# shellcheck source-path=SCRIPTDIR source=lib.bash
+. tests/multihost/lib.bash
+BIN=$MH_BIN
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+fail() { mh_fail "$@"; }
 pass() { echo "ok: $*"; }
 
-[ "$(id -u)" = 0 ] || fail "network namespaces need root (ip netns); run as root"
-need=()
-command -v ip >/dev/null || need+=(iproute2)
-command -v nft >/dev/null || need+=(nftables)
-command -v bc >/dev/null || need+=(bc)
-if [ ${#need[@]} -gt 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -t bookworm "${need[@]}"
-fi
-[ -x "$BIN/ni-device" ] && [ -x "$BIN/ni-test-rank" ] || cargo build --workspace --release -q
-
-ID=$$
-NA=ni-mh-a-$ID
-NB=ni-mh-b-$ID
-VA=nimha$ID
-VB=nimhb$ID
-D=$(mktemp -d /tmp/ni-multihost.XXXXXX)
-PIDS=()
-
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  ip netns pids "$NA" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-  ip netns pids "$NB" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-  ip netns del "$NA" 2>/dev/null || true
-  ip netns del "$NB" 2>/dev/null || true
-}
-trap cleanup EXIT
-
-ip netns add "$NA"
-ip netns add "$NB"
-ip link add "$VA" type veth peer name "$VB"
-ip link set "$VA" netns "$NA"
-ip link set "$VB" netns "$NB"
-ip -n "$NA" addr add 10.77.0.1/24 dev "$VA"
-ip -n "$NB" addr add 10.77.0.2/24 dev "$VB"
-for n in "$NA" "$NB"; do ip -n "$n" link set lo up; done
-ip -n "$NA" link set "$VA" up
-ip -n "$NB" link set "$VB" up
-
-# Host a has NIs 0-2, host b 3-5. "pair": one rank per host; "four": ranks alternate hosts.
-cat > "$D/fabric.toml" <<EOF
-[[host]]
-name = "a"
-link = "10.77.0.1:7470"
-nis = 3
-
-[[host]]
-name = "b"
-link = "10.77.0.2:7470"
-nis = 3
-
-[[partition]]
-name = "pair"
-nodes = [0, 3]
-
-[[partition]]
-name = "four"
-nodes = [1, 4, 2, 5]
-EOF
-
-ns_of() { [ "$1" = a ] && echo "$NA" || echo "$NB"; }
-
-# start_daemon HOST [LOG]: its daemon in its namespace, logs in $D/LOG.log (default HOST).
-start_daemon() {
-  local h=$1
-  ip netns exec "$(ns_of "$h")" env NI_LOG=info "$BIN/ni-device" --fabric "$D/fabric.toml" \
-    --host "$h" --run-dir "$D/$h" >"$D/${2:-$h}.log" 2>&1 &
-  eval "PID_$h=$!"
-  PIDS+=($!)
-}
-
-# wait_for FILE PATTERN [SECONDS]
-wait_for() {
-  local t=$((${3:-20} * 10))
-  while ! grep -q -- "$2" "$1" 2>/dev/null; do
-    t=$((t - 1))
-    [ $t -gt 0 ] || fail "no '$2' in $1 within ${3:-20} s: $(tail -n 5 "$1" 2>/dev/null)"
-    sleep 0.1
-  done
-}
-
-start_daemon a
-start_daemon b
-wait_for "$D/a.log" "host joined the fabric"
-wait_for "$D/b.log" "host joined the fabric"
+mh_setup
+D=$MH_DIR NA=$MH_NA NB=$MH_NB VA=$MH_VA PID_b=$MH_PID_b
+[ -x "$BIN/ni-test-rank" ] && [ -x "$BIN/ni-test-coll" ] || cargo build --workspace --release -q
+ns_of() { mh_ns "$1"; }
+start_daemon() { mh_daemon "$@"; eval "PID_$1=\$MH_PID_$1"; }
+wait_for() { mh_wait_for "$@"; }
 pass "two daemons in two namespaces linked over the veth"
 
 # rank HOST NI SCENARIO OUT: one rank in HOST's namespace on NI, in the background; its
@@ -208,6 +130,30 @@ rank b 3 cross-fault "$D/cut.b.out"
 rb=$RANK_PID
 wait_for "$D/cut.a.out" "^waiting"
 wait_for "$D/cut.b.out" "^waiting"
+# ni-ctl on either host shows the whole fabric: the other host's NI with its client, the
+# link up with traffic counted.
+for h in a b; do
+  "$BIN/ni-ctl" --run-dir "$D/$h" --json nodes >"$D/nodes.$h.json"
+  "$BIN/ni-ctl" --run-dir "$D/$h" --json hosts >"$D/hosts.$h.json"
+done
+python3 - "$D" <<'PY' || fail "ni-ctl nodes/hosts do not show the whole fabric (see $D/nodes.*.json)"
+import json, sys
+d = sys.argv[1]
+for me, other in (("a", "b"), ("b", "a")):
+    nodes = {n["node"]: n for n in json.load(open(f"{d}/nodes.{me}.json"))["nodes"]}
+    assert sorted(nodes) == list(range(6)), f"{me}: NIs {sorted(nodes)}"
+    for ni, host in ((0, "a"), (3, "b")):
+        n = nodes[ni]
+        assert n["host"] == host and n["state"] == "attached" and n["ready"], f"{me} sees NI {ni}: {n}"
+    hosts = json.load(open(f"{d}/hosts.{me}.json"))
+    states = {h["name"]: h["state"] for h in hosts["hosts"]}
+    assert states == {me: "self", other: "up"}, states
+    c = dict(hosts["counters"])
+    assert c["link_bytes_sent"] > 0 and c["link_protocol_errors"] == 0, c
+    print(f"ni-ctl on host {me}: 6 NIs, NI 0 and 3 attached; link to {other} up, "
+          f"{c['link_bytes_sent']} bytes sent, {c['remote_sends_out']} sends out")
+PY
+pass "ni-ctl nodes and hosts on either host show every NI and the link"
 sleep 0.3
 cut=$(date +%s.%N)
 ip -n "$NA" link set "$VA" down

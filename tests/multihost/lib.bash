@@ -1,0 +1,105 @@
+# shellcheck shell=bash
+# Sourced by tests/multihost/run.sh, tests/vm/guests-multihost.sh and tests/bench/multihost.sh:
+# two "hosts" a and b as network namespaces joined by a veth pair (10.77.0.1 and .2), each
+# with its own ni-device (--fabric, --host) whose run directory is $MH_DIR/<host>.
+#   mh_setup [DIRECT]     namespaces, veth, fabric.toml (host a: NIs 0-2, b: NIs 3-5;
+#                         partitions "pair" = [0, 3], "four" = [1, 4, 2, 5]), both daemons
+#                         (--direct DIRECT, default isolated), both linked
+#   mh_daemon HOST [LOG]  (re)start HOST's daemon, log $MH_DIR/LOG.log (default HOST)
+#   mh_ns HOST            the namespace of HOST
+#   mh_cleanup            kill what runs in the namespaces, delete them (an EXIT trap)
+# Needs root; installs iproute2, nftables and bc from bookworm if missing. MH_BIN: the
+# binaries (default target/release).
+
+MH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+MH_BIN="${MH_BIN:-$MH_ROOT/target/release}"
+MH_ID=$$
+MH_NA=ni-mh-a-$MH_ID
+MH_NB=ni-mh-b-$MH_ID
+MH_VA=nimha$MH_ID
+MH_VB=nimhb$MH_ID
+MH_DIRECT=isolated
+MH_DIR=""
+MH_PIDS=()
+
+mh_fail() { echo "FAIL: $*" >&2; exit 1; }
+
+mh_ns() { [ "$1" = a ] && echo "$MH_NA" || echo "$MH_NB"; }
+
+mh_cleanup() {
+  local p
+  for p in "${MH_PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  ip netns pids "$MH_NA" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+  ip netns pids "$MH_NB" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+  ip netns del "$MH_NA" 2>/dev/null || true
+  ip netns del "$MH_NB" 2>/dev/null || true
+}
+
+# mh_wait_for FILE PATTERN [SECONDS]
+mh_wait_for() {
+  local t=$((${3:-20} * 10))
+  while ! grep -q -- "$2" "$1" 2>/dev/null; do
+    t=$((t - 1))
+    [ $t -gt 0 ] || mh_fail "no '$2' in $1 within ${3:-20} s: $(tail -n 5 "$1" 2>/dev/null)"
+    sleep 0.1
+  done
+}
+
+mh_daemon() {
+  local h=$1 log=${2:-$1}
+  ip netns exec "$(mh_ns "$h")" env NI_LOG=info NO_COLOR=1 "$MH_BIN/ni-device" \
+    --fabric "$MH_DIR/fabric.toml" --host "$h" --run-dir "$MH_DIR/$h" --direct "$MH_DIRECT" \
+    >"$MH_DIR/$log.log" 2>&1 &
+  eval "MH_PID_$h=$!"
+  MH_PIDS+=($!)
+}
+
+mh_setup() {
+  MH_DIRECT=${1:-isolated}
+  [ "$(id -u)" = 0 ] || mh_fail "network namespaces need root (ip netns); run as root"
+  local need=()
+  command -v ip >/dev/null || need+=(iproute2)
+  command -v nft >/dev/null || need+=(nftables)
+  command -v bc >/dev/null || need+=(bc)
+  if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm "${need[@]}" >/dev/null
+  fi
+  [ -x "$MH_BIN/ni-device" ] || (cd "$MH_ROOT" && cargo build --workspace --release -q)
+  MH_DIR=$(mktemp -d /tmp/ni-multihost.XXXXXX)
+  trap mh_cleanup EXIT
+  ip netns add "$MH_NA"
+  ip netns add "$MH_NB"
+  ip link add "$MH_VA" type veth peer name "$MH_VB"
+  ip link set "$MH_VA" netns "$MH_NA"
+  ip link set "$MH_VB" netns "$MH_NB"
+  ip -n "$MH_NA" addr add 10.77.0.1/24 dev "$MH_VA"
+  ip -n "$MH_NB" addr add 10.77.0.2/24 dev "$MH_VB"
+  ip -n "$MH_NA" link set lo up
+  ip -n "$MH_NB" link set lo up
+  ip -n "$MH_NA" link set "$MH_VA" up
+  ip -n "$MH_NB" link set "$MH_VB" up
+  cat >"$MH_DIR/fabric.toml" <<TOML
+[[host]]
+name = "a"
+link = "10.77.0.1:7470"
+nis = 3
+
+[[host]]
+name = "b"
+link = "10.77.0.2:7470"
+nis = 3
+
+[[partition]]
+name = "pair"
+nodes = [0, 3]
+
+[[partition]]
+name = "four"
+nodes = [1, 4, 2, 5]
+TOML
+  mh_daemon a
+  mh_daemon b
+  mh_wait_for "$MH_DIR/a.log" "host joined the fabric"
+  mh_wait_for "$MH_DIR/b.log" "host joined the fabric"
+}
