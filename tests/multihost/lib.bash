@@ -51,6 +51,7 @@ mh_daemon() {
     --fabric "$MH_DIR/fabric.toml" --host "$h" --run-dir "$MH_DIR/$h" --direct "$MH_DIRECT" \
     >"$MH_DIR/$log.log" 2>&1 &
   eval "MH_PID_$h=$!"
+  disown "$!"
   MH_PIDS+=($!)
 }
 
