@@ -2,9 +2,10 @@
 # Sourced by tests/multihost/run.sh, tests/vm/guests-multihost.sh and tests/bench/multihost.sh:
 # two "hosts" a and b as network namespaces joined by a veth pair (10.77.0.1 and .2), each
 # with its own ni-device (--fabric, --host) whose run directory is $MH_DIR/<host>.
-#   mh_setup [DIRECT]     namespaces, veth, fabric.toml (host a: NIs 0-2, b: NIs 3-5;
-#                         partitions "pair" = [0, 3], "four" = [1, 4, 2, 5]), both daemons
-#                         (--direct DIRECT, default isolated), both linked
+#   mh_setup [DIRECT]     namespaces, veth, fabric.toml (MH_NIS NIs per host, default 3:
+#                         host a NIs 0-2, b 3-5; partitions MH_PARTITIONS, TOML, default
+#                         "pair" = [0, 3], "four" = [1, 4, 2, 5]), both daemons (--direct
+#                         DIRECT, default isolated), both linked
 #   mh_daemon HOST [LOG]  (re)start HOST's daemon, log $MH_DIR/LOG.log (default HOST)
 #   mh_ns HOST            the namespace of HOST
 #   mh_cleanup            kill what runs in the namespaces, delete them (an EXIT trap)
@@ -20,6 +21,14 @@ MH_VA=nimha$MH_ID
 MH_VB=nimhb$MH_ID
 MH_DIRECT=isolated
 MH_DIR=""
+MH_NIS="${MH_NIS:-3}"
+MH_PARTITIONS="${MH_PARTITIONS:-'[[partition]]
+name = "pair"
+nodes = [0, 3]
+
+[[partition]]
+name = "four"
+nodes = [1, 4, 2, 5]'}"
 MH_PIDS=()
 
 mh_fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -84,20 +93,14 @@ mh_setup() {
 [[host]]
 name = "a"
 link = "10.77.0.1:7470"
-nis = 3
+nis = $MH_NIS
 
 [[host]]
 name = "b"
 link = "10.77.0.2:7470"
-nis = 3
+nis = $MH_NIS
 
-[[partition]]
-name = "pair"
-nodes = [0, 3]
-
-[[partition]]
-name = "four"
-nodes = [1, 4, 2, 5]
+$MH_PARTITIONS
 TOML
   mh_daemon a
   mh_daemon b

@@ -571,10 +571,31 @@ fn run_ni(o: &Opts, specs: &[Spec], ranks: u32, pl: Placement, what: &str) -> La
     launch(c, what, o.timeout + Duration::from_secs(30), None)
 }
 
+/// Cross-host runs (tests/bench/multihost.sh, `NIB_HOSTS=NS_A,NS_B`): the network namespaces
+/// of hosts a and b. Rank 0 runs on a, rank 1 on b; the script's launchers place the rest.
+fn hosts() -> Option<(String, String)> {
+    let v = std::env::var("NIB_HOSTS").ok()?;
+    let (a, b) = v.split_once(',')?;
+    Some((a.to_string(), b.to_string()))
+}
+
+/// `prog` to run in network namespace `ns` (none: here).
+fn in_ns(ns: Option<&str>, prog: &Path) -> Command {
+    match ns {
+        Some(n) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", n]).arg(prog);
+            c
+        }
+        None => Command::new(prog),
+    }
+}
+
 fn run_sock(o: &Opts, kind: sock::Kind, specs: &[Spec], pl: Placement, what: &str) -> Launch {
     let me = std::env::current_exe().unwrap_or_else(|_| "ni-bench".into());
     let max = buffer_bytes(specs);
-    let mut srv = Command::new(&me);
+    let hosts = hosts();
+    let mut srv = in_ns(hosts.as_ref().map(|h| h.1.as_str()), &me);
     srv.args(["sock-serve", kind.name(), &max.to_string()])
         .arg(std::env::temp_dir())
         .env("NIB_PIN", pl.name())
@@ -601,7 +622,7 @@ fn run_sock(o: &Opts, kind: sock::Kind, specs: &[Spec], pl: Placement, what: &st
             return fail(e);
         }
     };
-    let mut c = Command::new(&me);
+    let mut c = in_ns(hosts.as_ref().map(|h| h.0.as_str()), &me);
     c.args(["sock-drive", kind.name(), &addr])
         .env("NIB_SPECS", specs_env(specs, 2))
         .env("NIB_PIN", pl.name())
@@ -667,7 +688,11 @@ fn run_mpi(
     what: &str,
     ni: bool,
 ) -> Launch {
-    let mut c = Command::new("mpirun");
+    let hosts = hosts();
+    // Across hosts mpirun runs on host a and starts its orted on host b through the script's
+    // rsh agent (NIB_RSH: "ssh" into a namespace), as it would on two machines; ranks
+    // alternate hosts (--map-by node).
+    let mut c = in_ns(hosts.as_ref().map(|h| h.0.as_str()), Path::new("mpirun"));
     c.args([
         "--allow-run-as-root",
         "--oversubscribe",
@@ -675,7 +700,32 @@ fn run_mpi(
         "none",
     ]);
     let mut daemon = None;
-    if ni {
+    if hosts.is_some() {
+        let addrs = std::env::var("NIB_HOST_ADDRS").unwrap_or_default();
+        let slots: Vec<String> = addrs.split(',').map(|a| format!("{a}:{ranks}")).collect();
+        c.args(["--host", &slots.join(","), "--map-by", "node"])
+            .args(["--mca", "plm_rsh_agent"])
+            .arg(std::env::var_os("NIB_RSH").unwrap_or_default());
+        // The ranks on host b get their environment from its orted: pass it on.
+        for (k, _) in o.plan.env() {
+            c.args(["-x", &k]);
+        }
+        c.args(["-x", "NIB_PIN"]);
+        // Over ni, NIB_MPI_WRAPPER (the script's) puts each rank on its NI of its host's
+        // daemon; without ni, Open MPI's TCP carries it between the hosts.
+        if ni {
+            c.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+                .args(["--mca", "mtl_ofi_provider_include", "ni"])
+                .args(["-x", "FI_PROVIDER_PATH", "-x", "NIB_MPI_NI"])
+                .env("NIB_MPI_NI", "1")
+                .env(
+                    "FI_PROVIDER_PATH",
+                    provider_dir().map(|p| p.0).unwrap_or_default(),
+                );
+        } else {
+            c.args(["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]);
+        }
+    } else if ni {
         let fail = |e: String| Launch {
             points: vec![],
             ok: false,
@@ -725,8 +775,11 @@ fn run_mpi(
         // would if it saw the oversubscription.
         c.args(["--mca", "mpi_yield_when_idle", "1"]);
     }
-    c.args(["-np", &ranks.to_string()])
-        .arg(dir.join(r.program))
+    c.args(["-np", &ranks.to_string()]);
+    if let Some(w) = std::env::var_os("NIB_MPI_WRAPPER").filter(|_| hosts.is_some()) {
+        c.arg(w);
+    }
+    c.arg(dir.join(r.program))
         .args(&r.args)
         .env("NIB_PIN", pl.name())
         .envs(o.plan.env());
@@ -860,7 +913,9 @@ fn run(o: Opts) -> R<()> {
                 }
                 if spec::socket_mode(mode, p) {
                     for kind in [sock::Kind::Tcp, sock::Kind::Unix] {
-                        if o.baselines.iter().any(|b| b == kind.name()) {
+                        // Unix sockets do not cross hosts.
+                        let here = hosts().is_none() || kind == sock::Kind::Tcp;
+                        if here && o.baselines.iter().any(|b| b == kind.name()) {
                             let what = format!("{mode} {} P={p} {}", kind.name(), pl.name());
                             let l = run_sock(&o, kind, &specs, pl, &what);
                             keep(mode, kind.name(), pl, l, &mut recs);
@@ -871,7 +926,8 @@ fn run(o: Opts) -> R<()> {
                     for r in spec::mpi_runs(mode, &o.sizes) {
                         let what = format!("{mode} mpi {} P={p} {}", r.args[1], pl.name());
                         let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, false);
-                        keep(mode, "mpi", pl, l, &mut recs);
+                        let t = if hosts().is_some() { "mpi-tcp" } else { "mpi" };
+                        keep(mode, t, pl, l, &mut recs);
                     }
                 }
                 if mpi_ni {

@@ -61,7 +61,12 @@ impl Rec {
     }
 }
 
-pub const TRANSPORTS: &[&str] = &["ni", "tcp", "unix", "mpi", "mpi-ni"];
+/// The width of the `ni×T` column: 9, or its title and a space.
+fn ratio_width(t: &str) -> usize {
+    9.max(t.chars().count() + 4)
+}
+
+pub const TRANSPORTS: &[&str] = &["ni", "tcp", "unix", "mpi", "mpi-tcp", "mpi-ni"];
 
 fn describe(metric: &str) -> &'static str {
     match metric {
@@ -173,7 +178,8 @@ pub fn tables(recs: &[Rec], threshold: f64, placements: &[(String, String)]) -> 
         }
         for t in present.iter().filter(|t| **t != "ni") {
             if present.contains(&"ni") {
-                hdr += &format!("{:>9}", format!("ni×{t}"));
+                let h = format!("ni×{t}");
+                hdr += &format!("{h:>w$}", w = ratio_width(t));
             }
         }
         let _ = writeln!(out, "{hdr}");
@@ -212,7 +218,7 @@ pub fn tables(recs: &[Rec], threshold: f64, placements: &[(String, String)]) -> 
                         .and_then(|r| r.value())
                         .map(|b| format!("{:.2}", unit.advantage(ni, b)))
                         .unwrap_or_default();
-                    line += &format!("{cell:>9}");
+                    line += &format!("{cell:>w$}", w = ratio_width(t));
                 }
             }
             let _ = writeln!(out, "{line}");

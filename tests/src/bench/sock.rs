@@ -170,7 +170,9 @@ pub fn server(kind: Kind, max: usize, dir: &std::path::Path) -> R<()> {
     let mut out = std::io::stdout();
     match kind {
         Kind::Tcp => {
-            let l = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+            // Across hosts (tests/bench/multihost.sh) the address the other host reaches.
+            let ip = std::env::var("NIB_TCP_BIND").unwrap_or_else(|_| "127.0.0.1".into());
+            let l = TcpListener::bind((ip.as_str(), 0)).map_err(io)?;
             writeln!(out, "ADDR {}", l.local_addr().map_err(io)?).map_err(io)?;
             out.flush().map_err(io)?;
             let (s, _) = l.accept().map_err(io)?;
