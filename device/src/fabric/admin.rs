@@ -120,12 +120,15 @@ impl State {
         // Messages waiting at x (x's own to itself included): their senders hear.
         let waiting: Vec<PendingSend> = self.nodes[x].unexpected.drain(..).collect();
         for s in waiting {
-            self.forget_send(&s);
+            self.forget_send(&s, status);
             self.fail(s.src, &send_request(&s, x_rank), status);
         }
         let ams: Vec<PendingAm> = self.nodes[x].am_waiting.drain(..).collect();
         for m in ams {
             self.nodes[m.src].outstanding -= 1;
+            if let Some(k) = m.remote {
+                self.remote_answer(k, status, 0);
+            }
             self.fail(m.src, &rop_request(&m, x_rank), status);
         }
         for j in 0..self.nodes.len() {
@@ -145,11 +148,14 @@ impl State {
             n.recvs = live.into();
             n.outstanding -= dead.len();
             for s in mine {
-                self.forget_send(&s);
+                self.forget_send(&s, status);
                 self.fail(x, &send_request(&s, j_rank), status);
             }
             for m in my_ams {
                 self.nodes[x].outstanding -= 1;
+                if let Some(k) = m.remote {
+                    self.remote_answer(k, status, 0);
+                }
                 self.fail(x, &rop_request(&m, j_rank), status);
             }
             for rv in dead {
@@ -374,7 +380,7 @@ impl State {
                     self.nodes[b]
                         .unexpected
                         .retain(|w| !(w.src == s.src && w.user == s.user));
-                    self.forget_send(&s);
+                    self.forget_send(&s, Status::LinkDown);
                     self.fail(s.src, &send_request(&s, b_rank), Status::LinkDown);
                     failed += 1;
                 }

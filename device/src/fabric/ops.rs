@@ -129,8 +129,13 @@ impl State {
         d.p0_bytes_rcvd += bytes;
     }
 
-    /// A message `s` sent will never arrive: it no longer counts as in the network.
-    pub(super) fn forget_send(&mut self, s: &PendingSend) {
+    /// A message `s` sent will never arrive (`status`): it no longer counts as in the
+    /// network. One of another host's: that host hears, its sender's SEND fails there.
+    pub(super) fn forget_send(&mut self, s: &PendingSend, status: Status) {
+        if let Some(k) = s.remote {
+            self.remote_answer(k, status, 0);
+            return;
+        }
         let n = &mut self.nodes[s.src];
         n.outstanding -= 1;
         n.dr_message_count -= 1;
@@ -349,7 +354,7 @@ impl State {
                 Err(CopyFault::Source) => {
                     // The sender unmapped its buffer before the message could be taken.
                     self.nodes[b].unexpected.remove(i);
-                    self.forget_send(&s);
+                    self.forget_send(&s, Status::NotRegistered);
                     let r = Request {
                         opcode: op::SEND,
                         rank: self.rank_of(b),
@@ -752,7 +757,7 @@ impl State {
         let own = waiting.iter().filter(|s| s.src == x).count() as i64;
         self.nodes[x].dr_message_count -= own;
         for s in waiting.into_iter().filter(|s| s.src != x) {
-            self.forget_send(&s);
+            self.forget_send(&s, Status::PeerDown);
             let r = Request {
                 opcode: op::SEND,
                 rank: x_rank,

@@ -103,7 +103,7 @@ impl State {
             Purpose::Message { s, rv, b } => match f {
                 CopyFault::Source => {
                     self.nodes[b].recvs.push_front(rv);
-                    self.forget_send(&s);
+                    self.forget_send(&s, Status::NotRegistered);
                     let r = send_request(&s, self.partitions.rank_size(b as u32).0);
                     self.fail(s.src, &r, Status::NotRegistered);
                 }
@@ -135,7 +135,7 @@ impl State {
             match t.purpose {
                 Purpose::Message { s, rv, b } => {
                     // The message never arrives.
-                    self.forget_send(&s);
+                    self.forget_send(&s, status);
                     self.nodes[b].outstanding -= 1;
                     if b != x {
                         self.fail(b, &recv_request(&rv), status);
