@@ -22,13 +22,15 @@ MH_VB=nimhb$MH_ID
 MH_DIRECT=isolated
 MH_DIR=""
 MH_NIS="${MH_NIS:-3}"
-MH_PARTITIONS="${MH_PARTITIONS:-'[[partition]]
+if [ -z "${MH_PARTITIONS:-}" ]; then
+  MH_PARTITIONS='[[partition]]
 name = "pair"
 nodes = [0, 3]
 
 [[partition]]
 name = "four"
-nodes = [1, 4, 2, 5]'}"
+nodes = [1, 4, 2, 5]'
+fi
 MH_PIDS=()
 
 mh_fail() { echo "FAIL: $*" >&2; exit 1; }
