@@ -172,15 +172,48 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Answer other daemons' questions about this one's NIs (`ni-ctl` on their host showing the
 /// whole fabric), for the daemon's life.
 pub fn serve_peers(daemon: Arc<Daemon>) {
+    use crate::fabric::remote::Incoming;
     let (Some(span), Some(link)) = (daemon.span.as_ref(), daemon.link.as_ref()) else {
         return;
     };
     loop {
-        let (host, id, q) = span.queries.next_question();
+        let (host, id, q) = match span.queries.next_incoming() {
+            Incoming::Question(h, id, q) => (h, id, q),
+            Incoming::Change(h, seq, payload) => {
+                if h == span.manager {
+                    follow_change(&daemon, seq, &payload);
+                } else {
+                    tracing::warn!(host = %span.names[h as usize], "a change from a host that is not the partition manager: ignored");
+                }
+                continue;
+            }
+            Incoming::HostUp(h) => {
+                if span.me == span.manager {
+                    // Everything so far; it skips what it has applied.
+                    let log = lock_changes(span).log.clone();
+                    for (i, payload) in log.into_iter().enumerate() {
+                        link.send(
+                            h,
+                            &crate::link::Msg::Change {
+                                seq: i as u64 + 1,
+                                payload,
+                            },
+                        );
+                    }
+                }
+                continue;
+            }
+        };
         let answer = match serde_json::from_slice::<Request>(&q) {
             Ok(req @ (Request::Nodes | Request::Counters { .. })) => handle_local(&daemon, req),
             Ok(_) => error("other daemons may ask for nodes and counters only"),
-            Err(e) => error(format!("not a control request: {e}")),
+            Err(_) => match serde_json::from_slice::<PeerChange>(&q) {
+                Ok(PeerChange { change }) if span.me == span.manager && is_change(&change) => {
+                    make_change(&daemon, change)
+                }
+                Ok(_) => error("this host is not the partition manager"),
+                Err(e) => error(format!("not a control request: {e}")),
+            },
         };
         let mut payload = serde_json::to_vec(&answer).unwrap_or_default();
         if payload.len() > crate::link::wire::CHUNK {
@@ -191,12 +224,181 @@ pub fn serve_peers(daemon: Arc<Daemon>) {
     }
 }
 
+/// A change to the fabric asked of the partition manager by another host.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PeerChange {
+    change: Request,
+}
+
+/// Changes every daemon of a fabric must make alike: the partition manager's.
+fn is_change(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::PartitionCreate { .. }
+            | Request::PartitionDelete { .. }
+            | Request::PartitionRemoteBoot { .. }
+            | Request::MapOutNode { .. }
+            | Request::MapOutLink { .. }
+            | Request::MapOutClear
+            | Request::DatelineSet { .. }
+    )
+}
+
+fn lock_changes(
+    span: &crate::daemon::SpanView,
+) -> std::sync::MutexGuard<'_, crate::daemon::ChangeLog> {
+    span.changes.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where the partition manager keeps its changes across restarts: the description's digest,
+/// then one change per line.
+fn changes_path(daemon: &Daemon) -> std::path::PathBuf {
+    daemon.run_dir.join("fabric-changes.jsonl")
+}
+
+/// The partition manager makes `req` here, and if it is made, logs it and sends it to
+/// every other host (one that is down gets it when it rejoins).
+fn make_change(daemon: &Daemon, req: Request) -> Response {
+    let (Some(span), Some(link)) = (daemon.span.as_ref(), daemon.link.as_ref()) else {
+        return handle_local(daemon, req);
+    };
+    let mut log = lock_changes(span);
+    let payload = match serde_json::to_vec(&req) {
+        Ok(p) if p.len() <= crate::link::wire::CHUNK => p,
+        _ => return error("change too large"),
+    };
+    let resp = handle_local(daemon, req);
+    if matches!(resp, Response::Error { .. }) {
+        return resp;
+    }
+    let path = changes_path(daemon);
+    let persisted = (|| -> std::io::Result<()> {
+        let fresh = log.log.is_empty() || !path.exists();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        if fresh {
+            f.set_len(0)?;
+            writeln!(f, "{:#x}", span.digest)?;
+            for e in &log.log {
+                f.write_all(e)?;
+                f.write_all(b"\n")?;
+            }
+        }
+        f.write_all(&payload)?;
+        f.write_all(b"\n")
+    })();
+    if let Err(e) = persisted {
+        tracing::warn!(
+            "partition manager: cannot keep the change in {}: {e}",
+            path.display()
+        );
+    }
+    log.log.push(payload.clone());
+    let seq = log.log.len() as u64;
+    log.applied = seq;
+    for h in 0..span.names.len() as u32 {
+        if h != span.me {
+            link.send(
+                h,
+                &crate::link::Msg::Change {
+                    seq,
+                    payload: payload.clone(),
+                },
+            );
+        }
+    }
+    tracing::info!(seq, "partition manager: change made and sent to every host");
+    resp
+}
+
+/// Apply the partition manager's change `seq` here, once and in order.
+fn follow_change(daemon: &Daemon, seq: u64, payload: &[u8]) {
+    let Some(span) = daemon.span.as_ref() else {
+        return;
+    };
+    let mut log = lock_changes(span);
+    if seq <= log.applied {
+        return;
+    }
+    if seq > log.applied + 1 {
+        // Changes come in order on one connection, and all again after a reconnection.
+        tracing::info!(
+            seq,
+            applied = log.applied,
+            "partition manager's change out of order: waiting for the rest"
+        );
+        return;
+    }
+    log.applied = seq;
+    match serde_json::from_slice::<Request>(payload) {
+        Ok(req) if is_change(&req) => {
+            if let Response::Error { error } = handle_local(daemon, req) {
+                tracing::error!(seq, "the partition manager's change failed here: {error}: this host's partitions or torus differ from the others'");
+            } else {
+                tracing::info!(seq, "partition manager's change applied");
+            }
+        }
+        _ => tracing::warn!(
+            seq,
+            "the partition manager sent something that is not a change: ignored"
+        ),
+    }
+}
+
+/// The partition manager, restarted: make its logged changes again (kept with the digest
+/// of the description they were made on; another description starts afresh).
+pub fn replay_changes(daemon: &Daemon) -> anyhow::Result<()> {
+    let Some(span) = daemon.span.as_ref() else {
+        return Ok(());
+    };
+    let path = changes_path(daemon);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let mut lines = text.lines();
+    if lines.next() != Some(format!("{:#x}", span.digest).as_str()) {
+        tracing::info!(
+            "{}: made on another fabric description: starting afresh",
+            path.display()
+        );
+        let _ = std::fs::remove_file(&path);
+        return Ok(());
+    }
+    let mut log = lock_changes(span);
+    for (i, l) in lines.enumerate() {
+        let req: Request = serde_json::from_str(l)
+            .map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), i + 2))?;
+        if let Response::Error { error } = handle_local(daemon, req) {
+            anyhow::bail!(
+                "{} line {}: replaying the change failed: {error}",
+                path.display(),
+                i + 2
+            );
+        }
+        log.log.push(l.as_bytes().to_vec());
+    }
+    log.applied = log.log.len() as u64;
+    if !log.log.is_empty() {
+        tracing::info!(
+            changes = log.log.len(),
+            "partition manager: earlier changes made again"
+        );
+    }
+    Ok(())
+}
+
 /// Ask host `h` the control request `req` about its NIs.
 fn ask(daemon: &Daemon, h: u32, req: &Request) -> Result<Response, String> {
+    let q = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+    ask_raw(daemon, h, q)
+}
+
+fn ask_raw(daemon: &Daemon, h: u32, q: Vec<u8>) -> Result<Response, String> {
     let (Some(span), Some(link)) = (daemon.span.as_ref(), daemon.link.as_ref()) else {
         return Err("the fabric is this daemon".into());
     };
-    let q = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     let a = span
         .queries
         .ask(link.as_ref(), h, q, PEER_TIMEOUT)
@@ -222,6 +424,8 @@ fn hosts(daemon: &Daemon) -> Response {
                 first: 0,
                 end: n,
                 state: "self".into(),
+                manager: true,
+                changes: None,
             }],
             counters: Vec::new(),
         });
@@ -264,6 +468,8 @@ fn hosts(daemon: &Daemon) -> Response {
                     "down"
                 }
                 .into(),
+                manager: h as u32 == span.manager,
+                changes: (h as u32 == span.me).then(|| lock_changes(span).applied),
             })
             .collect(),
         counters,
@@ -395,23 +601,23 @@ fn node_range(daemon: &Daemon, nodes: &[u32]) -> Result<Vec<u32>, String> {
 }
 
 fn handle(daemon: &Daemon, req: Request) -> Response {
-    if daemon.link.is_some()
-        && matches!(
-            req,
-            Request::PartitionCreate { .. }
-                | Request::PartitionDelete { .. }
-                | Request::MapOutNode { .. }
-                | Request::MapOutLink { .. }
-                | Request::MapOutClear
-        )
-    {
-        // Every daemon must hold the same partitions and torus; until a partition manager
-        // pushes changes to all of them, they are the fabric description's.
-        return error(
-            "this fabric spans hosts: its partitions and map-outs are those of the fabric \
-             description (--fabric); change the file and restart its daemons"
-                .to_string(),
-        );
+    if let Some(span) = daemon.span.as_ref().filter(|_| is_change(&req)) {
+        // Every daemon must hold the same partitions and torus: one daemon, the partition
+        // manager, makes each change and sends it to the others.
+        if span.me == span.manager {
+            return make_change(daemon, req);
+        }
+        let m = span.manager;
+        let q = match serde_json::to_vec(&PeerChange { change: req }) {
+            Ok(q) => q,
+            Err(e) => return error(e.to_string()),
+        };
+        return match ask_raw(daemon, m, q) {
+            Ok(r) => r,
+            Err(e) => error(format!(
+                "the partition manager ({e}) cannot be reached: partitions and the torus stay as they are, and changes are refused until it is back"
+            )),
+        };
     }
     if let Some(span) = daemon.span.as_ref() {
         // What acts on one NI acts where it is: its stand-in here is not it.

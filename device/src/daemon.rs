@@ -91,6 +91,8 @@ pub struct FabricDescription {
     /// The torus of the whole fabric, `XxYxZ` (default: the smallest holding every NI).
     pub torus: Option<String>,
     pub collective_timeout_secs: Option<f64>,
+    /// The host whose daemon is the partition manager (default: the first).
+    pub manager: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,13 +105,24 @@ pub struct HostConfig {
     pub nis: u32,
 }
 
-/// What the control socket shows of the fabric's hosts.
+/// What the control socket shows of the fabric's hosts, and the partition manager's log.
 pub struct SpanView {
     pub me: u32,
+    pub manager: u32,
     pub names: Vec<String>,
     pub links: Vec<String>,
     pub bases: Vec<u32>,
+    pub digest: u64,
     pub queries: Arc<crate::fabric::remote::Queries>,
+    /// The fabric-wide changes (control requests, JSON) in the order the manager made them:
+    /// on the manager the whole log, elsewhere how many of them were applied here.
+    pub changes: Mutex<ChangeLog>,
+}
+
+#[derive(Default)]
+pub struct ChangeLog {
+    pub log: Vec<Vec<u8>>,
+    pub applied: u64,
 }
 
 impl SpanView {
@@ -124,6 +137,7 @@ impl SpanView {
 /// This daemon's place in a fabric that spans hosts.
 pub struct Span {
     pub me: u32,
+    pub manager: u32,
     pub names: Vec<String>,
     pub addrs: Vec<std::net::SocketAddr>,
     /// The first NI of each host, and one past the last host's.
@@ -178,6 +192,13 @@ impl Span {
                 .with_context(|| format!("host {:?}: {:?} resolves to nothing", h.name, h.link))?;
             addrs.push(a);
         }
+        let manager =
+            match &d.manager {
+                None => 0,
+                Some(m) => d.hosts.iter().position(|h| &h.name == m).with_context(|| {
+                    format!("{}: manager {m:?} is not a [[host]]", path.display())
+                })? as u32,
+            };
         // FNV-1a: any change to the file, even a comment, makes daemons refuse each other,
         // which is the point: they must agree on numbering, partitions and torus.
         let digest = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -186,6 +207,7 @@ impl Span {
         Ok((
             Span {
                 me,
+                manager,
                 names: d.hosts.iter().map(|h| h.name.clone()).collect(),
                 addrs,
                 bases,
@@ -454,10 +476,13 @@ impl Daemon {
             );
             view = Some(SpanView {
                 me: span.me,
+                manager: span.manager,
                 names: span.names.clone(),
                 links: span.addrs.iter().map(|a| a.to_string()).collect(),
                 bases: span.bases.clone(),
+                digest: span.digest,
                 queries: remote.queries.clone(),
+                changes: Mutex::new(ChangeLog::default()),
             });
             fabric.lock().remote = Some(remote);
             link = Some(l);
@@ -487,6 +512,10 @@ impl Daemon {
         std::thread::Builder::new()
             .name("heartbeat".into())
             .spawn(move || heartbeat(&slots))?;
+        if daemon.span.as_ref().is_some_and(|s| s.me == s.manager) {
+            // The partition manager's changes of an earlier life, before anyone can ask.
+            crate::control::replay_changes(&daemon)?;
+        }
         let d = daemon.clone();
         std::thread::Builder::new()
             .name("control".into())

@@ -598,15 +598,19 @@ fn hosts(c: &mut Client, json: bool) -> Result<()> {
     let mut t = Table::new([
         ("HOST", false),
         ("STATE", false),
+        ("ROLE", false),
         ("NIS", false),
         ("LINK", false),
+        ("CHANGES", true),
     ]);
     for x in &h.hosts {
         t.row(vec![
             x.name.clone(),
             x.state.clone(),
+            if x.manager { "partition manager" } else { "-" }.into(),
             format!("{}-{}", x.first, x.end.saturating_sub(1)),
             x.link.clone(),
+            x.changes.map_or("-".into(), |c| c.to_string()),
         ]);
     }
     out.push_str(&t.render());

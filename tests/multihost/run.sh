@@ -22,7 +22,7 @@ fail() { mh_fail "$@"; }
 pass() { echo "ok: $*"; }
 
 mh_setup
-D=$MH_DIR NA=$MH_NA NB=$MH_NB VA=$MH_VA PID_b=$MH_PID_b
+D=$MH_DIR NA=$MH_NA NB=$MH_NB VA=$MH_VA PID_a=$MH_PID_a PID_b=$MH_PID_b
 [ -x "$BIN/ni-test-rank" ] && [ -x "$BIN/ni-test-coll" ] || cargo build --workspace --release -q
 ns_of() { mh_ns "$1"; }
 start_daemon() { mh_daemon "$@"; eval "PID_$1=\$MH_PID_$1"; }
@@ -201,13 +201,48 @@ wait "$rb" || fail "after the restart, new rank on b: $(tail -n 20 "$D/rejoin.b.
 grep -q "^ok cross-fault" "$D/kill.a.out" || fail "rank on a: $(tail -n 5 "$D/kill.a.out")"
 pass "daemon killed: host a's pending receive and send fail within 1 s; restarted, it rejoins and a new rank there exchanges checked messages with the old one"
 
+# The partition manager (host a, the first in the file): a change asked on host b is made
+# there and sent to every host; with the manager gone, changes are refused and the
+# partitions stay; the restarted manager makes its logged changes again.
+parts() { "$BIN/ni-ctl" --run-dir "$D/$1" --json partition list | python3 -c '
+import json, sys
+print(" ".join(f"{p['"'"'name'"'"']}={p['"'"'id'"'"']}:{'"'"','"'"'.join(str(m['"'"'node'"'"']) for m in p['"'"'members'"'"'])}"
+               for p in sorted(json.load(sys.stdin)["partitions"], key=lambda p: p["name"])))'; }
+"$BIN/ni-ctl" --run-dir "$D/b" partition delete pair >/dev/null
+"$BIN/ni-ctl" --run-dir "$D/b" partition create back --nodes 3,0 >/dev/null
+for t in $(seq 20); do [ "$(parts a)" = "$(parts b)" ] && break; sleep 0.1; done
+[ "$(parts a)" = "$(parts b)" ] || fail "hosts disagree after a change: a: $(parts a); b: $(parts b)"
+case "$(parts b)" in *back=*:3,0*) ;; *) fail "partition back missing: $(parts b)" ;; esac
+ranks integrity b:3 a:0
+pass "partition manager: partitions changed from host b, the same on both hosts ($(parts a)); a checked exchange in the new one, rank 0 on host b"
+kill -9 "$PID_a"
+mh_wait_for "$D/b2.log" "host left the fabric" 5
+if out=$("$BIN/ni-ctl" --run-dir "$D/b" partition create later --nodes 3 2>&1); then
+  fail "a change was made with the partition manager down: $out"
+fi
+grep -q "partition manager" <<<"$out" || fail "the refusal does not name the partition manager: $out"
+"$BIN/ni-ctl" --run-dir "$D/b" --json hosts |
+  python3 -c 'import json, sys; h = json.load(sys.stdin)["hosts"][0]; sys.exit(not (h["manager"] and h["state"] == "down"))' ||
+  fail "ni-ctl hosts on b does not show the partition manager down"
+pass "partition manager down: a change on host b is refused ($(sed 's/^ni-ctl: ni-device: //' <<<"$out" | cut -c1-90)...)"
+start_daemon a a2
+mh_wait_for "$D/a2.log" "earlier changes made again"
+mh_wait_for "$D/b2.log" "host joined the fabric" 10
+[ "$(parts a)" = "$(parts b)" ] || fail "after the manager's restart the hosts disagree: a: $(parts a); b: $(parts b)"
+"$BIN/ni-ctl" --run-dir "$D/b" partition delete back >/dev/null
+"$BIN/ni-ctl" --run-dir "$D/b" partition create pair --nodes 0,3 >/dev/null
+for t in $(seq 20); do [ "$(parts a)" = "$(parts b)" ] && break; sleep 0.1; done
+[ "$(parts a)" = "$(parts b)" ] || fail "hosts disagree after the manager came back: a: $(parts a); b: $(parts b)"
+ranks integrity a:0 b:3
+pass "partition manager restarted: its changes made again from its log, changes accepted again ($(parts a))"
+
 # Healthy runs log no WARN/ERROR (the killed daemon's log ends abruptly, which is fine;
 # its successor rightly warns of the sockets it left behind, and of nothing else).
 if grep -E " (WARN|ERROR) " "$D/a.log" "$D/b.log"; then
   fail "WARN/ERROR in the daemons' logs above"
 fi
-if grep -E " (WARN|ERROR) " "$D/b2.log" | grep -v "removing stale socket"; then
-  fail "WARN/ERROR in the restarted daemon's log above"
+if grep -E " (WARN|ERROR) " "$D/b2.log" "$D/a2.log" | grep -v "removing stale socket"; then
+  fail "WARN/ERROR in the restarted daemons' logs above"
 fi
 pass "daemon logs free of WARN/ERROR"
 echo "multihost: all checks passed (logs in $D)"

@@ -178,6 +178,13 @@ pub struct HostInfo {
     pub end: u32,
     /// `self`, `up` or `down` (no connection to it now).
     pub state: String,
+    /// Its daemon is the partition manager: partitions and map-outs change there.
+    #[serde(default)]
+    pub manager: bool,
+    /// Fabric-wide changes (partitions, map-outs) made so far (the manager) or applied
+    /// here (this host); none known for the others.
+    #[serde(default)]
+    pub changes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

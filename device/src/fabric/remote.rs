@@ -115,11 +115,23 @@ pub struct RemoteCounters {
     pub joins_in: u64,
 }
 
-/// Questions between daemons' control sockets (`Msg::Query`/`Answer`), opaque here: the
-/// poller only carries them between the link and the control threads, which block on them.
+/// What the link brings for the daemon's control side (`serve_peers`), in arrival order.
+#[derive(Debug)]
+pub enum Incoming {
+    /// Another host's question `id` (a control request, JSON).
+    Question(HostId, u64, Vec<u8>),
+    /// The partition manager's change `seq` (a control request, JSON).
+    Change(HostId, u64, Vec<u8>),
+    /// A host (re)joined: the partition manager sends it the changes so far.
+    HostUp(HostId),
+}
+
+/// Questions between daemons' control sockets (`Msg::Query`/`Answer`) and the partition
+/// manager's changes, opaque here: the poller only carries them between the link and the
+/// control threads, which block on them.
 #[derive(Default)]
 pub struct Queries {
-    inbound: Mutex<VecDeque<(HostId, u64, Vec<u8>)>>,
+    inbound: Mutex<VecDeque<Incoming>>,
     inbound_cv: Condvar,
     /// Answers awaited (`None` until it comes), by id.
     answers: Mutex<HashMap<u64, Option<Vec<u8>>>>,
@@ -159,8 +171,8 @@ impl Queries {
         }
     }
 
-    /// The next question from another host (blocks).
-    pub fn next_question(&self) -> (HostId, u64, Vec<u8>) {
+    /// The next thing from another host (blocks).
+    pub fn next_incoming(&self) -> Incoming {
         let mut g = lock(&self.inbound);
         loop {
             if let Some(q) = g.pop_front() {
@@ -175,9 +187,16 @@ impl Queries {
         if g.len() >= QUERIES_MAX {
             return false;
         }
-        g.push_back((host, id, q));
+        g.push_back(Incoming::Question(host, id, q));
         self.inbound_cv.notify_one();
         true
+    }
+
+    /// Changes and joins are never dropped: the partition manager sends each once (and
+    /// all again when a host rejoins), and there are few.
+    fn push(&self, i: Incoming) {
+        lock(&self.inbound).push_back(i);
+        self.inbound_cv.notify_one();
     }
 
     fn answer(&self, id: u64, a: Vec<u8>) {
@@ -798,6 +817,7 @@ impl State {
         let rm = self.remote.as_mut().expect("remote");
         rm.up[h as usize] = true;
         tracing::info!(host = %rm.names[h as usize], "host joined the fabric");
+        rm.queries.push(Incoming::HostUp(h));
         // What it must know of ours: every NI with a client.
         for i in 0..self.nodes.len() {
             let (ready, flags) = rm.announced[i];
@@ -1417,6 +1437,13 @@ impl State {
                         },
                     );
                 }
+            }
+            Msg::Change { seq, payload } => {
+                self.remote
+                    .as_ref()
+                    .expect("remote")
+                    .queries
+                    .push(Incoming::Change(h, seq, payload));
             }
             Msg::Answer { id, payload } => {
                 self.remote

@@ -34,6 +34,7 @@ mod kind {
     pub const JOIN: u8 = 15;
     pub const JOIN_DATA: u8 = 16;
     pub const GLOBAL: u8 = 17;
+    pub const CHANGE: u8 = 18;
 }
 
 /// Combine words a JOIN carries at most.
@@ -75,6 +76,12 @@ pub enum Msg {
         kind: u8,
         seq: u64,
         rank: u32,
+        payload: Vec<u8>,
+    },
+    /// The partition manager's change number `seq` to the fabric (a control request, JSON:
+    /// partitions, map-outs, datelines), for every daemon to apply in order.
+    Change {
+        seq: u64,
         payload: Vec<u8>,
     },
     /// Member `rank` of partition `pid` set its async global (`sup`: the supervisor's) to `bit`.
@@ -374,6 +381,10 @@ impl Msg {
                 o.u64(*id);
                 (kind::QUERY, payload)
             }
+            Msg::Change { seq, payload } => {
+                o.u64(*seq);
+                (kind::CHANGE, payload)
+            }
             Msg::Answer { id, payload } => {
                 o.u64(*id);
                 (kind::ANSWER, payload)
@@ -537,6 +548,10 @@ impl Msg {
                 id: i.u64()?,
                 payload: i.rest()?,
             },
+            kind::CHANGE => Msg::Change {
+                seq: i.u64()?,
+                payload: i.rest()?,
+            },
             kind::ANSWER => Msg::Answer {
                 id: i.u64()?,
                 payload: i.rest()?,
@@ -638,6 +653,10 @@ mod tests {
             },
             Msg::Query {
                 id: 6,
+                payload: b"{}".to_vec(),
+            },
+            Msg::Change {
+                seq: 7,
                 payload: b"{}".to_vec(),
             },
             Msg::Answer {
