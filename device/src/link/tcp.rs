@@ -50,10 +50,51 @@ pub struct Config {
     pub notify: Box<dyn Fn() + Send + Sync>,
 }
 
-#[derive(Default)]
+/// Frames queued for one host. The loop hands them to the wire from `at` on; a sender that
+/// finds nothing queued and no write of the loop in flight writes its frame itself (`fd`),
+/// which saves waking the loop (a thread hand-off each way matters on a round trip).
 struct Outbox {
     up: bool,
     buf: Vec<u8>,
+    at: usize,
+    /// The connection while up (closed only under this lock, after `up` is cleared).
+    fd: RawFd,
+    loop_writing: bool,
+}
+
+impl Default for Outbox {
+    fn default() -> Outbox {
+        Outbox {
+            up: false,
+            buf: Vec::new(),
+            at: 0,
+            fd: -1,
+            loop_writing: false,
+        }
+    }
+}
+
+impl Outbox {
+    fn pending(&self) -> usize {
+        self.buf.len() - self.at
+    }
+
+    /// `n` bytes went to the wire: forget them (moving the rest down only when that is
+    /// cheap against what was sent, so a long queue is not moved per write).
+    fn consumed(&mut self, n: usize) {
+        self.at += n;
+        if self.at == self.buf.len() {
+            self.buf.clear();
+            self.at = 0;
+        } else if self.at > (1 << 20) && self.at > self.buf.len() / 2 {
+            self.buf.drain(..self.at);
+            self.at = 0;
+        }
+    }
+
+    fn reset(&mut self) {
+        *self = Outbox::default();
+    }
 }
 
 struct Shared {
@@ -61,6 +102,8 @@ struct Shared {
     events: Mutex<Vec<Event>>,
     stats: Mutex<LinkStats>,
     frames_sent: std::sync::atomic::AtomicU64,
+    /// Bytes senders wrote themselves (`Outbox`).
+    bytes_direct: std::sync::atomic::AtomicU64,
     wake: OwnedFd,
 }
 
@@ -103,6 +146,7 @@ impl TcpLink {
                 ..Default::default()
             }),
             frames_sent: Default::default(),
+            bytes_direct: Default::default(),
             wake,
         });
         let mut l = Loop::new(cfg, listener, shared.clone())?;
@@ -128,12 +172,34 @@ impl Link for TcpLink {
         if !o.up {
             return false;
         }
-        let was_empty = o.buf.is_empty();
+        let was_empty = o.pending() == 0;
         msg.encode(&mut o.buf);
-        drop(out);
         self.shared
             .frames_sent
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if was_empty && !o.loop_writing && o.fd >= 0 {
+            // SAFETY: `fd` is the up connection's, open while this lock is held (the loop
+            // closes it only after clearing it under the lock); the buffer is live.
+            let n = unsafe {
+                libc::send(
+                    o.fd,
+                    o.buf.as_ptr().cast(),
+                    o.buf.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n > 0 {
+                self.shared
+                    .bytes_direct
+                    .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                o.consumed(n as usize);
+            }
+            if o.pending() == 0 {
+                return true;
+            }
+            // A full socket buffer or an error: the loop carries on (and sees the error).
+        }
+        drop(out);
         // The loop takes everything queued whenever it looks, so only the first frame of a
         // batch needs to wake it.
         if was_empty {
@@ -149,7 +215,7 @@ impl Link for TcpLink {
     fn queued(&self, host: HostId) -> usize {
         lock(&self.shared.out)
             .get(host as usize)
-            .map_or(0, |o| o.buf.len())
+            .map_or(0, |o| o.pending())
     }
 
     fn stats(&self) -> LinkStats {
@@ -157,6 +223,10 @@ impl Link for TcpLink {
         s.frames_sent = self
             .shared
             .frames_sent
+            .load(std::sync::atomic::Ordering::Relaxed);
+        s.bytes_sent += self
+            .shared
+            .bytes_direct
             .load(std::sync::atomic::Ordering::Relaxed);
         s
     }
@@ -452,6 +522,10 @@ impl Loop {
                 let at = at + res as usize;
                 if at < end {
                     self.issue_write(c, at, end);
+                } else if let Some(h) = self.conns[c].host {
+                    if self.by_host[h as usize] == Some(c) {
+                        lock(&self.shared.out)[h as usize].loop_writing = false;
+                    }
                 }
             }
             _ => {}
@@ -590,13 +664,14 @@ impl Loop {
             let Some(c) = self.by_host[h] else {
                 continue;
             };
-            if self.conns[c].writing.is_some() || out[h].buf.is_empty() {
+            if self.conns[c].writing.is_some() || out[h].pending() == 0 {
                 continue;
             }
-            let q = &mut out[h].buf;
-            let n = q.len().min(BUF);
-            self.bufs[2 * c + 1][..n].copy_from_slice(&q[..n]);
-            q.drain(..n);
+            let o = &mut out[h];
+            let n = o.pending().min(BUF);
+            self.bufs[2 * c + 1][..n].copy_from_slice(&o.buf[o.at..o.at + n]);
+            o.consumed(n);
+            o.loop_writing = true;
             let conn = &mut self.conns[c];
             let fd = types::Fd(conn.raw());
             let buf = self.bufs[2 * c + 1].as_ptr();
@@ -691,9 +766,14 @@ impl Loop {
                 conn.st = St::Up;
                 self.by_host[host as usize] = Some(c);
                 self.stats.up[host as usize] = true;
+                let writing = self.conns[c].writing.is_some();
+                let fd = self.conns[c].raw();
                 lock(&self.shared.out)[host as usize] = Outbox {
                     up: true,
-                    buf: Vec::new(),
+                    fd,
+                    // Our HELLO may still be on its way out: nothing may pass it.
+                    loop_writing: writing,
+                    ..Outbox::default()
                 };
                 tracing::info!(host, addr = %self.addrs[host as usize], "link up");
                 self.events.push(Event::Up(host));
@@ -736,10 +816,7 @@ impl Loop {
             if was_up && self.by_host[h as usize] == Some(c) {
                 self.by_host[h as usize] = None;
                 self.stats.up[h as usize] = false;
-                let mut out = lock(&self.shared.out);
-                out[h as usize].up = false;
-                out[h as usize].buf.clear();
-                drop(out);
+                lock(&self.shared.out)[h as usize].reset();
                 tracing::info!(host = h, "link down: {why}");
                 self.events.push(Event::Down(h, why));
             }
@@ -771,7 +848,7 @@ impl Loop {
                 St::Up if now.duration_since(conn.last_tx) >= HEARTBEAT => {
                     let h = conn.host.expect("up has a host") as usize;
                     let mut out = lock(&self.shared.out);
-                    if out[h].buf.is_empty() {
+                    if out[h].pending() == 0 {
                         Msg::Heartbeat.encode(&mut out[h].buf);
                         self.shared
                             .frames_sent
