@@ -223,8 +223,8 @@ pub struct Remote {
     next_id: u64,
     ops: HashMap<u64, Op>,
     pulls: HashMap<(HostId, u64), Pull>,
-    /// Payloads of eager messages from other hosts waiting here for a receive.
-    payloads: HashMap<(HostId, u64), Vec<u8>>,
+    /// Payloads of eager messages and active messages from other hosts waiting here.
+    payloads: Held,
     /// Our NIs' readiness and participation flags as last told to the other hosts.
     announced: Vec<(bool, u32)>,
     eager_out: Vec<u64>,
@@ -254,7 +254,7 @@ impl Remote {
             next_id: 1,
             ops: HashMap::new(),
             pulls: HashMap::new(),
-            payloads: HashMap::new(),
+            payloads: Held::new(hosts),
             eager_out: vec![0; hosts],
             up: vec![false; hosts],
             counters: RemoteCounters::default(),
@@ -845,7 +845,7 @@ impl State {
             self.remote_node_gone(x, Status::LinkDown);
         }
         let rm = self.remote.as_mut().expect("remote");
-        rm.payloads.retain(|&(host, _), _| host != h);
+        rm.payloads.drop_host(h);
         rm.eager_out[h as usize] = 0;
         // Contributions it had started to send will not be finished.
         let parts: Vec<(u32, Vec<u32>)> = self
@@ -1065,8 +1065,10 @@ impl State {
                 }
                 let rm = self.remote.as_mut().expect("remote");
                 rm.counters.sends_in += 1;
-                if eager {
-                    rm.payloads.insert((h, id), payload);
+                if eager && !rm.payloads.insert((h, id), payload) {
+                    self.bad_frame(h, "eager messages past what a host may have held here");
+                    self.frame(h, answer(Status::QueueFull));
+                    return;
                 }
                 self.nodes[b].dr_message_count += 1;
                 self.nodes[b].unexpected.push_back(PendingSend {
@@ -1240,11 +1242,11 @@ impl State {
                     return self.remote_answer((h, id), Status::NoHandlerRing, 0);
                 }
                 let len = payload.len() as u64;
-                self.remote
-                    .as_mut()
-                    .expect("remote")
-                    .payloads
-                    .insert((h, id), payload);
+                let rm = self.remote.as_mut().expect("remote");
+                if !rm.payloads.insert((h, id), payload) {
+                    // Its ring is that far behind: refused, as a full queue refuses.
+                    return self.remote_answer((h, id), Status::QueueFull, 0);
+                }
                 // The stand-in counts it as its own would: delivery takes it off.
                 self.nodes[src as usize].outstanding += 1;
                 self.nodes[b].am_waiting.push_back(super::node::PendingAm {
@@ -1734,6 +1736,50 @@ impl State {
     }
 }
 
+/// Payload bytes from one host held here at most (eager messages waiting for a receive,
+/// active messages waiting for ring space): a sender keeps to `EAGER_BUDGET`, so only a
+/// broken or hostile daemon reaches it, and gets `queue full`.
+pub const HELD_MAX: usize = 64 << 20;
+
+/// Payloads held for other hosts' operations, counted per host.
+struct Held {
+    map: HashMap<(HostId, u64), Vec<u8>>,
+    bytes: Vec<usize>,
+}
+
+impl Held {
+    fn new(hosts: usize) -> Held {
+        Held {
+            map: HashMap::new(),
+            bytes: vec![0; hosts],
+        }
+    }
+
+    /// Hold `p` for operation `k`; false (nothing held) past the host's limit.
+    fn insert(&mut self, k: (HostId, u64), p: Vec<u8>) -> bool {
+        let b = &mut self.bytes[k.0 as usize];
+        if *b + p.len() > HELD_MAX {
+            return false;
+        }
+        *b += p.len();
+        if let Some(old) = self.map.insert(k, p) {
+            self.bytes[k.0 as usize] -= old.len();
+        }
+        true
+    }
+
+    fn remove(&mut self, k: &(HostId, u64)) -> Option<Vec<u8>> {
+        let p = self.map.remove(k)?;
+        self.bytes[k.0 as usize] -= p.len();
+        Some(p)
+    }
+
+    fn drop_host(&mut self, h: HostId) {
+        self.map.retain(|&(host, _), _| host != h);
+        self.bytes[h as usize] = 0;
+    }
+}
+
 /// A member's contribution to a collective whose partition spans hosts, at most: it travels
 /// to every other host of the partition and waits there for the round.
 pub const SPAN_DATA_MAX: u64 = 64 << 20;
@@ -1765,4 +1811,49 @@ fn kind_of(c: u8) -> Option<Kind> {
 /// still has the target check its key.
 fn chunks(len: u64) -> u64 {
     len.div_ceil(CHUNK as u64).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_cannot_make_this_daemon_hold_more_than_its_share() {
+        let mut h = Held::new(2);
+        let chunk = vec![0u8; 1 << 20];
+        for id in 0..(HELD_MAX >> 20) as u64 {
+            assert!(
+                h.insert((1, id), chunk.clone()),
+                "within the limit ({id} MiB)"
+            );
+        }
+        assert!(
+            !h.insert((1, 999), vec![0]),
+            "one byte past the limit is refused"
+        );
+        assert!(
+            h.insert((0, 1), chunk.clone()),
+            "another host has its own share"
+        );
+        assert_eq!(h.remove(&(1, 0)).map(|p| p.len()), Some(1 << 20));
+        assert!(h.insert((1, 999), vec![0]), "room again once one is taken");
+        h.drop_host(1);
+        assert_eq!(h.bytes, vec![1 << 20, 0]);
+        assert!(h.remove(&(1, 999)).is_none());
+    }
+
+    #[test]
+    fn every_collective_kind_has_a_code_and_back() {
+        for k in [Kind::Combine, Kind::Vector, Kind::Sync, Kind::Flush] {
+            assert_eq!(kind_of(kind_code(k)), Some(k));
+        }
+        assert_eq!(kind_of(200), None);
+        assert_eq!(
+            chunks(0),
+            1,
+            "a zero-length one-sided operation still checks its key"
+        );
+        assert_eq!(chunks(CHUNK as u64), 1);
+        assert_eq!(chunks(CHUNK as u64 + 1), 2);
+    }
 }
