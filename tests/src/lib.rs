@@ -94,6 +94,31 @@ impl Daemon {
         }
     }
 
+    /// One host of a fabric that spans hosts: `ni-device --fabric DESCRIPTION --host HOST`
+    /// (every host of a fabric must get the same description, byte for byte).
+    pub fn start_fabric(description: &str, host: &str) -> Daemon {
+        let root =
+            std::env::temp_dir().join(format!("ni-tests-{}-{}", std::process::id(), rand_u64()));
+        std::fs::create_dir_all(&root).unwrap();
+        let dir = root.join("run");
+        let p = root.join("fabric.toml");
+        std::fs::write(&p, description).unwrap();
+        let mut c = Command::new(binary("ni-device"));
+        c.arg("--fabric")
+            .arg(&p)
+            .args(["--host", host, "--run-dir"])
+            .arg(&dir);
+        let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+        let child = Self::spawn(&root, &dir, &args, &[]);
+        Daemon {
+            child,
+            dir,
+            root,
+            args,
+            env: Vec::new(),
+        }
+    }
+
     fn spawn(
         root: &Path,
         dir: &Path,
@@ -192,7 +217,9 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.root);
+        if std::env::var_os("NI_TEST_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
     }
 }
 

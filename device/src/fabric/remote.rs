@@ -721,6 +721,15 @@ impl State {
         self.other_host(n as usize).is_none() && (n as usize) < self.nodes.len()
     }
 
+    /// Whether NIs `a` and `b` are in one partition: what another host may ask of ours is
+    /// what one of its NIs could ask locally.
+    fn partners(&self, a: u32, b: u32) -> bool {
+        match (self.partitions.of(a), self.partitions.of(b)) {
+            (Some((p, _)), Some((q, _))) => p.name == q.name,
+            _ => false,
+        }
+    }
+
     fn hosted_by(&self, n: u32, host: HostId) -> bool {
         self.remote
             .as_ref()
@@ -1037,7 +1046,7 @@ impl State {
                 id,
                 src,
                 dst,
-                src_rank,
+                src_rank: _,
                 tag,
                 len,
                 eager,
@@ -1058,6 +1067,13 @@ impl State {
                     self.frame(h, answer(Status::BadDescriptor));
                     return;
                 }
+                if !self.partners(src, dst) {
+                    self.bad_frame(h, "SEND between NIs of different partitions");
+                    self.frame(h, answer(Status::OutOfPartition));
+                    return;
+                }
+                // Its rank as our partition table says, not as the frame does.
+                let src_rank = self.rank_of(src as usize);
                 let b = dst as usize;
                 if !self.nodes[b].ready {
                     self.frame(h, answer(Status::PeerDown));
@@ -1223,7 +1239,7 @@ impl State {
                 id,
                 src,
                 dst,
-                src_rank,
+                src_rank: _,
                 handler,
                 payload,
             } => {
@@ -1234,6 +1250,11 @@ impl State {
                     self.bad_frame(h, "active message that does not add up");
                     return self.remote_answer((h, id), Status::BadDescriptor, 0);
                 }
+                if !self.partners(src, dst) {
+                    self.bad_frame(h, "active message between NIs of different partitions");
+                    return self.remote_answer((h, id), Status::OutOfPartition, 0);
+                }
+                let src_rank = self.rank_of(src as usize);
                 let b = dst as usize;
                 if !self.nodes[b].ready {
                     return self.remote_answer((h, id), Status::PeerDown, 0);
@@ -1276,6 +1297,10 @@ impl State {
                     self.bad_frame(h, "message-queue SEND that does not add up");
                     return self.remote_answer((h, id), Status::BadDescriptor, 0);
                 }
+                if !self.partners(src, dst) {
+                    self.bad_frame(h, "message-queue SEND between NIs of different partitions");
+                    return self.remote_answer((h, id), Status::OutOfPartition, 0);
+                }
                 let b = dst as usize;
                 if !self.nodes[b].ready {
                     return self.remote_answer((h, id), Status::PeerDown, 0);
@@ -1300,6 +1325,19 @@ impl State {
             } => {
                 if !self.hosted_by(src, h) || !self.ours(dst) {
                     self.bad_frame(h, "PUT that does not add up");
+                    return;
+                }
+                if !self.partners(src, dst) {
+                    self.bad_frame(h, "PUT between NIs of different partitions");
+                    self.frame(
+                        h,
+                        Msg::Reply {
+                            id,
+                            offset,
+                            status: Status::OutOfPartition as u16,
+                            payload: Vec::new(),
+                        },
+                    );
                     return;
                 }
                 let status = self
@@ -1342,6 +1380,19 @@ impl State {
             } => {
                 if !self.hosted_by(src, h) || !self.ours(dst) || len as usize > CHUNK {
                     self.bad_frame(h, "GET that does not add up");
+                    return;
+                }
+                if !self.partners(src, dst) {
+                    self.bad_frame(h, "GET between NIs of different partitions");
+                    self.frame(
+                        h,
+                        Msg::Reply {
+                            id,
+                            offset,
+                            status: Status::OutOfPartition as u16,
+                            payload: Vec::new(),
+                        },
+                    );
                     return;
                 }
                 let mut payload = vec![0u8; len as usize];

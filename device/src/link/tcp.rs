@@ -757,9 +757,11 @@ impl Loop {
                     );
                     return false;
                 }
-                if let Some(old) = self.by_host[host as usize] {
-                    // It came back before we saw it go: the old connection is dead.
-                    self.close(old, "replaced by a new connection".into());
+                if self.by_host[host as usize].is_some() {
+                    // Whoever claims a host that is connected is not it (a restarted daemon
+                    // whose old connection has not been found dead yet retries until it is).
+                    self.protocol_error(c, format!("host {host} is connected already"));
+                    return false;
                 }
                 let conn = &mut self.conns[c];
                 conn.host = Some(host);

@@ -1,0 +1,367 @@
+//! Issue 17: a peer daemon is another administrator's process on another machine, so the link
+//! between daemons takes nothing on trust (device/abi/links.md, "Frames"). A hostile peer
+//! connects to host a's link port — with garbage, with an oversized frame, with another
+//! fabric's HELLO, claiming a host that is connected, and finally as the fabric's idle host c
+//! with frames that do not add up — while honest ranks on hosts a and b exchange checked
+//! messages. Everything hostile is refused and counted; the honest traffic never notices.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use ni_device::link::wire::{Msg, HEADER, MAX_FRAME};
+use ni_tests::{assert_ok, binary, finish, Daemon};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The digest daemons compare in HELLO: FNV-1a of the description's text.
+fn digest(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn hosts(d: &Daemon) -> serde_json::Value {
+    d.control(r#"{"version":1,"request":"hosts"}"#)
+}
+
+fn counter(h: &serde_json::Value, name: &str) -> u64 {
+    h["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c[0] == name)
+        .unwrap_or_else(|| panic!("no counter {name}: {h}"))[1]
+        .as_u64()
+        .unwrap()
+}
+
+fn up(h: &serde_json::Value, name: &str) -> bool {
+    h["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["name"] == name && x["state"] == "up")
+}
+
+/// Whether the daemon closes `s` within 3 s (end of stream or reset).
+fn closed_by_peer(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut buf = [0u8; 4096];
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(3) {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+fn send(s: &mut TcpStream, m: &Msg) {
+    let mut b = Vec::new();
+    m.encode(&mut b);
+    s.write_all(&b).unwrap();
+}
+
+/// Frames from `s` until one that `want` accepts (HELLOs and heartbeats skipped), 10 s at
+/// most. It keeps sending heartbeats meanwhile: a silent peer is dead to the daemon.
+fn answer(s: &mut TcpStream, want: impl Fn(&Msg) -> bool) -> Msg {
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = Vec::new();
+    let t = Instant::now();
+    loop {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no answer within 10 s"
+        );
+        while let Ok(Some(n)) = Msg::frame_len(&buf) {
+            if buf.len() < n {
+                break;
+            }
+            let m = Msg::decode(&buf[..n]).expect("the daemon's frames decode");
+            buf.drain(..n);
+            if want(&m) {
+                return m;
+            }
+        }
+        let mut chunk = [0u8; 65536];
+        match s.read(&mut chunk) {
+            Ok(0) => panic!("the daemon closed an honest-looking connection"),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                send(s, &Msg::Heartbeat)
+            }
+            Err(e) => panic!("reading from the daemon: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on() {
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let desc = format!(
+        "[[host]]\nname = \"a\"\nlink = \"127.0.0.1:{pa}\"\nnis = 1\n\n\
+         [[host]]\nname = \"b\"\nlink = \"127.0.0.1:{pb}\"\nnis = 1\n\n\
+         [[host]]\nname = \"c\"\nlink = \"127.0.0.1:{pc}\"\nnis = 1\n\n\
+         [[partition]]\nname = \"pair\"\nnodes = [0, 1]\n\n\
+         [[partition]]\nname = \"alone\"\nnodes = [2]\n"
+    );
+    let a = Daemon::start_fabric(&desc, "a");
+    let b = Daemon::start_fabric(&desc, "b");
+    let t = Instant::now();
+    while !up(&hosts(&a), "b") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "a and b never linked: {}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Honest ranks: NI 0 on host a, NI 1 on host b, 0 B..64 MiB checked both ways.
+    let rank = binary("ni-test-rank");
+    let r0 = a.rank(&rank, 0, "integrity");
+    let r1 = b.rank(&rank, 1, "integrity");
+
+    let link_a = format!("127.0.0.1:{pa}");
+    // 1. Garbage.
+    let mut s = TcpStream::connect(&link_a).unwrap();
+    // A header of an unknown kind, then noise.
+    let mut junk = vec![100, 0, 0, 0, 0xEE, 0, 0, 0];
+    junk.extend((0..65536u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8));
+    let _ = s.write_all(&junk);
+    assert!(closed_by_peer(&mut s), "garbage was not refused");
+    // 2. A frame longer than any frame.
+    let mut s = TcpStream::connect(&link_a).unwrap();
+    let mut h = vec![0u8; HEADER];
+    h[..4].copy_from_slice(&((MAX_FRAME * 4) as u32).to_le_bytes());
+    h[4] = 4;
+    s.write_all(&h).unwrap();
+    assert!(closed_by_peer(&mut s), "an oversized frame was not refused");
+    // 3. Another fabric's HELLO.
+    let mut s = TcpStream::connect(&link_a).unwrap();
+    send(
+        &mut s,
+        &Msg::Hello {
+            host: 2,
+            digest: digest(&desc) ^ 1,
+        },
+    );
+    assert!(
+        closed_by_peer(&mut s),
+        "another fabric's HELLO was not refused"
+    );
+    // 4. Claiming host b, which is connected: refused, and b stays connected.
+    let mut s = TcpStream::connect(&link_a).unwrap();
+    send(
+        &mut s,
+        &Msg::Hello {
+            host: 1,
+            digest: digest(&desc),
+        },
+    );
+    assert!(closed_by_peer(&mut s), "a second host b was accepted");
+    assert!(
+        up(&hosts(&a), "b"),
+        "the real host b lost its link to a pretender"
+    );
+
+    // 5. As host c, with this fabric's HELLO: frames that do not add up.
+    let mut s = TcpStream::connect(&link_a).unwrap();
+    send(
+        &mut s,
+        &Msg::Hello {
+            host: 2,
+            digest: digest(&desc),
+        },
+    );
+    let bad_before = counter(&hosts(&a), "remote_bad_frames");
+    // Claiming to send from a's own NI.
+    send(
+        &mut s,
+        &Msg::Send {
+            id: 1,
+            src: 0,
+            dst: 0,
+            src_rank: 0,
+            tag: 0,
+            len: 4,
+            eager: true,
+            payload: vec![1; 4],
+        },
+    );
+    let done = |id: u64| move |m: &Msg| matches!(m, Msg::Done { id: i, .. } if *i == id);
+    assert!(matches!(answer(&mut s, done(1)), Msg::Done { status, .. } if status != 0));
+    // An eager payload that is not the length it says.
+    send(
+        &mut s,
+        &Msg::Send {
+            id: 2,
+            src: 2,
+            dst: 0,
+            src_rank: 0,
+            tag: 0,
+            len: 400,
+            eager: true,
+            payload: vec![1; 4],
+        },
+    );
+    assert!(matches!(answer(&mut s, done(2)), Msg::Done { status, .. } if status != 0));
+    // Into another partition: c's NI 2 is alone in its own.
+    send(
+        &mut s,
+        &Msg::Send {
+            id: 3,
+            src: 2,
+            dst: 0,
+            src_rank: 0,
+            tag: 7,
+            len: 4,
+            eager: true,
+            payload: vec![1; 4],
+        },
+    );
+    assert!(matches!(answer(&mut s, done(3)), Msg::Done { status, .. }
+        if status == ni::Status::OutOfPartition as u16));
+    // To an NI a does not host, and past the fabric's NIs.
+    send(
+        &mut s,
+        &Msg::Send {
+            id: 4,
+            src: 2,
+            dst: 1,
+            src_rank: 0,
+            tag: 0,
+            len: 0,
+            eager: true,
+            payload: vec![],
+        },
+    );
+    assert!(matches!(answer(&mut s, done(4)), Msg::Done { status, .. } if status != 0));
+    send(
+        &mut s,
+        &Msg::Send {
+            id: 5,
+            src: 2,
+            dst: 9999,
+            src_rank: 0,
+            tag: 0,
+            len: 0,
+            eager: true,
+            payload: vec![],
+        },
+    );
+    assert!(matches!(answer(&mut s, done(5)), Msg::Done { status, .. } if status != 0));
+    // A put and a get into another partition's memory.
+    send(
+        &mut s,
+        &Msg::Put {
+            id: 6,
+            src: 2,
+            dst: 0,
+            key: 1,
+            offset: 0,
+            payload: vec![9; 64],
+        },
+    );
+    assert!(
+        matches!(answer(&mut s, |m| matches!(m, Msg::Reply { id: 6, .. })),
+        Msg::Reply { status, .. } if status == ni::Status::OutOfPartition as u16)
+    );
+    send(
+        &mut s,
+        &Msg::Get {
+            id: 7,
+            src: 2,
+            dst: 0,
+            key: 1,
+            offset: 0,
+            len: 64,
+        },
+    );
+    assert!(
+        matches!(answer(&mut s, |m| matches!(m, Msg::Reply { id: 7, .. })),
+        Msg::Reply { status, payload, .. } if status != 0 && payload.is_empty())
+    );
+    // Pulls of messages that do not exist, a READY for a's NI, a JOIN for a's member: no
+    // answer, counted (the PULL is not: a message may have gone meanwhile).
+    send(
+        &mut s,
+        &Msg::Pull {
+            id: 424242,
+            offset: 0,
+            len: 1 << 16,
+        },
+    );
+    send(
+        &mut s,
+        &Msg::Ready {
+            node: 0,
+            ready: false,
+            flags: 0,
+        },
+    );
+    send(
+        &mut s,
+        &Msg::Join {
+            pid: 0,
+            kind: 1,
+            seq: 0,
+            rank: 0,
+            flags: 0,
+            req: vec![0; 64],
+            words: vec![],
+            payload: vec![],
+        },
+    );
+    // A heartbeat round trip shows the daemon took all of that and still speaks to us.
+    send(
+        &mut s,
+        &Msg::Send {
+            id: 8,
+            src: 2,
+            dst: 0,
+            src_rank: 0,
+            tag: 0,
+            len: 0,
+            eager: true,
+            payload: vec![],
+        },
+    );
+    answer(&mut s, done(8));
+    let h = hosts(&a);
+    let bad = counter(&h, "remote_bad_frames") - bad_before;
+    assert!(
+        bad >= 9,
+        "{bad} bad frames counted, expected at least 9: {h}"
+    );
+    assert!(counter(&h, "link_protocol_errors") >= 4, "{h}");
+    drop(s);
+
+    // The honest ranks never noticed.
+    let o0 = finish(r0, Duration::from_secs(120));
+    let o1 = finish(r1, Duration::from_secs(120));
+    assert_ok(&o0, "integrity", &a);
+    assert_ok(&o1, "integrity", &b);
+    assert!(
+        up(&hosts(&a), "b") && up(&hosts(&b), "a"),
+        "a and b lost each other"
+    );
+    assert!(!a.log().contains("panic"), "{}", a.log());
+}
