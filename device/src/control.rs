@@ -189,16 +189,15 @@ pub fn serve_peers(daemon: Arc<Daemon>) {
             }
             Incoming::HostUp(h) => {
                 if span.me == span.manager {
-                    // Everything so far; it skips what it has applied.
-                    let log = lock_changes(span).log.clone();
-                    for (i, payload) in log.into_iter().enumerate() {
-                        link.send(
-                            h,
-                            &crate::link::Msg::Change {
-                                seq: i as u64 + 1,
-                                payload,
-                            },
-                        );
+                    // Everything so far, under the log's lock so no new change passes it; it
+                    // skips what it has applied.
+                    let log = lock_changes(span);
+                    for (i, payload) in log.log.iter().enumerate() {
+                        let m = crate::link::Msg::Change {
+                            seq: i as u64 + 1,
+                            payload: payload.clone(),
+                        };
+                        link.send(h, &m);
                     }
                 }
                 continue;

@@ -468,12 +468,13 @@ impl Daemon {
                 )
             })?;
             let l: Arc<dyn crate::link::Link> = Arc::new(l);
-            let remote = crate::fabric::remote::Remote::new(
+            let mut remote = crate::fabric::remote::Remote::new(
                 l.clone(),
                 span.me,
                 span.host_of(),
                 span.names.clone(),
             );
+            remote.manager = span.manager;
             view = Some(SpanView {
                 me: span.me,
                 manager: span.manager,

@@ -116,11 +116,11 @@ fn answer(s: &mut TcpStream, want: impl Fn(&Msg) -> bool) -> Msg {
 fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on() {
     let (pa, pb, pc) = (free_port(), free_port(), free_port());
     let desc = format!(
-        "[[host]]\nname = \"a\"\nlink = \"127.0.0.1:{pa}\"\nnis = 1\n\n\
+        "[[host]]\nname = \"a\"\nlink = \"127.0.0.1:{pa}\"\nnis = 2\n\n\
          [[host]]\nname = \"b\"\nlink = \"127.0.0.1:{pb}\"\nnis = 1\n\n\
          [[host]]\nname = \"c\"\nlink = \"127.0.0.1:{pc}\"\nnis = 1\n\n\
-         [[partition]]\nname = \"pair\"\nnodes = [0, 1]\n\n\
-         [[partition]]\nname = \"alone\"\nnodes = [2]\n"
+         [[partition]]\nname = \"pair\"\nnodes = [0, 2]\n\n\
+         [[partition]]\nname = \"ca\"\nnodes = [1, 3]\n"
     );
     let a = Daemon::start_fabric(&desc, "a");
     let b = Daemon::start_fabric(&desc, "b");
@@ -134,10 +134,10 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    // Honest ranks: NI 0 on host a, NI 1 on host b, 0 B..64 MiB checked both ways.
+    // Honest ranks: NI 0 on host a, NI 2 on host b, 0 B..64 MiB checked both ways.
     let rank = binary("ni-test-rank");
     let r0 = a.rank(&rank, 0, "integrity");
-    let r1 = b.rank(&rank, 1, "integrity");
+    let r1 = b.rank(&rank, 2, "integrity");
 
     let link_a = format!("127.0.0.1:{pa}");
     // 1. Garbage.
@@ -213,7 +213,7 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &mut s,
         &Msg::Send {
             id: 2,
-            src: 2,
+            src: 3,
             dst: 0,
             src_rank: 0,
             tag: 0,
@@ -223,12 +223,12 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         },
     );
     assert!(matches!(answer(&mut s, done(2)), Msg::Done { status, .. } if status != 0));
-    // Into another partition: c's NI 2 is alone in its own.
+    // Into another partition: c's NI 3 is in partition ca, a's NI 0 in pair.
     send(
         &mut s,
         &Msg::Send {
             id: 3,
-            src: 2,
+            src: 3,
             dst: 0,
             src_rank: 0,
             tag: 7,
@@ -244,8 +244,8 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &mut s,
         &Msg::Send {
             id: 4,
-            src: 2,
-            dst: 1,
+            src: 3,
+            dst: 2,
             src_rank: 0,
             tag: 0,
             len: 0,
@@ -258,7 +258,7 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &mut s,
         &Msg::Send {
             id: 5,
-            src: 2,
+            src: 3,
             dst: 9999,
             src_rank: 0,
             tag: 0,
@@ -273,7 +273,7 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &mut s,
         &Msg::Put {
             id: 6,
-            src: 2,
+            src: 3,
             dst: 0,
             key: 1,
             offset: 0,
@@ -288,7 +288,7 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &mut s,
         &Msg::Get {
             id: 7,
-            src: 2,
+            src: 3,
             dst: 0,
             key: 1,
             offset: 0,
@@ -335,7 +335,7 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &mut s,
         &Msg::Send {
             id: 8,
-            src: 2,
+            src: 3,
             dst: 0,
             src_rank: 0,
             tag: 0,
@@ -345,11 +345,61 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         },
     );
     answer(&mut s, done(8));
+    // An id used before: refused without an answer (the id names the sender's own
+    // operation); the next one is answered (NI 1 of partition ca has no client).
+    let peer_down = ni::Status::PeerDown as u16;
+    for id in [10, 10, 11] {
+        let m = Msg::Send {
+            id,
+            src: 3,
+            dst: 1,
+            src_rank: 0,
+            tag: 0,
+            len: 4,
+            eager: true,
+            payload: vec![5; 4],
+        };
+        send(&mut s, &m);
+    }
+    assert!(matches!(answer(&mut s, done(10)), Msg::Done { status, .. } if status == peer_down));
+    assert!(matches!(answer(&mut s, done(11)), Msg::Done { status, .. } if status == peer_down));
+    // A CHANGE from a host that is not the partition manager, and a JOIN whose request its
+    // own host would have refused (no such combiner), for c's member of partition ca.
+    send(
+        &mut s,
+        &Msg::Change {
+            seq: 1,
+            payload: br#"{"request":"map_out_clear"}"#.to_vec(),
+        },
+    );
+    let m = Msg::Join {
+        pid: 1,
+        kind: 0,
+        seq: 0,
+        rank: 1,
+        flags: 0,
+        req: vec![0xFF; 64],
+        words: vec![],
+        payload: vec![],
+    };
+    send(&mut s, &m);
+    let m = Msg::Send {
+        id: 12,
+        src: 3,
+        dst: 1,
+        src_rank: 0,
+        tag: 0,
+        len: 0,
+        eager: true,
+        payload: vec![],
+    };
+    send(&mut s, &m);
+    answer(&mut s, done(12));
     let h = hosts(&a);
     let bad = counter(&h, "remote_bad_frames") - bad_before;
     assert!(
-        bad >= 9,
-        "{bad} bad frames counted, expected at least 9: {h}"
+        bad >= 12,
+        "{bad} bad frames counted, expected at least 12: {h}"
     );
     assert!(counter(&h, "link_protocol_errors") >= 4, "{h}");
     drop(s);

@@ -96,6 +96,10 @@ impl State {
         self.partitions = next;
         self.sync_windows();
         for &x in affected {
+            if self.other_host(x as usize).is_some() {
+                // Its own host makes the same change and announces it (READY).
+                continue;
+            }
             let n = &mut self.nodes[x as usize];
             // Its client must attach again (its ranks are void): until its driver sets up a
             // completion ring anew, peers of the new partition see it down.
@@ -110,6 +114,8 @@ impl State {
     /// sender, receiver or named source, with `status`. `x` keeps its client and rings.
     pub(super) fn cancel_involving(&mut self, x: usize, status: Status) {
         self.cancel_transfers(x, status);
+        // What x has in flight with other hosts.
+        self.remote_cancel_origin(x, status);
         let x_rank = self.rank_of_node(x);
         // Receives x posted.
         let recvs: Vec<PostedRecv> = self.nodes[x].recvs.drain(..).collect();
@@ -392,6 +398,9 @@ impl State {
                         .am_waiting
                         .retain(|w| !(w.src == m.src && w.user == m.user));
                     self.nodes[m.src].outstanding -= 1;
+                    if let Some(k) = m.remote {
+                        self.remote_answer(k, Status::LinkDown, 0);
+                    }
                     self.fail(m.src, &rop_request(&m, b_rank), Status::LinkDown);
                     failed += 1;
                 }

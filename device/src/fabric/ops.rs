@@ -133,6 +133,7 @@ impl State {
     /// network. One of another host's: that host hears, its sender's SEND fails there.
     pub(super) fn forget_send(&mut self, s: &PendingSend, status: Status) {
         if let Some(k) = s.remote {
+            self.unqueue(k);
             self.remote_answer(k, status, 0);
             return;
         }

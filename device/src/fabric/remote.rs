@@ -234,6 +234,16 @@ pub struct Remote {
     /// Contributions of other hosts' members arriving ahead of their JOIN, and their total.
     join_data: HashMap<(u32, u8, u64, u32), Vec<u8>>,
     join_bytes: usize,
+    /// Messages of each host waiting here for a receive (their descriptions, eager or not).
+    queued_in: Vec<usize>,
+    /// Bytes asked of each host by PULLs and not yet arrived.
+    pull_inflight: Vec<u64>,
+    /// The newest SEND/AM/MQ id each host used since it joined: ids only grow, so a peer
+    /// cannot name one that is waiting here twice.
+    last_id_in: Vec<u64>,
+    /// The partition manager: CHANGE frames come from it only.
+    pub manager: HostId,
+    warn: crate::link::WarnLimit,
 }
 
 impl Remote {
@@ -261,6 +271,11 @@ impl Remote {
             events: Vec::new(),
             join_data: HashMap::new(),
             join_bytes: 0,
+            queued_in: vec![0; hosts],
+            pull_inflight: vec![0; hosts],
+            last_id_in: vec![0; hosts],
+            manager: 0,
+            warn: Default::default(),
         }
     }
 }
@@ -468,7 +483,8 @@ impl State {
     }
 
     /// Send the next chunks of one-sided operation `id` its window and the link allow.
-    fn issue_chunks(&mut self, id: u64) {
+    fn issue_chunks(&mut self, id: u64) -> bool {
+        let mut issued = false;
         loop {
             let rm = self.remote.as_mut().expect("remote");
             let Some(Op::OneSided {
@@ -481,11 +497,11 @@ impl State {
                 answered,
             }) = rm.ops.get(&id)
             else {
-                return;
+                return issued;
             };
             let (a, dst, host, r, put, k) = (*a, *dst, *host, *r, *put, *next);
             if k >= chunks(r.len) || k - answered >= WINDOW || rm.link.queued(host) > QUEUE_MAX {
-                return;
+                return issued;
             }
             let at = k * CHUNK as u64;
             let n = (r.len - at).min(CHUNK as u64);
@@ -496,7 +512,7 @@ impl State {
                     .is_err()
                 {
                     self.finish_op(id, Status::NotRegistered);
-                    return;
+                    return true;
                 }
                 Msg::Put {
                     id,
@@ -518,8 +534,9 @@ impl State {
             };
             if !self.frame(host, m) {
                 self.finish_op(id, Status::LinkDown);
-                return;
+                return true;
             }
+            issued = true;
             let rm = self.remote.as_mut().expect("remote");
             rm.counters.chunks_out += 1;
             if let Some(Op::OneSided { next, .. }) = rm.ops.get_mut(&id) {
@@ -588,12 +605,13 @@ impl State {
         let s = self.nodes[b].unexpected.remove(i).expect("matched message");
         let rv = self.nodes[b].recvs.remove(j).expect("matched receive");
         let (host, id) = s.remote.expect("a message of another host");
+        self.unqueue((host, id));
         let n = s.len.min(rv.len);
         let rm = self.remote.as_mut().expect("remote");
         if let Some(payload) = rm.payloads.remove(&(host, id)) {
-            let ok = read_dma(&self.nodes[b].dma)
-                .write(rv.addr, &payload[..n as usize])
-                .is_ok();
+            let ok = payload
+                .get(..n as usize)
+                .is_some_and(|p| read_dma(&self.nodes[b].dma).write(rv.addr, p).is_ok());
             self.remote_received(
                 b,
                 &s,
@@ -624,21 +642,27 @@ impl State {
         self.issue_pulls(host, id);
     }
 
-    fn issue_pulls(&mut self, host: HostId, id: u64) {
+    /// Ask for the next chunks of pull `(host, id)` its window, the host's share and the
+    /// link allow; whether any was asked for.
+    fn issue_pulls(&mut self, host: HostId, id: u64) -> bool {
+        let mut issued = false;
         loop {
             let rm = self.remote.as_mut().expect("remote");
             let Some(p) = rm.pulls.get_mut(&(host, id)) else {
-                return;
+                return issued;
             };
             if p.next >= p.n
                 || p.next - p.got >= WINDOW * CHUNK as u64
+                || rm.pull_inflight[host as usize] >= PULL_INFLIGHT_MAX
                 || rm.link.queued(host) > QUEUE_MAX
             {
-                return;
+                return issued;
             }
             let len = (p.n - p.next).min(CHUNK as u64);
             let offset = p.next;
             p.next += len;
+            rm.pull_inflight[host as usize] += len;
+            issued = true;
             if !rm.link.send(
                 host,
                 &Msg::Pull {
@@ -648,9 +672,18 @@ impl State {
                 },
             ) {
                 // The link-down event that follows fails it.
-                return;
+                return issued;
             }
         }
+    }
+
+    /// Take pull `k` out (failed, done, or its receiver gone), giving back what it had asked.
+    fn take_pull(&mut self, k: (HostId, u64)) -> Option<Pull> {
+        let rm = self.remote.as_mut()?;
+        let p = rm.pulls.remove(&k)?;
+        let f = &mut rm.pull_inflight[k.0 as usize];
+        *f = f.saturating_sub(p.next - p.got);
+        Some(p)
     }
 
     /// Message `s` of another host reached receive `rv` of NI `b` (or failed to, `status`):
@@ -713,7 +746,31 @@ impl State {
     fn bad_frame(&mut self, host: HostId, what: &str) {
         let rm = self.remote.as_mut().expect("remote");
         rm.counters.bad_frames += 1;
-        tracing::warn!(host = %rm.names[host as usize], "link: refused a frame: {what}");
+        // A hostile peer must not flood the log: once a second, with what was left out.
+        if let Some(skipped) = rm.warn.allow() {
+            tracing::warn!(host = %rm.names[host as usize], skipped, "link: refused a frame: {what}");
+        }
+    }
+
+    /// Whether `id` is newer than every SEND/AM/MQ id `h` used before (and note it).
+    fn fresh_from(&mut self, h: HostId, id: u64) -> bool {
+        let last = &mut self.remote.as_mut().expect("remote").last_id_in[h as usize];
+        if id <= *last {
+            return false;
+        }
+        *last = id;
+        true
+    }
+
+    /// Message `k` of another host no longer waits here.
+    pub(super) fn unqueue(&mut self, k: (HostId, u64)) {
+        if let Some(q) = self
+            .remote
+            .as_mut()
+            .and_then(|r| r.queued_in.get_mut(k.0 as usize))
+        {
+            *q = q.saturating_sub(1);
+        }
     }
 
     /// Whether NI `n` is one of ours with a client ready, for a frame from `host` about it.
@@ -812,12 +869,14 @@ impl State {
             .filter(|(_, p)| p.next < p.n)
             .map(|(&k, _)| k)
             .collect();
-        let work = !waiting.is_empty() || !pulls.is_empty();
+        // Work only when something went out: operations that wait for answers alone must let
+        // the poller sleep.
+        let mut work = false;
         for id in waiting {
-            self.issue_chunks(id);
+            work |= self.issue_chunks(id);
         }
         for (h, id) in pulls {
-            self.issue_pulls(h, id);
+            work |= self.issue_pulls(h, id);
         }
         work
     }
@@ -825,6 +884,8 @@ impl State {
     fn host_up(&mut self, h: HostId) {
         let rm = self.remote.as_mut().expect("remote");
         rm.up[h as usize] = true;
+        // A daemon that rejoins may have restarted: its ids start again.
+        rm.last_id_in[h as usize] = 0;
         tracing::info!(host = %rm.names[h as usize], "host joined the fabric");
         rm.queries.push(Incoming::HostUp(h));
         // What it must know of ours: every NI with a client.
@@ -856,6 +917,7 @@ impl State {
         let rm = self.remote.as_mut().expect("remote");
         rm.payloads.drop_host(h);
         rm.eager_out[h as usize] = 0;
+        rm.queued_in[h as usize] = 0;
         // Contributions it had started to send will not be finished.
         let parts: Vec<(u32, Vec<u32>)> = self
             .partitions
@@ -900,13 +962,11 @@ impl State {
             .map(|(&k, _)| k)
             .collect();
         for k in keys {
-            let p = self
-                .remote
-                .as_mut()
-                .unwrap()
-                .pulls
-                .remove(&k)
-                .expect("pull");
+            let p = self.take_pull(k).expect("pull");
+            if status == Status::PeerDown {
+                // Its host is there to hear it (it may only have lost its client for a while).
+                self.remote_answer(k, status, 0);
+            }
             self.nodes[p.b].outstanding -= 1;
             let r = Request {
                 opcode: op::RECV,
@@ -933,8 +993,11 @@ impl State {
                 keep
             });
             let _ = before;
-            if let Some(rm) = self.remote.as_mut() {
-                for k in dropped.drain(..).flatten() {
+            for k in dropped.drain(..).flatten() {
+                self.unqueue(k);
+                if status == Status::PeerDown {
+                    self.remote_answer(k, status, 0);
+                } else if let Some(rm) = self.remote.as_mut() {
                     rm.payloads.remove(&k);
                 }
             }
@@ -978,6 +1041,22 @@ impl State {
         }
     }
 
+    /// Fail the operations our NI `x` has in flight with other hosts (`cancel_involving`).
+    pub(super) fn remote_cancel_origin(&mut self, x: usize, status: Status) {
+        let Some(rm) = self.remote.as_ref() else {
+            return;
+        };
+        let ids: Vec<u64> = rm
+            .ops
+            .iter()
+            .filter(|(_, o)| o.origin() == x)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            self.finish_op(id, status);
+        }
+    }
+
     /// Our NI `x` lost its client: drop its operations with other hosts, and answer the
     /// messages of other hosts it had not taken.
     pub(super) fn remote_local_gone(&mut self, x: usize, waiting: Vec<PendingSend>) {
@@ -1003,11 +1082,17 @@ impl State {
             .collect();
         let mut answers = Vec::new();
         for k in pulls {
-            rm.pulls.remove(&k);
+            if let Some(p) = rm.pulls.remove(&k) {
+                let f = &mut rm.pull_inflight[k.0 as usize];
+                *f = f.saturating_sub(p.next - p.got);
+            }
             answers.push(k);
         }
         for s in waiting {
             if let Some(k) = s.remote {
+                if let Some(q) = rm.queued_in.get_mut(k.0 as usize) {
+                    *q = q.saturating_sub(1);
+                }
                 rm.payloads.remove(&k);
                 answers.push(k);
             }
@@ -1072,6 +1157,10 @@ impl State {
                     self.frame(h, answer(Status::OutOfPartition));
                     return;
                 }
+                if !self.fresh_from(h, id) {
+                    // Not answered: the id names something of its own it is waiting for.
+                    return self.bad_frame(h, "SEND with an id it used before");
+                }
                 // Its rank as our partition table says, not as the frame does.
                 let src_rank = self.rank_of(src as usize);
                 let b = dst as usize;
@@ -1081,12 +1170,20 @@ impl State {
                 }
                 let rm = self.remote.as_mut().expect("remote");
                 rm.counters.sends_in += 1;
+                if rm.queued_in[h as usize] >= QUEUED_IN_MAX {
+                    self.bad_frame(h, "messages past what a host may have waiting here");
+                    self.frame(h, answer(Status::QueueFull));
+                    return;
+                }
+                let rm = self.remote.as_mut().expect("remote");
                 if eager && !rm.payloads.insert((h, id), payload) {
                     self.bad_frame(h, "eager messages past what a host may have held here");
                     self.frame(h, answer(Status::QueueFull));
                     return;
                 }
-                self.nodes[b].dr_message_count += 1;
+                // Its sender's host counted it (CM-5 ni_dr_message_count: +1 at the sender,
+                // -1 at the receiver when it arrives at a receive).
+                self.remote.as_mut().expect("remote").queued_in[h as usize] += 1;
                 self.nodes[b].unexpected.push_back(PendingSend {
                     src: src as usize,
                     src_rank,
@@ -1101,7 +1198,15 @@ impl State {
             Msg::Pull { id, offset, len } => {
                 let rm = self.remote.as_ref().expect("remote");
                 let Some(Op::Send { a, r, host, .. }) = rm.ops.get(&id) else {
-                    // Gone meanwhile (its client left): the DONE we sent says so.
+                    // Gone meanwhile (its sender left, or it was cancelled): say so, and the
+                    // puller fails its receive instead of waiting for it.
+                    let m = Msg::Data {
+                        id,
+                        offset,
+                        status: Status::PeerDown as u16,
+                        payload: Vec::new(),
+                    };
+                    self.frame(h, m);
                     return;
                 };
                 let (a, r) = (*a, *r);
@@ -1110,6 +1215,18 @@ impl State {
                     || offset.checked_add(len as u64).is_none_or(|e| e > r.len)
                 {
                     self.bad_frame(h, "PULL outside its message");
+                    return;
+                }
+                if rm.link.queued(h) > PULL_QUEUE_MAX {
+                    self.bad_frame(h, "PULLs past what the link may have queued");
+                    let m = Msg::Data {
+                        id,
+                        offset,
+                        status: Status::QueueFull as u16,
+                        payload: Vec::new(),
+                    };
+                    self.frame(h, m);
+                    self.finish_op(id, Status::QueueFull);
                     return;
                 }
                 let mut payload = vec![0u8; len as usize];
@@ -1147,7 +1264,8 @@ impl State {
                 };
                 rm.counters.chunks_in += 1;
                 let status = status_of(status);
-                let fits = offset == p.got && offset + payload.len() as u64 <= p.n;
+                // Chunks come in the order they were asked for, and only those.
+                let fits = offset == p.got && offset + payload.len() as u64 <= p.next;
                 let (b, s, rv) = (p.b, p.s, p.rv);
                 let ok = status == Status::Ok
                     && fits
@@ -1157,9 +1275,8 @@ impl State {
                 if !fits && status == Status::Ok {
                     self.bad_frame(h, "DATA out of order or past its message");
                 }
-                let rm = self.remote.as_mut().expect("remote");
                 if !ok {
-                    rm.pulls.remove(&(h, id));
+                    self.take_pull((h, id));
                     let st = if status == Status::Ok {
                         Status::NotRegistered
                     } else {
@@ -1168,10 +1285,13 @@ impl State {
                     self.remote_received(b, &s, &rv, st);
                     return;
                 }
+                let rm = self.remote.as_mut().expect("remote");
                 let p = rm.pulls.get_mut(&(h, id)).expect("pull");
                 p.got += payload.len() as u64;
+                let f = &mut rm.pull_inflight[h as usize];
+                *f = f.saturating_sub(payload.len() as u64);
                 if p.got == p.n {
-                    rm.pulls.remove(&(h, id));
+                    self.take_pull((h, id));
                     self.remote_received(b, &s, &rv, Status::Ok);
                 } else {
                     self.issue_pulls(h, id);
@@ -1254,6 +1374,9 @@ impl State {
                     self.bad_frame(h, "active message between NIs of different partitions");
                     return self.remote_answer((h, id), Status::OutOfPartition, 0);
                 }
+                if !self.fresh_from(h, id) {
+                    return self.bad_frame(h, "active message with an id it used before");
+                }
                 let src_rank = self.rank_of(src as usize);
                 let b = dst as usize;
                 if !self.nodes[b].ready {
@@ -1300,6 +1423,9 @@ impl State {
                 if !self.partners(src, dst) {
                     self.bad_frame(h, "message-queue SEND between NIs of different partitions");
                     return self.remote_answer((h, id), Status::OutOfPartition, 0);
+                }
+                if !self.fresh_from(h, id) {
+                    return self.bad_frame(h, "message-queue SEND with an id it used before");
                 }
                 let b = dst as usize;
                 if !self.nodes[b].ready {
@@ -1380,6 +1506,17 @@ impl State {
             } => {
                 if !self.hosted_by(src, h) || !self.ours(dst) || len as usize > CHUNK {
                     self.bad_frame(h, "GET that does not add up");
+                    return;
+                }
+                if self.remote.as_ref().expect("remote").link.queued(h) > PULL_QUEUE_MAX {
+                    self.bad_frame(h, "GETs past what the link may have queued");
+                    let m = Msg::Reply {
+                        id,
+                        offset,
+                        status: Status::QueueFull as u16,
+                        payload: Vec::new(),
+                    };
+                    self.frame(h, m);
                     return;
                 }
                 if !self.partners(src, dst) {
@@ -1492,11 +1629,12 @@ impl State {
                 }
             }
             Msg::Change { seq, payload } => {
-                self.remote
-                    .as_ref()
-                    .expect("remote")
-                    .queries
-                    .push(Incoming::Change(h, seq, payload));
+                let rm = self.remote.as_ref().expect("remote");
+                if h != rm.manager {
+                    return self
+                        .bad_frame(h, "CHANGE from a host that is not the partition manager");
+                }
+                rm.queries.push(Incoming::Change(h, seq, payload));
             }
             Msg::Answer { id, payload } => {
                 self.remote
@@ -1719,6 +1857,21 @@ impl State {
         ) else {
             return self.bad_frame(h, "JOIN for no member of its host");
         };
+        if !members
+            .iter()
+            .any(|&m| self.other_host(m as usize).is_none())
+        {
+            // No member here: nothing here waits for its rounds.
+            return self.bad_frame(h, "JOIN for a partition with no member on this host");
+        }
+        let mut req = Request::decode(raw);
+        let want = match join_data_len(k, &req, members.len(), rank) {
+            Some(n) => n,
+            None => return self.bad_frame(h, "JOIN with a request its host would have refused"),
+        };
+        // Its addresses mean nothing here: offsets from zero.
+        req.addr = 0;
+        req.tag = if k == Kind::Vector { 0 } else { req.tag };
         let rm = self.remote.as_mut().expect("remote");
         rm.counters.joins_in += 1;
         let mut data = rm
@@ -1727,6 +1880,12 @@ impl State {
             .unwrap_or_default();
         rm.join_bytes -= data.len();
         data.extend_from_slice(&payload);
+        if data.len() as u64 != want {
+            return self.bad_frame(
+                h,
+                "JOIN whose contribution is not the size its request says",
+            );
+        }
         self.nodes[node].participation = flags;
         let mut w = [0u32; crate::cm5::combine::MAX_WORDS];
         for (d, s) in w.iter_mut().zip(words) {
@@ -1734,7 +1893,7 @@ impl State {
         }
         let entry = Entry {
             node,
-            req: Request::decode(raw),
+            req,
             words: w,
             door: Door::FastPath,
         };
@@ -1742,7 +1901,12 @@ impl State {
         let pc = self.colls.entry(name.clone()).or_default();
         pc.sized(size);
         let rs = pc.rounds(k, size);
-        if seq < rs.base || seq - rs.base > ROUNDS_AHEAD_MAX {
+        let ahead = if want > 0 {
+            DATA_ROUNDS_AHEAD_MAX
+        } else {
+            ROUNDS_AHEAD_MAX
+        };
+        if seq < rs.base || seq - rs.base > ahead {
             tracing::warn!(partition = %name, ?k, seq, base = rs.base, "JOIN from another host out of step: ignored");
             return;
         }
@@ -1809,13 +1973,11 @@ impl Held {
     /// Hold `p` for operation `k`; false (nothing held) past the host's limit.
     fn insert(&mut self, k: (HostId, u64), p: Vec<u8>) -> bool {
         let b = &mut self.bytes[k.0 as usize];
-        if *b + p.len() > HELD_MAX {
+        if *b + p.len() > HELD_MAX || self.map.contains_key(&k) {
             return false;
         }
         *b += p.len();
-        if let Some(old) = self.map.insert(k, p) {
-            self.bytes[k.0 as usize] -= old.len();
-        }
+        self.map.insert(k, p);
         true
     }
 
@@ -1830,6 +1992,18 @@ impl Held {
         self.bytes[h as usize] = 0;
     }
 }
+
+/// Messages of one host waiting here for receives, at most (a local client may have
+/// `MAX_OUTSTANDING` requests in the fabric; a host, this many messages waiting here).
+pub const QUEUED_IN_MAX: usize = super::node::MAX_OUTSTANDING;
+/// Bytes queued on a link past which PULLs and GETs are refused (`queue full`): a puller
+/// keeps at most `PULL_INFLIGHT_MAX` asked of one host, so only a broken or hostile one gets
+/// here.
+pub const PULL_QUEUE_MAX: usize = 256 << 20;
+/// Bytes one host's PULLs may have asked of another and not received.
+pub const PULL_INFLIGHT_MAX: u64 = 32 << 20;
+/// Rounds ahead of the oldest open one a JOIN with a contribution may be for.
+const DATA_ROUNDS_AHEAD_MAX: u64 = 16;
 
 /// A member's contribution to a collective whose partition spans hosts, at most: it travels
 /// to every other host of the partition and waits there for the round.
@@ -1856,6 +2030,42 @@ fn kind_of(c: u8) -> Option<Kind> {
         3 => Kind::Flush,
         _ => return None,
     })
+}
+
+/// The contribution a JOIN for `k` with request `r` (of member `rank` of `size`) must carry,
+/// or `None` if its own host would have refused the request (`join_door`, `check_vector`).
+fn join_data_len(k: Kind, r: &Request, size: usize, rank: u32) -> Option<u64> {
+    use crate::cm5::combine::{legal, Combiner, Pattern};
+    use ni_abi::fastpath::{coll, combine as cflag, dtype, redop};
+    match k {
+        Kind::Combine => {
+            let pattern = Pattern::from_bits((r.flags & cflag::PATTERN_MASK) as u32);
+            let combiner = Combiner::from_bits(r.access)?;
+            legal(pattern, combiner, r.len as usize).then_some(0)
+        }
+        Kind::Sync | Kind::Flush => Some(0),
+        Kind::Vector => {
+            let d = r.access & 0xFF;
+            let o = (r.access >> 8) & 0xFF;
+            let esize = dtype::size(d)?;
+            if o > redop::XOR
+                || (o >= redop::AND && matches!(d, dtype::F32 | dtype::F64))
+                || r.flags > coll::ALLGATHER
+                || (matches!(r.flags, coll::BCAST | coll::REDUCE) && r.rank as usize >= size)
+            {
+                return None;
+            }
+            let bytes = r.len.checked_mul(esize)?;
+            if bytes > SPAN_DATA_MAX {
+                return None;
+            }
+            Some(match r.flags {
+                coll::BARRIER => 0,
+                coll::BCAST if r.rank != rank => 0,
+                _ => bytes,
+            })
+        }
+    }
 }
 
 /// Chunks a one-sided operation of `len` bytes takes: one at least, so a zero-length one

@@ -10,6 +10,30 @@ pub mod wire;
 
 pub use wire::Msg;
 
+/// At most one warning a second about what peers send, so a hostile one cannot flood the
+/// log; the count of those left out goes with the next.
+#[derive(Debug, Default)]
+pub struct WarnLimit {
+    last: Option<std::time::Instant>,
+    skipped: u64,
+}
+
+impl WarnLimit {
+    /// `Some(skipped since the last)` when a warning may be logged now.
+    pub fn allow(&mut self) -> Option<u64> {
+        let now = std::time::Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1))
+        {
+            self.skipped += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.skipped))
+    }
+}
+
 /// A daemon's index in the fabric description (`[[host]]` order).
 pub type HostId = u32;
 
@@ -50,4 +74,21 @@ pub struct LinkStats {
     pub connects: u64,
     /// Host by host: connected now.
     pub up: Vec<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_about_peers_are_one_a_second_with_a_count_of_the_rest() {
+        let mut w = WarnLimit::default();
+        assert_eq!(w.allow(), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(w.allow(), None);
+        }
+        w.last = Some(std::time::Instant::now() - std::time::Duration::from_secs(2));
+        assert_eq!(w.allow(), Some(1000));
+        assert_eq!(w.allow(), None);
+    }
 }

@@ -34,6 +34,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const MAX_HOSTS: usize = 64;
 /// Connections accepted and not yet identified by their HELLO, at most.
 const PENDING: usize = 8;
+/// The longest HELLO (header, magic, version, host, digest).
+const HELLO_MAX: usize = wire::HEADER + 24;
 /// Each registered buffer.
 const BUF: usize = 256 << 10;
 /// Bytes of frames a connection may have read and not yet parsed (one frame, at most).
@@ -319,6 +321,7 @@ struct Loop {
     connect_limit: Box<types::Timespec>,
     events: Vec<Event>,
     stats: LinkStats,
+    warn: super::WarnLimit,
 }
 
 impl Loop {
@@ -369,6 +372,7 @@ impl Loop {
                 up: vec![false; hosts],
                 ..Default::default()
             },
+            warn: Default::default(),
             addrs: cfg.addrs,
         })
     }
@@ -706,6 +710,11 @@ impl Loop {
         loop {
             let input = &self.conns[c].inbuf[at..];
             let n = match Msg::frame_len(input) {
+                // The first frame is a HELLO, and a HELLO is short.
+                Ok(Some(n)) if self.conns[c].st == St::Hello && n > HELLO_MAX => {
+                    self.protocol_error(c, format!("a first frame of {n} bytes is no HELLO"));
+                    return;
+                }
                 Ok(Some(n)) if n <= input.len() => n,
                 Ok(_) => break,
                 Err(e) => {
@@ -797,7 +806,9 @@ impl Loop {
 
     fn protocol_error(&mut self, c: usize, why: String) {
         self.stats.protocol_errors += 1;
-        tracing::warn!(conn = c, "link: protocol error: {why}");
+        if let Some(skipped) = self.warn.allow() {
+            tracing::warn!(conn = c, skipped, "link: protocol error: {why}");
+        }
         self.close(c, format!("protocol error: {why}"));
     }
 
@@ -843,6 +854,10 @@ impl Loop {
         for c in 0..self.conns.len() {
             let conn = &self.conns[c];
             match conn.st {
+                // A connection must say who it is in time, however it trickles bytes.
+                St::Hello if now.duration_since(conn.since) > DEAD => {
+                    self.protocol_error(c, format!("no HELLO within {} ms", DEAD.as_millis()));
+                }
                 St::Hello | St::Up if now.duration_since(conn.last_rx) > DEAD => {
                     self.stats.timeouts += 1;
                     self.close(c, format!("no frame for {} ms", DEAD.as_millis()));
