@@ -721,14 +721,7 @@ impl State {
                 },
             );
         } else {
-            let r = Request {
-                opcode: op::RECV,
-                rank: rv.from_rank,
-                user: rv.user,
-                len: rv.len,
-                tag: rv.tag,
-                ..Default::default()
-            };
+            let r = super::admin::recv_request(&rv);
             self.fail(b, &r, status);
         }
         self.frame(
@@ -968,14 +961,7 @@ impl State {
                 self.remote_answer(k, status, 0);
             }
             self.nodes[p.b].outstanding -= 1;
-            let r = Request {
-                opcode: op::RECV,
-                rank: p.rv.from_rank,
-                user: p.rv.user,
-                len: p.rv.len,
-                tag: p.rv.tag,
-                ..Default::default()
-            };
+            let r = super::admin::recv_request(&p.rv);
             self.fail(p.b, &r, status);
         }
         for j in 0..self.nodes.len() {
@@ -1023,14 +1009,7 @@ impl State {
             n.recvs = live.into();
             n.outstanding -= dead.len();
             for rv in dead {
-                let r = Request {
-                    opcode: op::RECV,
-                    rank: rv.from_rank,
-                    user: rv.user,
-                    len: rv.len,
-                    tag: rv.tag,
-                    ..Default::default()
-                };
+                let r = super::admin::recv_request(&rv);
                 self.fail(j, &r, status);
             }
         }
@@ -1455,16 +1434,7 @@ impl State {
                 }
                 if !self.partners(src, dst) {
                     self.bad_frame(h, "PUT between NIs of different partitions");
-                    self.frame(
-                        h,
-                        Msg::Reply {
-                            id,
-                            offset,
-                            status: Status::OutOfPartition as u16,
-                            payload: Vec::new(),
-                        },
-                    );
-                    return;
+                    return self.refuse(h, id, offset, Status::OutOfPartition);
                 }
                 let status = self
                     .remote_access(
@@ -1510,27 +1480,11 @@ impl State {
                 }
                 if self.remote.as_ref().expect("remote").link.queued(h) > PULL_QUEUE_MAX {
                     self.bad_frame(h, "GETs past what the link may have queued");
-                    let m = Msg::Reply {
-                        id,
-                        offset,
-                        status: Status::QueueFull as u16,
-                        payload: Vec::new(),
-                    };
-                    self.frame(h, m);
-                    return;
+                    return self.refuse(h, id, offset, Status::QueueFull);
                 }
                 if !self.partners(src, dst) {
                     self.bad_frame(h, "GET between NIs of different partitions");
-                    self.frame(
-                        h,
-                        Msg::Reply {
-                            id,
-                            offset,
-                            status: Status::OutOfPartition as u16,
-                            payload: Vec::new(),
-                        },
-                    );
-                    return;
+                    return self.refuse(h, id, offset, Status::OutOfPartition);
                 }
                 let mut payload = vec![0u8; len as usize];
                 let status = self
@@ -1926,6 +1880,17 @@ impl State {
         rs.next[rank as usize] = rs.next[rank as usize].max(seq + 1);
         self.nodes[node].outstanding += 1;
         self.advance(&name);
+    }
+
+    /// Answer PUT or GET chunk `id` at `offset` of host `h` with `status` and no data.
+    fn refuse(&mut self, h: HostId, id: u64, offset: u64, status: Status) {
+        let m = Msg::Reply {
+            id,
+            offset,
+            status: status as u16,
+            payload: Vec::new(),
+        };
+        self.frame(h, m);
     }
 
     /// The target IOVA of `[offset, offset + len)` of region `key` of our NI `b`.
