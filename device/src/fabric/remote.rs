@@ -721,7 +721,7 @@ impl State {
                 },
             );
         } else {
-            let r = super::admin::recv_request(&rv);
+            let r = super::admin::recv_request(rv);
             self.fail(b, &r, status);
         }
         self.frame(
