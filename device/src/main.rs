@@ -42,9 +42,10 @@ struct Args {
     #[arg(long, value_name = "isolated|shared|off", value_parser = parse_direct)]
     direct: Option<Direct>,
     /// A fabric that spans hosts: a TOML file with `[[host]]` tables (`name`, `link =
-    /// "ADDRESS:PORT"`, `nis`), and the fabric's `[[partition]]` tables and `torus`. Every
-    /// daemon of the fabric runs with the same file; NIs are numbered across hosts in its
-    /// order (device/abi/links.md). Needs --host.
+    /// "ADDRESS:PORT"`, `nis`), the fabric's `[[partition]]` tables, `torus`,
+    /// `collective_timeout_secs` and `manager` (the partition manager's host, default the
+    /// first). Every daemon of the fabric runs with the same file; NIs are numbered across
+    /// hosts in its order (device/abi/links.md). Needs --host.
     #[arg(long, requires = "host")]
     fabric: Option<PathBuf>,
     /// Which `[[host]]` of the --fabric file this daemon is.
