@@ -73,13 +73,18 @@ fn send(s: &mut TcpStream, m: &Msg) {
     s.write_all(&b).unwrap();
 }
 
-/// Frames from `s` until one that `want` accepts (HELLOs and heartbeats skipped), 10 s at
-/// most. It keeps sending heartbeats meanwhile: a silent peer is dead to the daemon.
+/// What the daemon sent and the test has not looked at yet: frames that arrive together with
+/// an answer belong to the next one.
+static PENDING: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+/// Frames from `s` until one that `want` accepts (others skipped), 10 s at most. It sends a
+/// heartbeat every 100 ms meanwhile, whatever arrives: a peer silent for `DEAD` is dead to
+/// the daemon.
 fn answer(s: &mut TcpStream, want: impl Fn(&Msg) -> bool) -> Msg {
-    s.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let mut buf = Vec::new();
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut buf = PENDING.lock().unwrap();
     let t = Instant::now();
+    let mut beat = Instant::now();
     loop {
         assert!(
             t.elapsed() < Duration::from_secs(10),
@@ -95,6 +100,10 @@ fn answer(s: &mut TcpStream, want: impl Fn(&Msg) -> bool) -> Msg {
                 return m;
             }
         }
+        if beat.elapsed() >= Duration::from_millis(100) {
+            send(s, &Msg::Heartbeat);
+            beat = Instant::now();
+        }
         let mut chunk = [0u8; 65536];
         match s.read(&mut chunk) {
             Ok(0) => panic!("the daemon closed an honest-looking connection"),
@@ -103,10 +112,7 @@ fn answer(s: &mut TcpStream, want: impl Fn(&Msg) -> bool) -> Msg {
                 if matches!(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                send(s, &Msg::Heartbeat)
-            }
+                ) => {}
             Err(e) => panic!("reading from the daemon: {e}"),
         }
     }
