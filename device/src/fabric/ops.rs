@@ -389,9 +389,30 @@ impl State {
         let n = s.len.min(rv.len);
         self.nodes[b].outstanding -= 1;
         self.nodes[s.src].outstanding -= 1;
-        let truncated = s.len > rv.len;
         let hops = self.hops(s.src, b).unwrap_or(0);
         self.wire(s.src, b, n, hops);
+        self.nodes[s.src].counters.send_bytes += n;
+        let dst_rank = self.rank_of(b);
+        self.recv_done(b, s, rv);
+        self.complete(
+            s.src,
+            Completion {
+                opcode: op::SEND,
+                status: Status::Ok as u16,
+                rank: dst_rank,
+                user: s.user,
+                len: s.len,
+                tag: s.tag,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Message `s` (of this host or another) reached receive `rv` of NI `b`: count it there
+    /// and complete the receive (`Truncated` when it was longer).
+    pub(super) fn recv_done(&mut self, b: usize, s: &PendingSend, rv: &PostedRecv) {
+        let n = s.len.min(rv.len);
+        let truncated = s.len > rv.len;
         let nb = &mut self.nodes[b];
         nb.dr_message_count -= 1;
         nb.counters.recvs += 1;
@@ -399,8 +420,6 @@ impl State {
         if truncated {
             nb.counters.err_truncated += 1;
         }
-        self.nodes[s.src].counters.send_bytes += n;
-        let dst_rank = self.rank_of(b);
         self.complete(
             b,
             Completion {
@@ -412,18 +431,6 @@ impl State {
                 } as u16,
                 rank: s.src_rank,
                 user: rv.user,
-                len: s.len,
-                tag: s.tag,
-                ..Default::default()
-            },
-        );
-        self.complete(
-            s.src,
-            Completion {
-                opcode: op::SEND,
-                status: Status::Ok as u16,
-                rank: dst_rank,
-                user: s.user,
                 len: s.len,
                 tag: s.tag,
                 ..Default::default()

@@ -247,6 +247,24 @@ pub struct Remote {
 }
 
 impl Remote {
+    /// The ids of our operations `f` picks.
+    fn ops_where(&self, f: impl Fn(&Op) -> bool) -> Vec<u64> {
+        self.ops
+            .iter()
+            .filter(|(_, o)| f(o))
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// The pulls `f` picks.
+    fn pulls_where(&self, f: impl Fn(&Pull) -> bool) -> Vec<(HostId, u64)> {
+        self.pulls
+            .iter()
+            .filter(|(_, p)| f(p))
+            .map(|(&k, _)| k)
+            .collect()
+    }
+
     pub fn new(
         link: Arc<dyn Link>,
         me: HostId,
@@ -692,34 +710,12 @@ impl State {
         let (host, id) = s.remote.expect("remote message");
         let n = s.len.min(rv.len);
         self.nodes[b].outstanding -= 1;
-        let truncated = s.len > rv.len;
         let dst_rank = self.rank_of(b);
         if status == Status::Ok {
-            let nb = &mut self.nodes[b];
-            nb.dr_message_count -= 1;
-            nb.counters.recvs += 1;
-            nb.counters.recv_bytes += n;
-            nb.counters.p0_packets_rcvd += 1;
-            nb.counters.p0_bytes_rcvd += n;
-            if truncated {
-                nb.counters.err_truncated += 1;
-            }
-            self.complete(
-                b,
-                Completion {
-                    opcode: op::RECV,
-                    status: if truncated {
-                        Status::Truncated
-                    } else {
-                        Status::Ok
-                    } as u16,
-                    rank: s.src_rank,
-                    user: rv.user,
-                    len: s.len,
-                    tag: s.tag,
-                    ..Default::default()
-                },
-            );
+            let c = &mut self.nodes[b].counters;
+            c.p0_packets_rcvd += 1;
+            c.p0_bytes_rcvd += n;
+            self.recv_done(b, s, rv);
         } else {
             let r = super::admin::recv_request(rv);
             self.fail(b, &r, status);
@@ -856,12 +852,7 @@ impl State {
                 _ => None,
             })
             .collect();
-        let pulls: Vec<(HostId, u64)> = rm
-            .pulls
-            .iter()
-            .filter(|(_, p)| p.next < p.n)
-            .map(|(&k, _)| k)
-            .collect();
+        let pulls: Vec<(HostId, u64)> = rm.pulls_where(|p| p.next < p.n);
         // Work only when something went out: operations that wait for answers alone must let
         // the poller sleep.
         let mut work = false;
@@ -938,22 +929,12 @@ impl State {
     fn remote_node_gone(&mut self, x: usize, status: Status) {
         let was_ready = std::mem::replace(&mut self.nodes[x].ready, false);
         let rm = self.remote.as_mut().expect("remote");
-        let ids: Vec<u64> = rm
-            .ops
-            .iter()
-            .filter(|(_, o)| o.dst() == x)
-            .map(|(&id, _)| id)
-            .collect();
+        let ids: Vec<u64> = rm.ops_where(|o| o.dst() == x);
         for id in ids {
             self.finish_op(id, status);
         }
         let rm = self.remote.as_mut().expect("remote");
-        let keys: Vec<(HostId, u64)> = rm
-            .pulls
-            .iter()
-            .filter(|(_, p)| p.s.src == x)
-            .map(|(&k, _)| k)
-            .collect();
+        let keys: Vec<(HostId, u64)> = rm.pulls_where(|p| p.s.src == x);
         for k in keys {
             let p = self.take_pull(k).expect("pull");
             if status == Status::PeerDown {
@@ -1025,12 +1006,7 @@ impl State {
         let Some(rm) = self.remote.as_ref() else {
             return;
         };
-        let ids: Vec<u64> = rm
-            .ops
-            .iter()
-            .filter(|(_, o)| o.origin() == x)
-            .map(|(&id, _)| id)
-            .collect();
+        let ids: Vec<u64> = rm.ops_where(|o| o.origin() == x);
         for id in ids {
             self.finish_op(id, status);
         }
@@ -1042,23 +1018,13 @@ impl State {
         let Some(rm) = self.remote.as_mut() else {
             return;
         };
-        let mine: Vec<u64> = rm
-            .ops
-            .iter()
-            .filter(|(_, o)| o.origin() == x)
-            .map(|(&id, _)| id)
-            .collect();
+        let mine: Vec<u64> = rm.ops_where(|o| o.origin() == x);
         for id in mine {
             if let Some(Op::Send { host, eager, .. }) = rm.ops.remove(&id) {
                 rm.eager_out[host as usize] -= eager;
             }
         }
-        let pulls: Vec<(HostId, u64)> = rm
-            .pulls
-            .iter()
-            .filter(|(_, p)| p.b == x)
-            .map(|(&k, _)| k)
-            .collect();
+        let pulls: Vec<(HostId, u64)> = rm.pulls_where(|p| p.b == x);
         let mut answers = Vec::new();
         for k in pulls {
             if let Some(p) = rm.pulls.remove(&k) {

@@ -663,7 +663,8 @@ impl Loop {
 
     /// Start a write on every up connection that is idle and has frames queued.
     fn write_all(&mut self) {
-        let mut out = lock(&self.shared.out);
+        let shared = self.shared.clone();
+        let mut out = lock(&shared.out);
         for h in 0..self.by_host.len() {
             let Some(c) = self.by_host[h] else {
                 continue;
@@ -676,31 +677,7 @@ impl Loop {
             self.bufs[2 * c + 1][..n].copy_from_slice(&o.buf[o.at..o.at + n]);
             o.consumed(n);
             o.loop_writing = true;
-            let conn = &mut self.conns[c];
-            let fd = types::Fd(conn.raw());
-            let buf = self.bufs[2 * c + 1].as_ptr();
-            let e = if self.fixed {
-                opcode::WriteFixed::new(fd, buf, n as u32, (2 * c + 1) as u16)
-                    .offset(u64::MAX)
-                    .build()
-            } else {
-                opcode::Write::new(fd, buf, n as u32)
-                    .offset(u64::MAX)
-                    .build()
-            };
-            conn.writing = Some((0, n));
-            conn.inflight += 1;
-            conn.last_tx = Instant::now();
-            // SAFETY: as in `push`.
-            while unsafe {
-                self.ring
-                    .submission()
-                    .push(&e.clone().user_data(tag(OP_WRITE, c)))
-            }
-            .is_err()
-            {
-                let _ = self.ring.submit();
-            }
+            self.issue_write(c, 0, n);
         }
     }
 
