@@ -85,7 +85,14 @@ impl State {
             let dest = self
                 .cm5_node(i as u32, p.phys)
                 .and_then(|j| self.link(i, j).ok().map(|hops| (j, hops)));
-            if let Some((j, hops)) = dest {
+            if let Some((j, hops)) = dest.filter(|&(j, _)| self.other_host(j).is_some()) {
+                // Another host's NI: onto the link while this sender has credit there, else
+                // it waits in the FIFO for an answer to free one (`doors.rs`).
+                if !self.door_cm5(i, j, &p) {
+                    break;
+                }
+                self.wire(i, j, 4 * (1 + p.words.len() as u64), hops);
+            } else if let Some((j, hops)) = dest {
                 let slot = self.slots[j].clone();
                 let delivered = {
                     let mut g = lock(&slot.ni);
@@ -153,7 +160,15 @@ impl State {
         };
         self.contend(i, members, |c| c.bc_ready(w).is_some())?;
         let mut to = Vec::with_capacity(members.len());
+        // Other hosts' members get it from their host (`doors.rs`), once per host.
+        let hosts = self.hosts_of(members);
+        if !self.cm5_credits(i, hosts.len() as u32) {
+            return Ok(false);
+        }
         for &m in members {
+            if self.other_host(m).is_some() {
+                continue;
+            }
             if !lock(&self.slots[m].ni).cm5.bc_receives(w) {
                 continue;
             }
@@ -190,6 +205,10 @@ impl State {
         gi.cm5.bc[w as usize].delivered();
         gi.counters.cm5_bc_sends += 1;
         gi.update_interrupts();
+        drop(gi);
+        for (h, m) in hosts {
+            self.door_cm5_bc(i, h, m, w, msg.clone(), 0);
+        }
         Ok(true)
     }
 
@@ -201,9 +220,17 @@ impl State {
             return Ok(false);
         }
         self.contend(i, members, |c| c.interrupt_send != 0)?;
-        let to: Vec<usize> = members
+        let hosts = self.hosts_of(members);
+        if !self.cm5_credits(i, hosts.len() as u32) {
+            return Ok(false);
+        }
+        let here: Vec<usize> = members
             .iter()
-            .filter(|&&m| m != i)
+            .filter(|&&m| m != i && self.other_host(m).is_none())
+            .copied()
+            .collect();
+        let to: Vec<usize> = here
+            .iter()
             .filter(|&&m| self.reach(i, m).is_some())
             .copied()
             .collect();
@@ -220,6 +247,10 @@ impl State {
         gi.cm5.interrupt_sent();
         gi.counters.cm5_bc_interrupts += 1;
         gi.update_interrupts();
+        drop(gi);
+        for (h, m) in hosts {
+            self.door_cm5_bc(i, h, m, Which::User, Vec::new(), colours);
+        }
         Ok(true)
     }
 

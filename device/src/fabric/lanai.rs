@@ -40,7 +40,7 @@ const BATCH_BYTES: usize = 1 << 20;
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What became of a packet that left.
-enum Fate {
+pub(super) enum Fate {
     Arrived(usize),
     /// The crossbar dropped it (counted at the sender).
     Dropped,
@@ -67,6 +67,10 @@ impl State {
         let mut work = false;
         let mut again = false;
         for p in 0..2 {
+            if self.lanai_away(i, p) {
+                // Its head packet is on another host, which answers (`doors.rs`).
+                continue;
+            }
             let mut bytes = 0;
             for n in 0..=BATCH {
                 let out = {
@@ -96,6 +100,12 @@ impl State {
                         self.retire(i, p, &out, Fate::Dropped);
                         false
                     }
+                    Route::One(j) if self.other_host(j).is_some() => {
+                        // It stays at the head of the FIFO until its host answers.
+                        self.door_lanai(i, Some(p), j, &out);
+                        work = true;
+                        break;
+                    }
                     Route::One(j) => match self.lanai_deliver(j, &out.wire) {
                         Arrival::Held => true,
                         Arrival::Disabled => {
@@ -114,6 +124,11 @@ impl State {
                     Route::Flood(members) => {
                         let mut missed = 0;
                         for &j in &members {
+                            if self.other_host(j).is_some() {
+                                // Its host delivers the copy as it can, unanswered.
+                                self.door_lanai(i, None, j, &out);
+                                continue;
+                            }
                             // A flood does not wait for anyone: a member that would hold it,
                             // or is not listening, misses it (counted at the sender).
                             match self.lanai_deliver(j, &out.wire) {
@@ -155,9 +170,14 @@ impl State {
 
     /// The packet left the port: `SEND_COUNT` + 1 at the sender.
     fn retire(&mut self, i: usize, p: usize, out: &Outgoing, fate: Fate) {
+        self.lanai_retire(i, p, out.seq, out.wire.bytes.len(), fate);
+    }
+
+    /// Packet `seq` of NI `i`'s port `p`, `len` bytes on the wire, left the port.
+    pub(super) fn lanai_retire(&mut self, i: usize, p: usize, seq: u64, len: usize, fate: Fate) {
         let retired = {
             let mut ni = lock(&self.slots[i].ni);
-            let r = ni.lanai.sent(p, out.seq);
+            let r = ni.lanai.sent(p, seq);
             if r {
                 ni.counters.lanai_packets_sent += 1;
                 match fate {
@@ -169,12 +189,12 @@ impl State {
             r
         };
         if let (true, Fate::Arrived(j)) = (retired, fate) {
-            self.wire(i, j, out.wire.bytes.len() as u64, 1);
+            self.wire(i, j, len as u64, 1);
         }
     }
 
     /// Offer a packet to NI `j`'s port 0.
-    fn lanai_deliver(&mut self, j: usize, wire: &Wire) -> Arrival {
+    pub(super) fn lanai_deliver(&mut self, j: usize, wire: &Wire) -> Arrival {
         let slot = self.slots[j].clone();
         let mut g = lock(&slot.ni);
         let ni = &mut *g;

@@ -16,15 +16,16 @@ use ni_abi::mlink::{
 use ni_abi::pci::vector;
 
 use super::State;
+use crate::link::HostId;
 use crate::mlink::{Launch, QueuedRop, Reply};
 use crate::ni::read_dma;
 use crate::server::lock;
 
 /// An operation between its launch and its answer.
 pub(super) struct Flight {
-    a: usize,
-    x: Launch,
-    since: Instant,
+    pub(super) a: usize,
+    pub(super) x: Launch,
+    pub(super) since: Instant,
 }
 
 enum Step {
@@ -33,9 +34,18 @@ enum Step {
     Blocked,
     /// Aborted or reset at the source meanwhile: nobody waits for an answer.
     Dropped,
+    /// For NI `.0` of host `.1`: carried there (`doors.rs`), which answers.
+    Away(usize, HostId),
 }
 
-fn reply(state: u32, why: u32, byte0: u32) -> Reply {
+/// What the target made of an operation.
+pub(super) enum At {
+    /// The answer, and for READ the target's bytes (still to land in the source's SRAM).
+    Answered(Reply, Option<Vec<u8>>),
+    Blocked,
+}
+
+pub(super) fn reply(state: u32, why: u32, byte0: u32) -> Reply {
     Reply {
         state,
         reason: why,
@@ -69,22 +79,50 @@ impl State {
             match self.mlink_step(&f) {
                 Step::Blocked => self.mlink_flights.push_back(f),
                 Step::Dropped => work = true,
+                Step::Away(b, h) => {
+                    work = true;
+                    self.door_mlink(f, b, h);
+                }
                 Step::Answered(r) => {
                     work = true;
-                    let c = &mut self.nodes[f.a].counters;
-                    match r.state {
-                        status::ACK => c.mlink_acks += 1,
-                        status::NACK => c.mlink_nacks += 1,
-                        _ => c.mlink_unreachable += 1,
-                    }
-                    let mut ni = lock(&self.slots[f.a].ni);
-                    if ni.mlink.finish(&f.x, r) {
-                        ni.deliver(vector::MLINK);
-                    }
+                    self.mlink_answered(&f, r);
                 }
             }
         }
         work
+    }
+
+    /// Post the target's answer to the source's link.
+    pub(super) fn mlink_answered(&mut self, f: &Flight, r: Reply) {
+        let c = &mut self.nodes[f.a].counters;
+        match r.state {
+            status::ACK => c.mlink_acks += 1,
+            status::NACK => c.mlink_nacks += 1,
+            _ => c.mlink_unreachable += 1,
+        }
+        let mut ni = lock(&self.slots[f.a].ni);
+        if ni.mlink.finish(&f.x, r) {
+            ni.deliver(vector::MLINK);
+        }
+    }
+
+    /// A READ's bytes from the target land in the source's SRAM (§11.3: the reply's data).
+    pub(super) fn mlink_read_back(&mut self, f: &Flight, mut r: Reply, data: &[u8]) -> Reply {
+        let (a, x) = (f.a, &f.x);
+        let sram_a = lock(&self.slots[a].ni).sram.clone();
+        if sram_a.write(x.local as u64, data).is_err() {
+            return reply(status::NACK, reason::ADDRESS, r.bytes[0] as u32);
+        }
+        r.data_checksum = Some(ni_abi::mlink::checksum(data));
+        if x.bad_data {
+            self.nodes[a].counters.mlink_data_errors += 1;
+            r.state = status::NACK;
+            r.reason = reason::DATA_CHECKSUM;
+            r.bytes[1] = reason::DATA_CHECKSUM as u8;
+            // What arrived does not match what the target summed.
+            r.data_checksum = r.data_checksum.map(|c| !c);
+        }
+        r
     }
 
     fn mlink_step(&mut self, f: &Flight) -> Step {
@@ -100,13 +138,34 @@ impl State {
         else {
             return unreachable;
         };
+        if let Some(h) = self.other_host(b) {
+            return Step::Away(b, h);
+        }
+        let src_rank = self.partitions.rank_size(a as u32).0;
+        match self.mlink_at(a, b, src_rank, x, f.since) {
+            At::Blocked => Step::Blocked,
+            At::Answered(r, None) => Step::Answered(r),
+            At::Answered(r, Some(data)) => Step::Answered(self.mlink_read_back(f, r, &data)),
+        }
+    }
+
+    /// Operation `x` of NI `a` (rank `src_rank`) arrives at NI `b`, here; `since`: when it
+    /// first tried.
+    pub(super) fn mlink_at(
+        &mut self,
+        a: usize,
+        b: usize,
+        src_rank: u32,
+        x: &Launch,
+        since: Instant,
+    ) -> At {
+        let unreachable = At::Answered(reply(status::REFUSED, reason::UNREACHABLE, 0), None);
         if !self.nodes[b].live {
             return unreachable;
         }
         let Ok(hops) = self.link(a, b) else {
             return unreachable;
         };
-        let src_rank = self.partitions.rank_size(a as u32).0;
         let boot_enabled = self
             .partitions
             .of(b as u32)
@@ -121,12 +180,12 @@ impl State {
             | if boot_enabled { s0::BOOT_ENABLED } else { 0 }
             | if m.exposes() { s0::EXPOSED } else { 0 };
         if m.paused() {
-            if f.since.elapsed() < Duration::from_millis(BLOCK_TIMEOUT_MS as u64) {
-                return Step::Blocked;
+            if since.elapsed() < Duration::from_millis(BLOCK_TIMEOUT_MS as u64) {
+                return At::Blocked;
             }
-            return Step::Answered(reply(status::NACK, reason::TIMEOUT, byte0));
+            return At::Answered(reply(status::NACK, reason::TIMEOUT, byte0), None);
         }
-        let nack = |why| Step::Answered(reply(status::NACK, why, byte0));
+        let nack = |why| At::Answered(reply(status::NACK, why, byte0), None);
         if x.bad_header {
             // The header cannot be trusted: nothing it names is touched (§4.7.4).
             drop(nb);
@@ -137,7 +196,7 @@ impl State {
             let (at, len) = (x.remote as u64, x.bytes());
             m.exposed(at, len) || (m.held() && boot_enabled && at + len <= ni_abi::lanai::SRAM_SIZE)
         };
-        let ack = Step::Answered(reply(status::ACK, reason::NONE, byte0));
+        let ack = At::Answered(reply(status::ACK, reason::NONE, byte0), None);
         match x.op {
             command::NOOP => ack,
             command::WRITE => {
@@ -160,22 +219,8 @@ impl State {
                     return nack(reason::ADDRESS);
                 }
                 drop(nb);
-                let sram_a = lock(&self.slots[a].ni).sram.clone();
-                if sram_a.write(x.local as u64, &data).is_err() {
-                    return nack(reason::ADDRESS);
-                }
                 self.wire(b, a, x.bytes(), hops);
-                let mut r = reply(status::ACK, reason::NONE, byte0);
-                r.data_checksum = Some(ni_abi::mlink::checksum(&data));
-                if x.bad_data {
-                    self.nodes[a].counters.mlink_data_errors += 1;
-                    r.state = status::NACK;
-                    r.reason = reason::DATA_CHECKSUM;
-                    r.bytes[1] = reason::DATA_CHECKSUM as u8;
-                    // What arrived does not match what the target summed.
-                    r.data_checksum = r.data_checksum.map(|c| !c);
-                }
-                Step::Answered(r)
+                At::Answered(reply(status::ACK, reason::NONE, byte0), Some(data))
             }
             command::ROP => {
                 if x.bad_data {

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod cm5;
 pub mod collective;
+pub mod doors;
 pub mod lanai;
 pub mod mlink;
 pub mod mq;
@@ -125,6 +126,8 @@ pub struct State {
     /// Each NI's "MLINK launches wait" flag, and the operations in flight (`mlink.rs`).
     mlink_pending: Vec<Arc<std::sync::atomic::AtomicBool>>,
     mlink_flights: std::collections::VecDeque<mlink::Flight>,
+    /// Register-level operations between this host and others (`doors.rs`).
+    doors: doors::Doors,
     /// The SSD-T90 routers' own registers, one per physical node (`router.rs`).
     pub routers: Vec<router::RouterRegs>,
     /// The other daemons of a fabric that spans hosts (`remote.rs`); none for one host.
@@ -192,6 +195,7 @@ impl Fabric {
                 t3e_pending,
                 mlink_pending,
                 mlink_flights: Default::default(),
+                doors: Default::default(),
                 routers,
                 direct: None,
                 transfers: Default::default(),
@@ -361,6 +365,9 @@ impl State {
         }
         work |= self.advance_transfers();
         work |= self.advance_mlink();
+        if self.remote.is_some() {
+            work |= self.advance_doors();
+        }
         work | self.poll_collectives()
     }
 

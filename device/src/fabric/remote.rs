@@ -113,6 +113,9 @@ pub struct RemoteCounters {
     /// Collective contributions (JOIN) sent to and taken from other hosts.
     pub joins_out: u64,
     pub joins_in: u64,
+    /// Register-level operations and their answers (`DOOR`, `DOOR_ANSWER`) sent and taken.
+    pub doors_out: u64,
+    pub doors_in: u64,
 }
 
 /// What the link brings for the daemon's control side (`serve_peers`), in arrival order.
@@ -317,12 +320,12 @@ impl State {
             .any(|&m| self.other_host(m as usize).is_some())
     }
 
-    fn frame(&mut self, host: HostId, m: Msg) -> bool {
+    pub(super) fn frame(&mut self, host: HostId, m: Msg) -> bool {
         let r = self.remote.as_mut().expect("remote");
         r.link.send(host, &m)
     }
 
-    fn fresh_id(&mut self) -> u64 {
+    pub(super) fn fresh_id(&mut self) -> u64 {
         let r = self.remote.as_mut().expect("remote");
         let id = r.next_id;
         r.next_id += 1;
@@ -732,7 +735,7 @@ impl State {
         );
     }
 
-    fn bad_frame(&mut self, host: HostId, what: &str) {
+    pub(super) fn bad_frame(&mut self, host: HostId, what: &str) {
         let rm = self.remote.as_mut().expect("remote");
         rm.counters.bad_frames += 1;
         // A hostile peer must not flood the log: once a second, with what was left out.
@@ -763,20 +766,20 @@ impl State {
     }
 
     /// Whether NI `n` is one of ours with a client ready, for a frame from `host` about it.
-    fn ours(&self, n: u32) -> bool {
+    pub(super) fn ours(&self, n: u32) -> bool {
         self.other_host(n as usize).is_none() && (n as usize) < self.nodes.len()
     }
 
     /// Whether NIs `a` and `b` are in one partition: what another host may ask of ours is
     /// what one of its NIs could ask locally.
-    fn partners(&self, a: u32, b: u32) -> bool {
+    pub(super) fn partners(&self, a: u32, b: u32) -> bool {
         match (self.partitions.of(a), self.partitions.of(b)) {
             (Some((p, _)), Some((q, _))) => p.name == q.name,
             _ => false,
         }
     }
 
-    fn hosted_by(&self, n: u32, host: HostId) -> bool {
+    pub(super) fn hosted_by(&self, n: u32, host: HostId) -> bool {
         self.remote
             .as_ref()
             .and_then(|r| r.host_of.get(n as usize))
@@ -901,6 +904,8 @@ impl State {
         let rm = self.remote.as_mut().expect("remote");
         rm.payloads.drop_host(h);
         rm.eager_out[h as usize] = 0;
+        self.doors_host_down(h);
+        let rm = self.remote.as_mut().expect("remote");
         rm.queued_in[h as usize] = 0;
         // Contributions it had started to send will not be finished.
         let parts: Vec<(u32, Vec<u32>)> = self
@@ -1604,6 +1609,24 @@ impl State {
                 }
                 None => self.bad_frame(h, "GLOBAL for no member of its host"),
             },
+            Msg::Door {
+                id,
+                door,
+                src,
+                dst,
+                more,
+                words,
+                payload,
+            } => self.on_door(h, id, door, src, dst, more, words, payload),
+            Msg::DoorAnswer {
+                id,
+                door,
+                words,
+                payload,
+            } => {
+                self.remote.as_mut().expect("remote").counters.doors_in += 1;
+                self.on_door_answer(h, id, door, &words, &payload)
+            }
             Msg::Hello { .. } | Msg::Heartbeat => {}
         }
     }

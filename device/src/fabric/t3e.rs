@@ -29,37 +29,95 @@ impl State {
         }
         let cmds = lock(&self.slots[a].ni).t3e.take(BATCH);
         for c in &cmds {
-            let outcome = self.t3e_execute(a, c);
-            if let Outcome::Failed(e) = outcome {
-                self.nodes[a].counters.t3e_failed += 1;
-                tracing::debug!(ni = a, op = c.op, e = c.e, ?e, "E-register command failed");
+            // None: carried to another host, answered when it says (`doors.rs`).
+            if let Some(outcome) = self.t3e_execute(a, c) {
+                self.t3e_finish(a, c, outcome);
             }
-            lock(&self.slots[a].ni).t3e.finish(c, outcome);
         }
         !cmds.is_empty()
     }
 
-    fn t3e_execute(&mut self, a: usize, c: &Command) -> Outcome {
-        let r = match c.op {
-            op::SPUT | op::SGET => self.special(a, c),
-            op::SEND => self.e_send(a, c),
-            _ => self.e_one_sided(a, c),
-        };
-        r.unwrap_or_else(Outcome::Failed)
+    /// Post the network's answer to NI `a`'s command.
+    pub(super) fn t3e_finish(&mut self, a: usize, c: &Command, outcome: Outcome) {
+        if let Outcome::Failed(e) = outcome {
+            self.nodes[a].counters.t3e_failed += 1;
+            tracing::debug!(ni = a, op = c.op, e = c.e, ?e, "E-register command failed");
+        }
+        lock(&self.slots[a].ni).t3e.finish(c, outcome);
     }
 
-    /// The NI a PE number names (a virtual PE: rank in `a`'s partition) and the route's hops.
-    fn e_peer(&mut self, a: usize, pe: u64) -> Result<(usize, u32), Error> {
+    fn t3e_execute(&mut self, a: usize, c: &Command) -> Option<Outcome> {
+        let r = match c.op {
+            op::SPUT | op::SGET => self.special(a, c).map(Some),
+            _ => self.e_issue(a, c),
+        };
+        r.unwrap_or_else(|e| Some(Outcome::Failed(e)))
+    }
+
+    /// A network command to a PE: here, or carried to its host.
+    fn e_issue(&mut self, a: usize, c: &Command) -> Result<Option<Outcome>, Error> {
+        let (pe, g) = c.target();
         let rank = u32::try_from(pe).map_err(|_| Error::NoSuchPe)?;
         let b = self
             .partitions
             .resolve(a as u32, rank)
             .ok_or(Error::NoSuchPe)? as usize;
+        if let Some(h) = self.other_host(b) {
+            self.door_t3e(a, b, h, c, g);
+            return Ok(None);
+        }
+        let hops = self.e_route(a, b)?;
+        self.e_at(a, b, hops, g, c).map(Some)
+    }
+
+    /// Whether NI `b` takes commands from `a`, and the route's hops.
+    pub(super) fn e_route(&mut self, a: usize, b: usize) -> Result<u32, Error> {
         if !self.nodes[b].live {
             return Err(Error::PeerDown);
         }
-        let hops = self.link(a, b).map_err(|_| Error::NoRoute)?;
-        Ok((b, hops))
+        self.link(a, b).map_err(|_| Error::NoRoute)
+    }
+
+    /// Carry out command `c` of NI `a` at NI `b` (here), GVA `g`.
+    pub(super) fn e_at(
+        &mut self,
+        a: usize,
+        b: usize,
+        hops: u32,
+        g: u64,
+        c: &Command,
+    ) -> Result<Outcome, Error> {
+        if c.op == op::SEND {
+            self.e_send(a, b, hops, g, c)
+        } else {
+            self.e_one_sided(a, b, hops, g, c)
+        }
+    }
+
+    /// What NI `a`'s counters say of a command another host carried out (it counted it
+    /// at the destination's stand-in there, as `e_send`/`e_one_sided` do here).
+    pub(super) fn e_count_across(&mut self, a: usize, c: &Command, outcome: &Outcome) {
+        let n = &mut self.nodes[a].counters;
+        let bytes = 8 * c.block() as u64;
+        match (c.op, outcome) {
+            (_, Outcome::Failed(_)) => {}
+            (op::SEND, _) => {
+                n.mq_sends += 1;
+                n.t3e_sends += 1;
+            }
+            (o, _) if is_put(o) => {
+                n.puts += 1;
+                n.put_bytes += bytes;
+                n.p0_packets_sent += 1;
+                n.p0_bytes_sent += bytes;
+            }
+            _ => {
+                n.gets += 1;
+                n.get_bytes += bytes;
+                n.p0_packets_rcvd += 1;
+                n.p0_bytes_rcvd += bytes;
+            }
+        }
     }
 
     /// The IOVA at NI `b` that `gva` names for `len` bytes with access `need`, and the end
@@ -89,9 +147,14 @@ impl State {
     }
 
     /// SEND (HMM-148-0 pp. 7-15): the fast path's arrival algorithm, answered with ERS codes.
-    fn e_send(&mut self, a: usize, c: &Command) -> Result<Outcome, Error> {
-        let (pe, g) = c.target();
-        let (b, hops) = self.e_peer(a, pe)?;
+    fn e_send(
+        &mut self,
+        a: usize,
+        b: usize,
+        hops: u32,
+        g: u64,
+        c: &Command,
+    ) -> Result<Outcome, Error> {
         let (mqcw, end) = self.e_segment(b, g, 8, seg::MESSAGE_QUEUE, MQ_MESSAGE)?;
         let mut msg = [0u8; 64];
         for (i, w) in c.words.iter().enumerate() {
@@ -123,9 +186,14 @@ impl State {
     }
 
     /// GET, PUT and their block and vector forms, and the atomics (SSD Table 2).
-    fn e_one_sided(&mut self, a: usize, c: &Command) -> Result<Outcome, Error> {
-        let (pe, g) = c.target();
-        let (b, hops) = self.e_peer(a, pe)?;
+    fn e_one_sided(
+        &mut self,
+        a: usize,
+        b: usize,
+        hops: u32,
+        g: u64,
+        c: &Command,
+    ) -> Result<Outcome, Error> {
         let n = c.block() as usize;
         let stride = match c.op {
             op::PUTV4 | op::PUTV8 | op::GETV4 | op::GETV8 => c.operands[0],

@@ -35,7 +35,26 @@ mod kind {
     pub const JOIN_DATA: u8 = 16;
     pub const GLOBAL: u8 = 17;
     pub const CHANGE: u8 = 18;
+    pub const DOOR: u8 = 19;
+    pub const DOOR_ANSWER: u8 = 20;
 }
+
+/// The register-level doors a `DOOR` frame carries (`fabric/doors.rs`).
+pub mod door {
+    /// A T3E E-register command (GET/PUT families, atomics, SEND).
+    pub const T3E: u8 = 1;
+    /// An MLINK operation (READ, WRITE, NOOP, ROP, RESET).
+    pub const MLINK: u8 = 2;
+    /// A CM-5 Data Network message.
+    pub const CM5: u8 = 3;
+    /// A Lanai packet through the crossbar.
+    pub const LANAI: u8 = 4;
+    /// A CM-5 broadcast (message or interrupt) for the receiving host's members.
+    pub const CM5_BC: u8 = 5;
+}
+
+/// Words a `DOOR` or `DOOR_ANSWER` frame carries at most.
+pub const DOOR_WORDS: usize = 16;
 
 /// Combine words a JOIN carries at most.
 pub const JOIN_WORDS: usize = 16;
@@ -154,6 +173,26 @@ pub enum Msg {
         id: u64,
         payload: Vec<u8>,
     },
+    /// A register-level operation through door `door` ([`door`]) from NI `src` to NI
+    /// `dst`: the door's fields in `words`, its data in `payload`. `more`: further `Door`
+    /// frames with this `id` carry the rest of the data, in order (a Lanai packet is up to
+    /// 16 MiB); only the first carries `words`.
+    Door {
+        id: u64,
+        door: u8,
+        src: u32,
+        dst: u32,
+        more: bool,
+        words: Vec<u64>,
+        payload: Vec<u8>,
+    },
+    /// What became of `Door` `id`: the door's answer fields and data.
+    DoorAnswer {
+        id: u64,
+        door: u8,
+        words: Vec<u64>,
+        payload: Vec<u8>,
+    },
     /// Write `payload` into region `key` of NI `dst` at `offset`.
     Put {
         id: u64,
@@ -239,6 +278,14 @@ impl In<'_> {
     }
     fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(self.take()?))
+    }
+    /// A count byte and that many u64s, at most [`DOOR_WORDS`].
+    fn words(&mut self, k: u8) -> Result<Vec<u64>, WireError> {
+        let n = self.u8()? as usize;
+        if n > DOOR_WORDS {
+            return Err(WireError::Short(k, n));
+        }
+        (0..n).map(|_| self.u64()).collect()
     }
     fn rest(self) -> Result<Vec<u8>, WireError> {
         if self.b.len() > CHUNK {
@@ -380,6 +427,36 @@ impl Msg {
             Msg::Query { id, payload } => {
                 o.u64(*id);
                 (kind::QUERY, payload)
+            }
+            Msg::Door {
+                id,
+                door,
+                src,
+                dst,
+                more,
+                words,
+                payload,
+            } => {
+                debug_assert!(words.len() <= DOOR_WORDS);
+                o.u64(*id).u8(*door).u32(*src).u32(*dst).u8(*more as u8);
+                o.u8(words.len() as u8);
+                for w in words {
+                    o.u64(*w);
+                }
+                (kind::DOOR, payload)
+            }
+            Msg::DoorAnswer {
+                id,
+                door,
+                words,
+                payload,
+            } => {
+                debug_assert!(words.len() <= DOOR_WORDS);
+                o.u64(*id).u8(*door).u8(words.len() as u8);
+                for w in words {
+                    o.u64(*w);
+                }
+                (kind::DOOR_ANSWER, payload)
             }
             Msg::Change { seq, payload } => {
                 o.u64(*seq);
@@ -544,6 +621,29 @@ impl Msg {
                 offset: i.u64()?,
                 payload: i.rest()?,
             },
+            kind::DOOR => {
+                let (id, door, src, dst, more) = (i.u64()?, i.u8()?, i.u32()?, i.u32()?, i.u8()?);
+                let words = i.words(kind::DOOR)?;
+                Msg::Door {
+                    id,
+                    door,
+                    src,
+                    dst,
+                    more: more != 0,
+                    words,
+                    payload: i.rest()?,
+                }
+            }
+            kind::DOOR_ANSWER => {
+                let (id, door) = (i.u64()?, i.u8()?);
+                let words = i.words(kind::DOOR_ANSWER)?;
+                Msg::DoorAnswer {
+                    id,
+                    door,
+                    words,
+                    payload: i.rest()?,
+                }
+            }
             kind::QUERY => Msg::Query {
                 id: i.u64()?,
                 payload: i.rest()?,
@@ -630,6 +730,21 @@ mod tests {
                 offset: 8,
                 len: 100,
             },
+            Msg::Door {
+                id: 4,
+                door: door::LANAI,
+                src: 1,
+                dst: 2,
+                more: true,
+                words: vec![u64::MAX, 3],
+                payload: vec![5; 33],
+            },
+            Msg::DoorAnswer {
+                id: 4,
+                door: door::T3E,
+                words: vec![1; DOOR_WORDS],
+                payload: vec![],
+            },
             Msg::Data {
                 id: 1,
                 offset: 8,
@@ -715,6 +830,21 @@ mod tests {
     fn the_fullest_frame_of_every_kind_fits() {
         let full = vec![0u8; CHUNK];
         for m in [
+            Msg::Door {
+                id: u64::MAX,
+                door: u8::MAX,
+                src: u32::MAX,
+                dst: u32::MAX,
+                more: true,
+                words: vec![u64::MAX; DOOR_WORDS],
+                payload: full.clone(),
+            },
+            Msg::DoorAnswer {
+                id: u64::MAX,
+                door: u8::MAX,
+                words: vec![u64::MAX; DOOR_WORDS],
+                payload: full.clone(),
+            },
             Msg::Join {
                 pid: u32::MAX,
                 kind: 1,

@@ -56,6 +56,35 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// An operation another host's MLINK launched, as its host carried it here
+    /// (`fabric/doors.rs`): what the target needs; the source's link state stays there.
+    #[allow(clippy::too_many_arguments)]
+    pub fn across(
+        op: u32,
+        target: u32,
+        remote: u32,
+        len: u32,
+        handler: u32,
+        data: Vec<u8>,
+        bad_header: bool,
+        bad_data: bool,
+    ) -> Launch {
+        Launch {
+            link: 0,
+            op,
+            target,
+            remote,
+            local: 0,
+            len,
+            handler,
+            data,
+            bad_header,
+            bad_data,
+            seq: 0,
+            epoch: 0,
+        }
+    }
+
     pub fn bytes(&self) -> u64 {
         8 * self.len as u64
     }

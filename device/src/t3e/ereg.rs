@@ -67,6 +67,22 @@ impl Command {
 
     /// The destination PE (a virtual PE: partition rank) and the GVA (Table 1: the
     /// centrifuge splits the global index; the offset is added to the base).
+    /// A command another host's PE issued, as its host carried it here (`fabric/doors.rs`):
+    /// only what the destination needs; `None` for what is not a network command.
+    pub fn across(op: u64, operands: [u64; 2], words: [u64; 8]) -> Option<Command> {
+        (op::SEND..=op::GET_CLEAR).contains(&op).then_some(Command {
+            op,
+            flags: 0,
+            e: 0,
+            words,
+            operands,
+            index: 0,
+            base: 0,
+            centrifuge: 0,
+            epoch: 0,
+        })
+    }
+
     pub fn target(&self) -> (u64, u64) {
         let pe = pext(self.index, self.centrifuge);
         let offset = pext(self.index, !self.centrifuge);
