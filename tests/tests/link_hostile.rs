@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use ni_device::link::wire::{Msg, HEADER, MAX_FRAME};
+use ni_device::link::wire::{door, Msg, HEADER, MAX_FRAME};
 use ni_tests::{assert_ok, binary, finish, Daemon};
 
 fn free_port() -> u16 {
@@ -401,11 +401,85 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
     };
     send(&mut s, &m);
     answer(&mut s, done(12));
+    // Register-level doors (links.md "What crosses"): each answered as an unreachable
+    // peer would be, or dropped, and counted.
+    let door_frame = |id: u64, door: u8, dst: u32, words: Vec<u64>, payload: Vec<u8>| Msg::Door {
+        id,
+        door,
+        src: 3,
+        dst,
+        more: false,
+        words,
+        payload,
+    };
+    let door_answer = |s: &mut TcpStream, id: u64| match answer(
+        s,
+        |m| matches!(m, Msg::DoorAnswer { id: i, .. } if *i == id),
+    ) {
+        Msg::DoorAnswer { words, .. } => words,
+        _ => unreachable!(),
+    };
+    let t3e_get = |e: u64| {
+        let mut w = vec![ni_abi::t3e::op::GET, 0, 0, 0];
+        w.extend([e; 8]);
+        w
+    };
+    let no_such_pe = ni_abi::t3e::Error::NoSuchPe as u64;
+    // A T3E GET into another partition, one with the wrong number of fields, and an honest
+    // one to an NI with no client (PeerDown: the door works, the target is not there).
+    send(&mut s, &door_frame(20, door::T3E, 0, t3e_get(0), vec![]));
+    assert_eq!(door_answer(&mut s, 20)[..2], [3, no_such_pe]);
+    send(&mut s, &door_frame(21, door::T3E, 1, vec![1, 2, 3], vec![]));
+    assert_eq!(door_answer(&mut s, 21)[..2], [3, no_such_pe]);
+    send(&mut s, &door_frame(22, door::T3E, 1, t3e_get(0), vec![]));
+    assert_eq!(
+        door_answer(&mut s, 22)[..2],
+        [3, ni_abi::t3e::Error::PeerDown as u64]
+    );
+    // An MLINK READ longer than MAX_LEN: REFUSED.
+    let len = ni_abi::mlink::MAX_LEN as u64 + 1;
+    let read = vec![ni_abi::mlink::command::READ as u64, 0, len, 0, 0];
+    send(&mut s, &door_frame(23, door::MLINK, 1, read, vec![]));
+    assert_eq!(
+        door_answer(&mut s, 23)[0],
+        ni_abi::mlink::status::REFUSED as u64
+    );
+    // A Lanai packet of 32 MiB (longer than the packet interface moves), and one whose
+    // pieces overflow the length it announced: dropped (answered: flags bit 2).
+    send(
+        &mut s,
+        &door_frame(24, door::LANAI, 1, vec![32 << 20, 4], vec![1; 16]),
+    );
+    assert_eq!(door_answer(&mut s, 24), [1]);
+    send(
+        &mut s,
+        &door_frame(25, door::LANAI, 1, vec![10, 4], vec![1; 20]),
+    );
+    assert_eq!(door_answer(&mut s, 25), [1]);
+    // A CM-5 message from an interface that does not exist: dropped.
+    send(
+        &mut s,
+        &door_frame(26, door::CM5, 1, vec![7, 0], vec![0; 8]),
+    );
+    assert_eq!(door_answer(&mut s, 26), [0]);
+    // A door we do not have, and an answer to nothing of a's: counted, not answered.
+    send(&mut s, &door_frame(27, 99, 1, vec![], vec![]));
+    send(
+        &mut s,
+        &Msg::DoorAnswer {
+            id: 777_777,
+            door: door::T3E,
+            words: vec![0],
+            payload: vec![],
+        },
+    );
+    send(&mut s, &door_frame(28, door::T3E, 1, t3e_get(0), vec![]));
+    door_answer(&mut s, 28);
     let h = hosts(&a);
     let bad = counter(&h, "remote_bad_frames") - bad_before;
     assert!(
-        bad >= 12,
-        "{bad} bad frames counted, expected at least 12: {h}"
+        bad >= 20,
+        "{bad} bad frames counted, expected at least 20: {h}"
     );
     assert!(counter(&h, "link_protocol_errors") >= 4, "{h}");
     drop(s);

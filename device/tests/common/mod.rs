@@ -84,6 +84,33 @@ impl Daemon {
         }
     }
 
+    /// One host of a fabric that spans hosts: `ni-device --fabric FILE --host HOST` (every
+    /// host of a fabric gets the same description, byte for byte). It serves only its own
+    /// NIs, `ni{N}.sock` with N the fabric-wide NI number; its log is `run.log` beside the
+    /// run directory (`dir.with_extension("log")`), as `start_with`'s is.
+    pub fn start_fabric(description: &str, host: &str) -> Daemon {
+        let tmp = TempDir::new(&format!("fabric-{host}"));
+        let desc = tmp.0.join("fabric.toml");
+        std::fs::write(&desc, description).expect("writing the fabric description");
+        let dir = tmp.0.join("run");
+        let log = File::create(dir.with_extension("log")).expect("creating the daemon's log");
+        let child = Command::new(env!("CARGO_BIN_EXE_ni-device"))
+            .arg("--fabric")
+            .arg(&desc)
+            .args(["--host", host, "--run-dir"])
+            .arg(&dir)
+            .env("NI_LOG", "debug")
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("ni-device starts");
+        wait_for(&dir.join("control.sock"));
+        Daemon {
+            child,
+            dir,
+            _tmp: tmp,
+        }
+    }
+
     pub fn sock(&self, i: u32) -> PathBuf {
         self.dir.join(format!("ni{i}.sock"))
     }
