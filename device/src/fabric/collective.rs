@@ -77,7 +77,7 @@ pub(super) struct Rounds {
 /// A partition's control-network state.
 #[derive(Debug, Default)]
 pub struct PartitionColl {
-    rounds: HashMap<Kind, Rounds>,
+    pub(super) rounds: HashMap<Kind, Rounds>,
     /// A combine collision happened: combines fail until a flush completes.
     collided: bool,
     /// Completed reductions waiting for abstaining receivers (per rank).
@@ -452,15 +452,18 @@ impl State {
         }
     }
 
+    /// Whether a round of kind `k` waits for NI `node` (CM-5 abstainers are not waited for).
+    pub(super) fn round_needs(&self, k: Kind, node: usize) -> bool {
+        let f = self.flags(node);
+        match k {
+            Kind::Combine => f & participation::COM_REC_ABSTAIN == 0,
+            Kind::Sync => f & participation::SYNC_GLOBAL_ABSTAIN == 0,
+            Kind::Vector | Kind::Flush => true,
+        }
+    }
+
     fn round_ready(&self, k: Kind, round: &Round, members: &[u32]) -> bool {
-        let needed = |rank: usize| {
-            let f = self.flags(members[rank] as usize);
-            match k {
-                Kind::Combine => f & participation::COM_REC_ABSTAIN == 0,
-                Kind::Sync => f & participation::SYNC_GLOBAL_ABSTAIN == 0,
-                Kind::Vector | Kind::Flush => true,
-            }
-        };
+        let needed = |rank: usize| self.round_needs(k, members[rank] as usize);
         let all = (0..members.len()).all(|r| !needed(r) || round.entries[r].is_some());
         if !all {
             return false;

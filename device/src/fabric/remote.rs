@@ -21,7 +21,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ni_abi::fastpath::{access, op, Completion, Request, Status};
 
@@ -94,6 +94,22 @@ struct Pull {
     n: u64,
     next: u64,
     got: u64,
+}
+
+/// Contributions up to this size wait for the rest of the host's members of their round.
+const STASH_DATA_MAX: usize = 4 << 10;
+/// How long they wait at most.
+const STASH_WAIT: Duration = Duration::from_millis(10);
+
+/// JOIN frames of one round for the other hosts of its partition.
+struct Stash {
+    /// Partition id, kind code, round.
+    key: (u32, u8, u64),
+    name: String,
+    k: Kind,
+    hosts: Vec<HostId>,
+    frames: Vec<Msg>,
+    since: Instant,
 }
 
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -246,6 +262,8 @@ pub struct Remote {
     last_id_in: Vec<u64>,
     /// The partition manager: CHANGE frames come from it only.
     pub manager: HostId,
+    /// Our members' JOINs of small rounds, waiting for the rest of our members.
+    stash: Vec<Stash>,
     warn: crate::link::WarnLimit,
 }
 
@@ -296,6 +314,7 @@ impl Remote {
             pull_inflight: vec![0; hosts],
             last_id_in: vec![0; hosts],
             manager: 0,
+            stash: Vec::new(),
             warn: Default::default(),
         }
     }
@@ -804,6 +823,7 @@ impl State {
         self.remote.as_mut().expect("remote").events = events;
         work |= self.announce();
         work |= self.resume_chunks();
+        self.flush_joins();
         work
     }
 
@@ -1709,34 +1729,103 @@ impl State {
             data.chunks(CHUNK).collect()
         };
         let (last, rest) = chunks.split_last().expect("one chunk at least");
-        for h in hosts {
-            for c in rest {
-                rm.link.send(
-                    h,
-                    &Msg::JoinData {
-                        pid,
-                        kind: kind_code(k),
-                        seq,
-                        rank: rank as u32,
-                        payload: c.to_vec(),
-                    },
-                );
+        let mut frames: Vec<Msg> = rest
+            .iter()
+            .map(|c| Msg::JoinData {
+                pid,
+                kind: kind_code(k),
+                seq,
+                rank: rank as u32,
+                payload: c.to_vec(),
+            })
+            .collect();
+        frames.push(Msg::Join {
+            pid,
+            kind: kind_code(k),
+            seq,
+            rank: rank as u32,
+            flags,
+            req: e.req.encode().to_vec(),
+            words: e.words.to_vec(),
+            payload: last.to_vec(),
+        });
+        if data.len() > STASH_DATA_MAX {
+            // Large contributions go at once: their bytes are the round's cost.
+            for h in hosts {
+                rm.link.send_all(h, &frames);
+                rm.counters.joins_out += 1;
             }
-            rm.link.send(
-                h,
-                &Msg::Join {
-                    pid,
-                    kind: kind_code(k),
-                    seq,
-                    rank: rank as u32,
-                    flags,
-                    req: e.req.encode().to_vec(),
-                    words: e.words.to_vec(),
-                    payload: last.to_vec(),
-                },
-            );
-            rm.counters.joins_out += 1;
+            return;
         }
+        // Small ones wait for the host's other members of the round, and all go in one
+        // write: one packet per host per round.
+        let key = (pid, kind_code(k), seq);
+        match rm.stash.iter_mut().find(|x| x.key == key) {
+            Some(x) => x.frames.extend(frames),
+            None => rm.stash.push(Stash {
+                key,
+                name: name.to_string(),
+                k,
+                hosts,
+                frames,
+                since: Instant::now(),
+            }),
+        }
+        self.flush_joins();
+    }
+
+    /// Send the stashed JOINs of every round whose members here have all joined (or that
+    /// waited [`STASH_WAIT`]: a member may have left or started abstaining meanwhile).
+    pub(super) fn flush_joins(&mut self) {
+        let Some(rm) = self.remote.as_ref() else {
+            return;
+        };
+        if rm.stash.is_empty() {
+            return;
+        }
+        let done: Vec<usize> = rm
+            .stash
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.since.elapsed() >= STASH_WAIT || self.joined_here(x))
+            .map(|(i, _)| i)
+            .collect();
+        let rm = self.remote.as_mut().expect("remote");
+        for i in done.into_iter().rev() {
+            let x = rm.stash.swap_remove(i);
+            let joins = x
+                .frames
+                .iter()
+                .filter(|m| matches!(m, Msg::Join { .. }))
+                .count() as u64;
+            for &h in &x.hosts {
+                rm.link.send_all(h, &x.frames);
+                rm.counters.joins_out += joins;
+            }
+        }
+    }
+
+    /// Whether every member on this host that round `x` needs has joined it.
+    fn joined_here(&self, x: &Stash) -> bool {
+        let (_, _, seq) = x.key;
+        let Some(p) = self.partitions.get(&x.name) else {
+            return true;
+        };
+        let Some(rs) = self.colls.get(&x.name).and_then(|pc| pc.rounds.get(&x.k)) else {
+            return true;
+        };
+        let Some(round) = seq
+            .checked_sub(rs.base)
+            .and_then(|i| rs.rounds.get(i as usize))
+        else {
+            // Completed here already (its other members abstained).
+            return true;
+        };
+        p.nodes.iter().enumerate().all(|(r, &m)| {
+            self.other_host(m as usize).is_some()
+                || round.entries.get(r).is_some_and(|e| e.is_some())
+                || !self.round_needs(x.k, m as usize)
+        })
     }
 
     /// Our member `rank` set its async global: tell the partition's other hosts.

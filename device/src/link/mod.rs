@@ -53,6 +53,11 @@ pub trait Link: Send + Sync {
     /// Queue `msg` for `host`; false when `host` is not connected (nothing was queued).
     /// Never blocks: flow control is the caller's, by [`Link::queued`].
     fn send(&self, host: HostId, msg: &Msg) -> bool;
+    /// Queue `msgs` for `host` together: a backend that can writes them at once (one
+    /// packet when they fit). False when `host` is not connected.
+    fn send_all(&self, host: HostId, msgs: &[Msg]) -> bool {
+        msgs.iter().all(|m| self.send(host, m))
+    }
     /// Move what happened since the last call into `out`.
     fn poll(&self, out: &mut Vec<Event>);
     /// Bytes queued for `host` and not yet handed to the wire.

@@ -167,6 +167,10 @@ impl TcpLink {
 
 impl Link for TcpLink {
     fn send(&self, host: HostId, msg: &Msg) -> bool {
+        self.send_all(host, std::slice::from_ref(msg))
+    }
+
+    fn send_all(&self, host: HostId, msgs: &[Msg]) -> bool {
         let mut out = lock(&self.shared.out);
         let Some(o) = out.get_mut(host as usize) else {
             return false;
@@ -175,10 +179,12 @@ impl Link for TcpLink {
             return false;
         }
         let was_empty = o.pending() == 0;
-        msg.encode(&mut o.buf);
+        for m in msgs {
+            m.encode(&mut o.buf);
+        }
         self.shared
             .frames_sent
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(msgs.len() as u64, std::sync::atomic::Ordering::Relaxed);
         if was_empty && !o.loop_writing && o.fd >= 0 {
             // SAFETY: `fd` is the up connection's, open while this lock is held (the loop
             // closes it only after clearing it under the lock); the buffer is live.
