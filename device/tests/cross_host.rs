@@ -1048,6 +1048,309 @@ fn cm5_data_network_streams_cross_hosts_in_order_with_flow_control() {
     }
 }
 
+// ---- CM-5 broadcasts (NI Programmer's Handbook §4.1, §5.5; common/cm5_driver.rs) ----
+
+const BC_STATUS: u32 = cm5::BC_BASE + cm5::iface::STATUS;
+const BC_PRIVATE: u32 = cm5::BC_BASE + cm5::iface::PRIVATE;
+const BC_CONTROL: u32 = cm5::BC_BASE + cm5::iface::CONTROL;
+const BC_SEND: u32 = cm5::BC_BASE + cm5::iface::SEND;
+const BC_RECV: u32 = cm5::BC_BASE + cm5::iface::RECV;
+/// Broadcasts every member receives: some 125 words, far more than a 16-word receive FIFO.
+const BROADCASTS: u32 = 50;
+/// How long the receivers on host b leave their receive FIFOs alone before reading.
+const SLOW: Duration = Duration::from_millis(200);
+
+/// Broadcast `seq`: 1 to 4 words (MAX_BROADCAST_MSG_WORDS, §4.1.3), each naming it.
+fn bc_message(seq: u32) -> Vec<u32> {
+    (0..1 + seq % 4)
+        .map(|k| 0xBC00_0000 | (seq << 8) | k)
+        .collect()
+}
+
+/// What the OS does before user broadcasts (§4.1.8): BC unlocked with send_enable; and
+/// reception unless `abstain` (`rec_abstain` in the control register).
+fn bc_join(c: &mut Client, abstain: bool) {
+    cm5_write(c, true, BC_PRIVATE, cm5::private::SEND_ENABLE);
+    let control = if abstain {
+        cm5::control::REC_ABSTAIN
+    } else {
+        0
+    };
+    cm5_write(c, false, BC_CONTROL, control);
+}
+
+/// §4.1.3: `send_first` (App. A.3: BC, aux = length) with the first word, the rest, then
+/// whether send_ok says the whole message was taken.
+fn bc_push(c: &mut Client, words: &[u32]) -> bool {
+    let first = (cm5::fifo::USER_BC << cm5::SF_FIFO_OFFSET)
+        + ((words.len() as u32) << cm5::AUXILIARY_START_P);
+    cm5_write(c, false, first, words[0]);
+    for &w in &words[1..] {
+        cm5_write(c, false, BC_SEND, w);
+    }
+    cm5_read(c, false, BC_STATUS) & cm5::status::SEND_OK != 0
+}
+
+/// Whether words wait in the BC receive FIFO.
+fn bc_rec_ok(c: &mut Client) -> bool {
+    cm5_read(c, false, BC_STATUS) & cm5::status::REC_OK != 0
+}
+
+/// §4.1.9's BC_receive: wait for rec_ok, then read one word.
+fn bc_word(c: &mut Client, whom: &str) -> u32 {
+    poll_until(&format!("{whom}: no broadcast word within 5 s"), || {
+        bc_rec_ok(c)
+    });
+    cm5_read(c, false, BC_RECV)
+}
+
+/// Read from the BC receive FIFO (after the words already `got`) exactly the words of
+/// broadcasts `seqs`, and check them broadcast by broadcast: arrivals are concatenated
+/// (§4.1.2), so a lost, doubled or reordered one shows as a wrong word at its place.
+fn bc_expect(c: &mut Client, seqs: std::ops::Range<u32>, mut got: Vec<u32>, whom: &str) {
+    let want: u32 = seqs.clone().map(|s| 1 + s % 4).sum();
+    while got.len() < want as usize {
+        got.push(bc_word(c, whom));
+    }
+    let mut at = 0;
+    for seq in seqs {
+        let m = bc_message(seq);
+        assert_eq!(
+            got[at..at + m.len()],
+            m[..],
+            "{whom}: broadcast {seq}: in order, none lost, none twice"
+        );
+        at += m.len();
+    }
+}
+
+/// NI 0 (`cs[0]`) broadcasts `seqs` on BC, the whole message again while send_ok is 0
+/// (§4.1.3), taking its own copies as it goes (§4.1.2: the sender receives too, and its
+/// FIFO is one the broadcast waits for); the members `readers` read theirs, those on host b
+/// only after [`SLOW`]. Every copy checked. Returns how often send_ok was 0.
+fn bc_stream(cs: &mut [Client], seqs: std::ops::Range<u32>, readers: &[u32]) -> u32 {
+    let (a, rest) = cs.split_first_mut().expect("NI 0");
+    let mut refused = 0;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = rest
+            .iter_mut()
+            .zip(1u32..)
+            .filter(|(_, ni)| readers.contains(ni))
+            .map(|(c, ni)| {
+                let seqs = seqs.clone();
+                s.spawn(move || {
+                    if ni >= NIS {
+                        std::thread::sleep(SLOW);
+                    }
+                    bc_expect(c, seqs, Vec::new(), &who(ni));
+                })
+            })
+            .collect();
+        let mut own = Vec::new();
+        let mut gave_up = false;
+        'send: for seq in seqs.clone() {
+            let since = Instant::now();
+            while !bc_push(a, &bc_message(seq)) {
+                refused += 1;
+                while bc_rec_ok(a) {
+                    own.push(cm5_read(a, false, BC_RECV));
+                }
+                if handles.iter().any(|h| h.is_finished()) {
+                    gave_up = true;
+                    break 'send;
+                }
+                assert!(
+                    since.elapsed() < Duration::from_secs(5),
+                    "broadcast {seq} never taken (send_ok 0 for 5 s)"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        // The last broadcasts may wait for room in NI 0's own receive FIFO: read it before
+        // waiting for the others.
+        if !gave_up {
+            bc_expect(a, seqs, own, "rank 0 (host a), the sender");
+        }
+        for h in handles {
+            if let Err(e) = h.join() {
+                std::panic::resume_unwind(e);
+            }
+        }
+    });
+    refused
+}
+
+/// NI Programmer's Handbook §4.1.2, §4.1.3, §4.1.8 (a user broadcast reaches every member of
+/// the partition that does not abstain from reception, the sender included, words in order,
+/// arrivals concatenated; it leaves the sender's send FIFO only once every receiver has it,
+/// so send_ok is 0 meanwhile and the retry loop loses nothing; `rec_abstain` stops
+/// reception) and §5.5 (the broadcast interrupt reaches every other member whose
+/// interrupt_rec_enable is 1, as the causes of its colours; interrupt_send_ok returns), with
+/// cm5.md's choices (16-word receive FIFOs; a broadcast moves whole): NI 0's 50 broadcasts of
+/// 1 to 4 words reach NIs 2 and 3 on host b — which read only after 200 ms, so every FIFO on
+/// the way fills — exactly as NI 1 beside it and NI 0 itself: all, once, in order; NI 2,
+/// abstaining, then gets none of 20 more while the others get them all; a Red and Green
+/// interrupt reaches NIs 1, 2 and 3, an Orange one all but NI 2 once it stops receiving
+/// them. `cm5_bc_sends`, `cm5_bc_recvs` and `cm5_bc_interrupts` count exactly that, on the
+/// daemon serving each NI; nothing is unreached, dropped or collided.
+#[test]
+fn cm5_broadcasts_and_the_broadcast_interrupt_reach_host_b_as_host_a() {
+    use cm5::{cause, green, hodgepodge as hp};
+    let f = Fabric::start();
+    let nis = NIS * 2;
+    let mut cs: Vec<Client> = (0..nis).map(|ni| f.host(ni).client(ni)).collect();
+    for c in &mut cs {
+        cm5d::ready(c, nis);
+        cm5d::clear_causes(c);
+        cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR_GREEN, green::ALL);
+        bc_join(c, false);
+    }
+    let sends = f.counter(0, "cm5_bc_sends");
+    let recvs: Vec<u64> = (0..nis).map(|ni| f.counter(ni, "cm5_bc_recvs")).collect();
+    let interrupts = f.counter(0, "cm5_bc_interrupts");
+    let unreached = f.counter(0, "cm5_bc_unreached");
+    let dropped = f.counter(0, "cm5_dr_dropped");
+    let n = BROADCASTS as u64;
+
+    // Every member receives; host b reads late.
+    let refused = bc_stream(&mut cs, 0..BROADCASTS, &[1, 2, 3]);
+    assert!(
+        refused > 0,
+        "the FIFOs never filled: receivers that do not read must push back on the sender (send_ok 0)"
+    );
+    for (c, ni) in cs.iter_mut().zip(0..) {
+        assert!(!bc_rec_ok(c), "{}: nothing more", who(ni));
+    }
+    assert_ne!(
+        cm5_read(&mut cs[0], false, BC_STATUS) & cm5::status::SEND_EMPTY,
+        0,
+        "NI 0's send FIFO emptied"
+    );
+    counter_is(&f, 0, "cm5_bc_sends", sends + n);
+    for ni in 0..nis {
+        counter_is(&f, ni, "cm5_bc_recvs", recvs[ni as usize] + n);
+    }
+
+    // NI 2 (host b) abstains: the others get 20 more, it none.
+    const MORE: u32 = 20;
+    bc_join(&mut cs[2], true);
+    bc_stream(&mut cs, BROADCASTS..BROADCASTS + MORE, &[1, 3]);
+    assert!(
+        !bc_rec_ok(&mut cs[2]),
+        "{}: an abstainer receives nothing",
+        who(2)
+    );
+    assert_eq!(
+        (cm5_read(&mut cs[2], false, BC_STATUS) >> 7) & 0x7F,
+        0,
+        "{}: rec_length_left 0",
+        who(2)
+    );
+    for (c, ni) in cs.iter_mut().zip(0..) {
+        assert!(!bc_rec_ok(c), "{}: nothing more", who(ni));
+    }
+    let m = (BROADCASTS + MORE) as u64;
+    counter_is(&f, 0, "cm5_bc_sends", sends + m);
+    for ni in [0, 1, 3] {
+        counter_is(&f, ni, "cm5_bc_recvs", recvs[ni as usize] + m);
+    }
+    assert_eq!(f.counter(2, "cm5_bc_recvs"), recvs[2] + n, "NI 2 abstained");
+
+    // §5.5: the broadcast interrupt, Red and Green, to NIs 1, 2, 3 with interrupt_rec_enable.
+    let hodgepodge = |c: &mut Client| cm5_read(c, true, cm5::NI_HODGEPODGE);
+    for c in &mut cs[1..] {
+        let v = hodgepodge(c) | hp::INTERRUPT_REC_ENABLE;
+        cm5_write(c, true, cm5::NI_HODGEPODGE, v);
+    }
+    let causes = |c: &mut Client| cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE);
+    let bc_colours =
+        cause::BC_INTERRUPT_RED | cause::BC_INTERRUPT_ORANGE | cause::BC_INTERRUPT_YELLOW;
+    assert_ne!(hodgepodge(&mut cs[0]) & hp::INTERRUPT_SEND_OK, 0);
+    cm5_write(&mut cs[0], true, cm5::NI_INTERRUPT_SEND, 8 | 1);
+    f.poll("NI 0's broadcast interrupt never left", || {
+        hodgepodge(&mut cs[0]) & hp::INTERRUPT_SEND_OK != 0
+    });
+    for ni in 1..nis {
+        let c = &mut cs[ni as usize];
+        f.poll(&format!("{}: no Red broadcast interrupt", who(ni)), || {
+            causes(c) & cause::BC_INTERRUPT_RED != 0
+        });
+        assert_eq!(
+            causes(c) & bc_colours,
+            cause::BC_INTERRUPT_RED,
+            "{}: Red alone",
+            who(ni)
+        );
+        assert_ne!(
+            cm5_read(c, true, cm5::NI_INTERRUPT_CAUSE_GREEN) & green::BC_INTERRUPT_GREEN,
+            0,
+            "{}: and Green",
+            who(ni)
+        );
+    }
+    assert_eq!(causes(&mut cs[0]) & bc_colours, 0, "not the sender");
+    for c in &mut cs {
+        cm5_write(c, true, cm5::NI_INTERRUPT_CLEAR, bc_colours);
+        cm5_write(
+            c,
+            true,
+            cm5::NI_INTERRUPT_CLEAR_GREEN,
+            green::BC_INTERRUPT_GREEN,
+        );
+    }
+    // Orange, with NI 2's interrupt_rec_enable 0: NIs 1 and 3 only.
+    let v = hodgepodge(&mut cs[2]) & !hp::INTERRUPT_REC_ENABLE;
+    cm5_write(&mut cs[2], true, cm5::NI_HODGEPODGE, v);
+    cm5_write(&mut cs[0], true, cm5::NI_INTERRUPT_SEND, 4);
+    f.poll("NI 0's second broadcast interrupt never left", || {
+        hodgepodge(&mut cs[0]) & hp::INTERRUPT_SEND_OK != 0
+    });
+    for ni in [1, 3] {
+        let c = &mut cs[ni as usize];
+        f.poll(
+            &format!("{}: no Orange broadcast interrupt", who(ni)),
+            || causes(c) & cause::BC_INTERRUPT_ORANGE != 0,
+        );
+        assert_eq!(
+            causes(c) & bc_colours,
+            cause::BC_INTERRUPT_ORANGE,
+            "{}",
+            who(ni)
+        );
+    }
+    // NI 3 has it, and host b hands an interrupt to its members together: NI 2 would too.
+    std::thread::sleep(Duration::from_millis(20));
+    for ni in [0, 2] {
+        assert_eq!(
+            causes(&mut cs[ni as usize]) & bc_colours,
+            0,
+            "{}: the sender, or interrupt_rec_enable 0",
+            who(ni)
+        );
+    }
+    counter_is(&f, 0, "cm5_bc_interrupts", interrupts + 2);
+
+    for (c, ni) in cs.iter_mut().zip(0..) {
+        assert_eq!(
+            causes(c) & cause::BC_OR_COM_COLLISION,
+            0,
+            "{}: one sender, no collision",
+            who(ni)
+        );
+        assert_eq!(cm5d::bus_errors(c), 0, "{}: no Bus Error", who(ni));
+    }
+    assert_eq!(
+        f.counter(0, "cm5_bc_unreached"),
+        unreached,
+        "every member reached"
+    );
+    assert_eq!(
+        f.counter(0, "cm5_dr_dropped"),
+        dropped,
+        "nothing dropped on the link"
+    );
+}
+
 // ---- Lanai packet interface (device/abi/lanai.md; common/lanai_driver.rs) ----
 
 /// 1 MiB receive buffers of 4 KiB blocks taking packets up to 512 KiB, port enabled,
