@@ -11,7 +11,7 @@ step "host packages the tests use (from bookworm)"
 need=()
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v gcc >/dev/null || need+=(gcc)
-# The libfabric provider (libni/fi): its headers for the layout test, fi_info/fi_pingpong,
+# libfabric: the provider (libni/fi) and the daemons' libfabric link (device/src/link/ofi.rs); its
 # and Open MPI for the MPI programs that run over it.
 [ -e /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
 command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
@@ -53,6 +53,8 @@ bash tests/mpi/run.sh
 # One fabric across hosts: two network namespaces, a daemon in each, linked over a veth.
 step "fabric across hosts: tests/multihost/run.sh"
 bash tests/multihost/run.sh
+step "fabric across hosts, linked over libfabric: tests/multihost/libfabric.sh"
+bash tests/multihost/libfabric.sh
 
 if [ "${NI_SKIP_VM:-0}" = 1 ]; then
   step "VM tests SKIPPED because NI_SKIP_VM=1: QEMU guests were not booted"

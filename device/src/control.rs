@@ -417,6 +417,7 @@ fn hosts(daemon: &Daemon) -> Response {
         let n = daemon.slots.len() as u32;
         return Response::Hosts(HostsInfo {
             me: None,
+            transport: None,
             hosts: vec![HostInfo {
                 name: "-".into(),
                 link: "-".into(),
@@ -453,6 +454,7 @@ fn hosts(daemon: &Daemon) -> Response {
     }
     Response::Hosts(HostsInfo {
         me: Some(span.names[span.me as usize].clone()),
+        transport: Some(span.transport.clone()),
         hosts: (0..span.names.len())
             .map(|h| HostInfo {
                 name: span.names[h].clone(),

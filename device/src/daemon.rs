@@ -93,6 +93,42 @@ pub struct FabricDescription {
     pub collective_timeout_secs: Option<f64>,
     /// The host whose daemon is the partition manager (default: the first).
     pub manager: Option<String>,
+    /// What carries frames between daemons: `tcp` (default: io_uring, nothing to install)
+    /// or `libfabric:PROVIDER` (reliable datagrams of `tcp`, `verbs`, `efa`, `cxi`, ...).
+    pub transport: Option<String>,
+}
+
+/// What carries frames between daemons (`transport` in the fabric description).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Libfabric(String),
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Tcp => f.write_str("tcp"),
+            Transport::Libfabric(p) => write!(f, "libfabric:{p}"),
+        }
+    }
+}
+
+impl Transport {
+    pub fn parse(s: Option<&str>) -> Result<Transport> {
+        match s {
+            None | Some("tcp") => Ok(Transport::Tcp),
+            Some(t) => match t.strip_prefix("libfabric") {
+                Some("") => Ok(Transport::Libfabric("tcp".into())),
+                Some(p) if p.len() > 1 && p.starts_with(':') => {
+                    Ok(Transport::Libfabric(p[1..].to_string()))
+                }
+                _ => {
+                    bail!("transport {t:?}: \"tcp\" or \"libfabric:PROVIDER\" (e.g. libfabric:tcp)")
+                }
+            },
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -113,6 +149,8 @@ pub struct SpanView {
     pub links: Vec<String>,
     pub bases: Vec<u32>,
     pub digest: u64,
+    /// `tcp` or `libfabric:PROVIDER`.
+    pub transport: String,
     pub queries: Arc<crate::fabric::remote::Queries>,
     /// The fabric-wide changes (control requests, JSON) in the order the manager made them:
     /// on the manager the whole log, elsewhere how many of them were applied here.
@@ -144,6 +182,7 @@ pub struct Span {
     pub bases: Vec<u32>,
     /// Of the description's text: daemons with different ones refuse each other.
     pub digest: u64,
+    pub transport: Transport,
 }
 
 impl Span {
@@ -199,6 +238,8 @@ impl Span {
                     format!("{}: manager {m:?} is not a [[host]]", path.display())
                 })? as u32,
             };
+        let transport = Transport::parse(d.transport.as_deref())
+            .with_context(|| format!("{}: transport", path.display()))?;
         // FNV-1a: any change to the file, even a comment, makes daemons refuse each other,
         // which is the point: they must agree on numbering, partitions and torus.
         let digest = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -212,6 +253,7 @@ impl Span {
                 addrs,
                 bases,
                 digest,
+                transport,
             },
             d,
         ))
@@ -455,19 +497,33 @@ impl Daemon {
         let mut view = None;
         if let Some(span) = &span {
             let bell = doorbell.clone();
-            let l = crate::link::tcp::TcpLink::start(crate::link::tcp::Config {
-                me: span.me,
-                addrs: span.addrs.clone(),
-                digest: span.digest,
-                notify: Box::new(move || bell.ring()),
-            })
-            .with_context(|| {
+            let what = || {
                 format!(
                     "starting the link of host {:?}",
                     span.names[span.me as usize]
                 )
-            })?;
-            let l: Arc<dyn crate::link::Link> = Arc::new(l);
+            };
+            let l: Arc<dyn crate::link::Link> = match &span.transport {
+                Transport::Tcp => Arc::new(
+                    crate::link::tcp::TcpLink::start(crate::link::tcp::Config {
+                        me: span.me,
+                        addrs: span.addrs.clone(),
+                        digest: span.digest,
+                        notify: Box::new(move || bell.ring()),
+                    })
+                    .with_context(what)?,
+                ),
+                Transport::Libfabric(provider) => Arc::new(
+                    crate::link::ofi::OfiLink::start(crate::link::ofi::Config {
+                        me: span.me,
+                        addrs: span.addrs.clone(),
+                        digest: span.digest,
+                        provider: provider.clone(),
+                        notify: Box::new(move || bell.ring()),
+                    })
+                    .with_context(what)?,
+                ),
+            };
             let mut remote = crate::fabric::remote::Remote::new(
                 l.clone(),
                 span.me,
@@ -482,6 +538,7 @@ impl Daemon {
                 links: span.addrs.iter().map(|a| a.to_string()).collect(),
                 bases: span.bases.clone(),
                 digest: span.digest,
+                transport: span.transport.to_string(),
                 queries: remote.queries.clone(),
                 changes: Mutex::new(ChangeLog::default()),
             });

@@ -43,8 +43,8 @@ struct Args {
     direct: Option<Direct>,
     /// A fabric that spans hosts: a TOML file with `[[host]]` tables (`name`, `link =
     /// "ADDRESS:PORT"`, `nis`), the fabric's `[[partition]]` tables, `torus`,
-    /// `collective_timeout_secs` and `manager` (the partition manager's host, default the
-    /// first). Every daemon of the fabric runs with the same file; NIs are numbered across
+    /// `collective_timeout_secs`, `manager` (the partition manager's host, default the
+    /// first) and `transport` (`tcp`, the default, or `libfabric:PROVIDER`). Every daemon of the fabric runs with the same file; NIs are numbered across
     /// hosts in its order (device/abi/links.md). Needs --host.
     #[arg(long, requires = "host")]
     fabric: Option<PathBuf>,

@@ -593,7 +593,11 @@ fn hosts(c: &mut Client, json: bool) -> Result<()> {
     }
     let mut out = match &h.me {
         None => "one host: the fabric is this daemon\n".to_string(),
-        Some(me) => format!("{} hosts; this is {me}\n", h.hosts.len()),
+        Some(me) => format!(
+            "{} hosts; this is {me}; linked over {}\n",
+            h.hosts.len(),
+            h.transport.as_deref().unwrap_or("tcp")
+        ),
     };
     let mut t = Table::new([
         ("HOST", false),

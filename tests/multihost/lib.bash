@@ -2,7 +2,8 @@
 # Sourced by tests/multihost/run.sh, tests/vm/guests-multihost.sh and tests/bench/multihost.sh:
 # two "hosts" a and b as network namespaces joined by a veth pair (10.77.0.1 and .2), each
 # with its own ni-device (--fabric, --host) whose run directory is $MH_DIR/<host>.
-#   mh_setup [DIRECT]     namespaces, veth, fabric.toml (MH_NIS NIs per host, default 3:
+#   mh_setup [DIRECT]     namespaces, veth, fabric.toml (MH_TRANSPORT: its `transport`,
+#                         default the io_uring TCP link; MH_NIS NIs per host, default 3:
 #                         host a NIs 0-2, b 3-5; partitions MH_PARTITIONS, TOML, default
 #                         "pair" = [0, 3], "four" = [1, 4, 2, 5]), both daemons (--direct
 #                         DIRECT, default isolated), both linked
@@ -66,6 +67,32 @@ mh_daemon() {
   MH_PIDS+=($!)
 }
 
+# mh_rank HOST NI SCENARIO OUT: one rank in HOST's namespace on NI, in the background; its
+# pid in MH_RANK_PID (MH_RANK_BIN: the program, default ni-test-rank).
+mh_rank() {
+  ip netns exec "$(mh_ns "$1")" env NI_SOCKET="$MH_DIR/$1/ni$2.sock" timeout 120 \
+    "$MH_BIN/${MH_RANK_BIN:-ni-test-rank}" "$3" >"$4" 2>&1 &
+  MH_RANK_PID=$!
+}
+
+# mh_ranks SCENARIO HOST:NI...: one rank per HOST:NI, all must print "ok SCENARIO".
+mh_ranks() {
+  local s=$1
+  shift
+  local pids=() outs=() i=0
+  for hn in "$@"; do
+    local out="$MH_DIR/$s.$i.out"
+    mh_rank "${hn%%:*}" "${hn##*:}" "$s" "$out"
+    pids+=("$MH_RANK_PID")
+    outs+=("$out")
+    i=$((i + 1))
+  done
+  for j in "${!pids[@]}"; do
+    wait "${pids[$j]}" || mh_fail "$s: rank $j failed: $(tail -n 20 "${outs[$j]}")"
+    grep -q "^ok $s" "${outs[$j]}" || mh_fail "$s: rank $j: $(tail -n 5 "${outs[$j]}")"
+  done
+}
+
 mh_setup() {
   MH_DIRECT=${1:-isolated}
   [ "$(id -u)" = 0 ] || mh_fail "network namespaces need root (ip netns); run as root"
@@ -91,7 +118,11 @@ mh_setup() {
   ip -n "$MH_NB" link set lo up
   ip -n "$MH_NA" link set "$MH_VA" up
   ip -n "$MH_NB" link set "$MH_VB" up
+  local transport=""
+  [ -z "${MH_TRANSPORT:-}" ] || transport="transport = \"$MH_TRANSPORT\""
   cat >"$MH_DIR/fabric.toml" <<TOML
+$transport
+
 [[host]]
 name = "a"
 link = "10.77.0.1:7470"

@@ -29,31 +29,8 @@ start_daemon() { mh_daemon "$@"; eval "PID_$1=\$MH_PID_$1"; }
 wait_for() { mh_wait_for "$@"; }
 pass "two daemons in two namespaces linked over the veth"
 
-# rank HOST NI SCENARIO OUT: one rank in HOST's namespace on NI, in the background; its
-# pid in RANK_PID.
-rank() {
-  ip netns exec "$(ns_of "$1")" env NI_SOCKET="$D/$1/ni$2.sock" timeout 120 \
-    "$BIN/${RANK_BIN:-ni-test-rank}" "$3" >"$4" 2>&1 &
-  RANK_PID=$!
-}
-
-# ranks SCENARIO HOST:NI...: one rank per HOST:NI, all must print "ok SCENARIO".
-ranks() {
-  local s=$1
-  shift
-  local pids=() outs=() i=0
-  for hn in "$@"; do
-    local out="$D/$s.$i.out"
-    rank "${hn%%:*}" "${hn##*:}" "$s" "$out"
-    pids+=("$RANK_PID")
-    outs+=("$out")
-    i=$((i + 1))
-  done
-  for j in "${!pids[@]}"; do
-    wait "${pids[$j]}" || fail "$s: rank $j failed: $(tail -n 20 "${outs[$j]}")"
-    grep -q "^ok $s" "${outs[$j]}" || fail "$s: rank $j: $(tail -n 5 "${outs[$j]}")"
-  done
-}
+rank() { MH_RANK_BIN=${RANK_BIN:-} mh_rank "$@"; RANK_PID=$MH_RANK_PID; }
+ranks() { MH_RANK_BIN=${RANK_BIN:-} mh_ranks "$@"; }
 
 ranks integrity a:0 b:3
 pass "point-to-point across hosts: 0 B to 64 MiB checked both ways, truncation"

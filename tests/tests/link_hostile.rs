@@ -167,6 +167,7 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &Msg::Hello {
             host: 2,
             digest: digest(&desc) ^ 1,
+            epoch: 0,
         },
     );
     assert!(
@@ -180,6 +181,7 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &Msg::Hello {
             host: 1,
             digest: digest(&desc),
+            epoch: 0,
         },
     );
     assert!(closed_by_peer(&mut s), "a second host b was accepted");
@@ -195,6 +197,7 @@ fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on(
         &Msg::Hello {
             host: 2,
             digest: digest(&desc),
+            epoch: 0,
         },
     );
     let bad_before = counter(&hosts(&a), "remote_bad_frames");

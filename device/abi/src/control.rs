@@ -161,6 +161,9 @@ pub enum Response {
 pub struct HostsInfo {
     /// The host answering; none when the fabric is this one daemon.
     pub me: Option<String>,
+    /// What carries frames between the daemons: `tcp` or `libfabric:PROVIDER`.
+    #[serde(default)]
+    pub transport: Option<String>,
     pub hosts: Vec<HostInfo>,
     /// The link's counters (frames, bytes, protocol errors, timeouts, connects) and the
     /// fabric's counters of work across hosts, name and value.

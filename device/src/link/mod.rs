@@ -3,8 +3,10 @@
 //! it and takes events from it; which wire carries them is the backend's business.
 //!
 //! [`tcp`] is the backend that needs nothing installed: TCP driven by one io_uring, no
-//! thread per connection.
+//! thread per connection. [`ofi`] carries the frames over libfabric's reliable datagrams, so
+//! a cluster's own interconnect (verbs, EFA, CXI) carries the emulated one.
 
+pub mod ofi;
 pub mod tcp;
 pub mod wire;
 

@@ -34,8 +34,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const MAX_HOSTS: usize = 64;
 /// Connections accepted and not yet identified by their HELLO, at most.
 const PENDING: usize = 8;
-/// The longest HELLO (header, magic, version, host, digest).
-const HELLO_MAX: usize = wire::HEADER + 24;
+/// The longest HELLO (header, magic, version, host, digest, epoch).
+const HELLO_MAX: usize = wire::HEADER + 32;
 /// Each registered buffer.
 const BUF: usize = 256 << 10;
 /// Bytes of frames a connection may have read and not yet parsed (one frame, at most).
@@ -617,6 +617,8 @@ impl Loop {
         Msg::Hello {
             host: self.me,
             digest: self.digest,
+            // A connection tells a restart by itself (it closes).
+            epoch: 0,
         }
         .encode(&mut b);
         self.bufs[2 * c + 1][..b.len()].copy_from_slice(&b);
@@ -730,7 +732,7 @@ impl Loop {
     fn frame(&mut self, c: usize, msg: Msg) -> bool {
         let st = self.conns[c].st;
         match (st, msg) {
-            (St::Hello, Msg::Hello { host, digest }) => {
+            (St::Hello, Msg::Hello { host, digest, .. }) => {
                 let hosts = self.addrs.len() as HostId;
                 let expected = self.conns[c].host;
                 let ok_host = match expected {

@@ -9,7 +9,7 @@
 
 /// `HELLO`'s magic ("NIFL") and the protocol version both sides must speak.
 pub const MAGIC: u32 = 0x4c46_494e;
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Payload bytes one frame carries at most: larger transfers go as several.
 pub const CHUNK: usize = 128 << 10;
 /// The header, and the longest frame (header, fields, one chunk; JOIN has the most fields).
@@ -63,10 +63,13 @@ pub const JOIN_WORDS: usize = 16;
 /// operation of the daemon that started it, unique there for the link's life.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
-    /// First frame each way: who this is and which fabric description it runs.
+    /// First frame each way: who this is, which fabric description it runs, and which run
+    /// of its daemon (`epoch`, new at every start: a link without connections tells a
+    /// restarted peer by it).
     Hello {
         host: u32,
         digest: u64,
+        epoch: u64,
     },
     /// Sent when nothing else was for a while, so silence means a dead peer.
     Heartbeat,
@@ -302,8 +305,16 @@ impl Msg {
         buf.extend_from_slice(&[0; HEADER]);
         let mut o = Out(buf);
         let (k, payload): (u8, &[u8]) = match self {
-            Msg::Hello { host, digest } => {
-                o.u32(MAGIC).u32(VERSION).u32(*host).u64(*digest);
+            Msg::Hello {
+                host,
+                digest,
+                epoch,
+            } => {
+                o.u32(MAGIC)
+                    .u32(VERSION)
+                    .u32(*host)
+                    .u64(*digest)
+                    .u64(*epoch);
                 (kind::HELLO, &[])
             }
             Msg::Heartbeat => (kind::HEARTBEAT, &[]),
@@ -529,6 +540,7 @@ impl Msg {
                 Msg::Hello {
                     host: i.u32()?,
                     digest: i.u64()?,
+                    epoch: i.u64()?,
                 }
             }
             kind::HEARTBEAT => Msg::Heartbeat,
@@ -685,6 +697,7 @@ mod tests {
             Msg::Hello {
                 host: 3,
                 digest: 77,
+                epoch: 5,
             },
             Msg::Heartbeat,
             Msg::Ready {
@@ -903,7 +916,12 @@ mod tests {
         bad[4] = 200;
         assert_eq!(Msg::decode(&bad), Err(WireError::UnknownKind(200)));
         let mut hello = Vec::new();
-        Msg::Hello { host: 0, digest: 0 }.encode(&mut hello);
+        Msg::Hello {
+            host: 0,
+            digest: 0,
+            epoch: 0,
+        }
+        .encode(&mut hello);
         hello[HEADER] ^= 1;
         assert!(Msg::decode(&hello).is_err(), "a wrong magic is refused");
         let mut short = Vec::new();

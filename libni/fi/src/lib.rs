@@ -24,7 +24,7 @@ pub mod engine;
 mod ep;
 mod eq;
 mod fabric;
-pub mod ffi;
+pub use ni_fi_sys as ffi;
 pub mod info;
 mod rma;
 mod stub;

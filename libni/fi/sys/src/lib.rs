@@ -1,7 +1,8 @@
-//! The part of libfabric's ABI (1.17, `<rdma/*.h>`) a provider fills in or reads.
+//! The part of libfabric's ABI (1.17, `<rdma/*.h>`) that ni's provider (`libni/fi`) fills in
+//! or reads, and that the daemon's libfabric link (`device/src/link/ofi.rs`) calls through.
 //!
 //! Written by hand from the installed `libfabric-dev` headers, field for field with the C
-//! names, and checked against them: `tests/layout.rs` compiles a C program over the real
+//! names, and checked against them: `libni/fi/tests/layout.rs` compiles a C program over the real
 //! headers that prints every struct's size and every field's offset listed in [`LAYOUT`],
 //! and compares. A header that changes a layout fails that test, not a user's run.
 #![allow(non_camel_case_types, dead_code)]
