@@ -11,8 +11,9 @@ step "host packages the tests use (from bookworm)"
 need=()
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v gcc >/dev/null || need+=(gcc)
-# libfabric: the provider (libni/fi) and the daemons' libfabric link (device/src/link/ofi.rs); its
-# and Open MPI for the MPI programs that run over it.
+# libfabric: the provider (libni/fi) and the daemons' libfabric link (device/src/link/ofi.rs);
+# its headers for the layout test, fi_info/fi_pingpong, and Open MPI for the MPI programs that
+# run over the provider.
 [ -e /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
 command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
 command -v mpirun >/dev/null || need+=(openmpi-bin)

@@ -47,7 +47,7 @@ pass "T3E message-queue SENDs across hosts (Tail, Limit, threshold interrupt)"
 # rounds, members' contributions travel to the others (JOIN), each host completes the round
 # and writes its own members' results (ni-test-coll checks every value against its own
 # reference arithmetic).
-for s in vectors combines globals; do
+for s in vectors combines globals network-done; do
   RANK_BIN=ni-test-coll ranks "$s" a:1 b:4 a:2 b:5
   pass "collectives across hosts: $s, four ranks on alternating hosts"
 done

@@ -141,6 +141,16 @@ fn read_words(state: &State, node: usize, r: &Request) -> Result<[u32; MAX_WORDS
     Ok(w)
 }
 
+/// Whether `round` is a CM-5 network-done (its members' combines say so).
+fn network_done(round: &Round) -> bool {
+    round
+        .entries
+        .iter()
+        .flatten()
+        .next()
+        .is_some_and(|e| e.req.flags & cflag::PATTERN_MASK == Pattern::RouterDone as u8)
+}
+
 impl State {
     pub(super) fn partition_of(&self, node: usize) -> Option<(String, Vec<u32>, usize)> {
         let (p, rank) = self.partitions.of(node as u32)?;
@@ -407,15 +417,19 @@ impl State {
 
     /// The partition's message count: sends taken from rings and not yet received.
     fn message_count(&self, members: &[u32]) -> usize {
-        members
+        let here: usize = members
             .iter()
+            .filter(|&&m| self.other_host(m as usize).is_none())
             .map(|&m| {
                 let m = m as usize;
                 // Register-level Data Network messages still in their sender's FIFO count
                 // too (§3.5.6): one network, whichever door.
                 self.nodes[m].unexpected.len() + lock(&self.slots[m].ni).cm5.data.out_len()
             })
-            .sum()
+            .sum();
+        // And what our members sent to other hosts that is not received there yet, and
+        // what other hosts sent ours that waits here for room (`remote.rs`, `doors.rs`).
+        here + self.in_flight_across(members)
     }
 
     /// Complete every round of `name` that can complete, in start order.
@@ -430,7 +444,7 @@ impl State {
         };
         for k in [Kind::Flush, Kind::Combine, Kind::Vector, Kind::Sync] {
             loop {
-                let ready = {
+                let (ready, seq, done) = {
                     let Some(pc) = self.colls.get(name) else {
                         return;
                     };
@@ -438,9 +452,11 @@ impl State {
                     let Some(round) = rs.rounds.front() else {
                         break;
                     };
-                    self.round_ready(k, round, &members)
+                    let done = k == Kind::Combine && network_done(round);
+                    (self.round_ready(k, round, &members), rs.base, done)
                 };
-                if !ready {
+                // Network-done across hosts also waits for every other host to be quiet.
+                if !ready || done && self.spans_hosts(&members) && !self.span_quiet(name, seq) {
                     break;
                 }
                 let pc = self.colls.get_mut(name).unwrap();
@@ -469,13 +485,8 @@ impl State {
             return false;
         }
         // Network-done also waits for every counted message to have arrived.
-        if k == Kind::Combine {
-            let first = round.entries.iter().flatten().next();
-            if let Some(e) = first {
-                if e.req.flags & cflag::PATTERN_MASK == Pattern::RouterDone as u8 {
-                    return self.message_count(members) == 0;
-                }
-            }
+        if k == Kind::Combine && network_done(round) {
+            return self.message_count(members) == 0;
         }
         true
     }
@@ -970,6 +981,10 @@ impl State {
             .collect();
         rs.base = 0;
         rs.next.iter_mut().for_each(|n| *n = 0);
+        // What other hosts were told or told us of these rounds is over with them.
+        if let Some(pid) = self.partitions.get(name).map(|p| p.id) {
+            self.forget_span_rounds(pid, k);
+        }
         for e in entries {
             self.finish_entry(&e, Self::result(&e, status));
         }

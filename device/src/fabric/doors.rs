@@ -56,8 +56,10 @@ enum Waiting {
         c: Command,
     },
     Mlink(Flight),
+    /// `bc`: a broadcast's copy (not a Data Network message).
     Cm5 {
         a: usize,
+        bc: bool,
     },
     Lanai {
         a: usize,
@@ -336,7 +338,9 @@ impl State {
         }
         *out += 1;
         let id = self.fresh_id();
-        self.doors.waiting.insert(id, (h, Waiting::Cm5 { a: i }));
+        self.doors
+            .waiting
+            .insert(id, (h, Waiting::Cm5 { a: i, bc: false }));
         self.door_send(
             h,
             Msg::Door {
@@ -350,6 +354,25 @@ impl State {
             },
         );
         true
+    }
+
+    /// CM-5 Data Network messages of `members` on the link, or held here for them: what a
+    /// network-done round waits for besides the messages in their FIFOs.
+    pub(super) fn doors_in_flight(&self, members: &[u32]) -> usize {
+        let of = |n: usize| members.contains(&(n as u32));
+        let out = self
+            .doors
+            .waiting
+            .values()
+            .filter(|(_, w)| matches!(w, Waiting::Cm5 { a, bc: false } if of(*a)))
+            .count();
+        let held = self
+            .doors
+            .held
+            .iter()
+            .filter(|x| matches!(x.op, HeldOp::Cm5 { .. }) && of(x.dst))
+            .count();
+        out + held
     }
 
     /// The other linked hosts with members in `members`, each with its first member.
@@ -396,7 +419,9 @@ impl State {
     ) {
         *self.doors.cm5_out.entry(i).or_default() += 1;
         let id = self.fresh_id();
-        self.doors.waiting.insert(id, (h, Waiting::Cm5 { a: i }));
+        self.doors
+            .waiting
+            .insert(id, (h, Waiting::Cm5 { a: i, bc: true }));
         self.door_send(
             h,
             Msg::Door {
@@ -506,7 +531,7 @@ impl State {
                 };
                 self.mlink_answered(&f, r);
             }
-            Waiting::Cm5 { a } => {
+            Waiting::Cm5 { a, .. } => {
                 self.cm5_credit(a);
                 if w.first() != Some(&1) {
                     lock(&self.slots[a].ni).counters.cm5_dr_dropped += 1;
@@ -958,7 +983,7 @@ impl State {
                     let r = reply(status::REFUSED, reason::UNREACHABLE, 0);
                     self.mlink_answered(&f, r);
                 }
-                Waiting::Cm5 { a } => {
+                Waiting::Cm5 { a, .. } => {
                     self.cm5_credit(a);
                     lock(&self.slots[a].ni).counters.cm5_dr_dropped += 1;
                 }

@@ -96,6 +96,8 @@ struct Pull {
     got: u64,
 }
 
+/// Network-done rounds other hosts may have said are quiet before ours are done.
+const QUIET_MAX: usize = 4096;
 /// Contributions up to this size wait for the rest of the host's members of their round.
 const STASH_DATA_MAX: usize = 4 << 10;
 /// How long they wait at most.
@@ -264,6 +266,10 @@ pub struct Remote {
     pub manager: HostId,
     /// Our members' JOINs of small rounds, waiting for the rest of our members.
     stash: Vec<Stash>,
+    /// Network-done rounds (partition id, round) we said are quiet here, and the hosts
+    /// that said so of theirs.
+    quiet_sent: std::collections::HashSet<(u32, u64)>,
+    quiet_from: HashMap<(u32, u64), Vec<HostId>>,
     warn: crate::link::WarnLimit,
 }
 
@@ -315,6 +321,8 @@ impl Remote {
             last_id_in: vec![0; hosts],
             manager: 0,
             stash: Vec::new(),
+            quiet_sent: Default::default(),
+            quiet_from: HashMap::new(),
             warn: Default::default(),
         }
     }
@@ -1647,20 +1655,24 @@ impl State {
                 self.remote.as_mut().expect("remote").counters.doors_in += 1;
                 self.on_door_answer(h, id, door, &words, &payload)
             }
+            Msg::Quiet { pid, seq } => {
+                let p = self.partitions.list().find(|p| p.id == pid);
+                let theirs = p.is_some_and(|p| p.nodes.iter().any(|&n| self.hosted_by(n, h)));
+                let rm = self.remote.as_mut().expect("remote");
+                if !theirs || rm.quiet_from.len() >= QUIET_MAX {
+                    return self.bad_frame(h, "QUIET for no partition of its host");
+                }
+                let from = rm.quiet_from.entry((pid, seq)).or_default();
+                if !from.contains(&h) {
+                    from.push(h);
+                }
+            }
             Msg::Hello { .. } | Msg::Heartbeat => {}
         }
     }
 
     /// What a collective of a partition that spans hosts needs beyond a local one.
     pub(super) fn span_check(&self, members: &[u32], k: Kind, r: &Request) -> Result<(), Status> {
-        use crate::cm5::combine::Pattern;
-        use ni_abi::fastpath::combine as cflag;
-        if k == Kind::Combine
-            && Pattern::from_bits((r.flags & cflag::PATTERN_MASK) as u32) == Pattern::RouterDone
-        {
-            // Network-done counts the messages in the network, which no host sees whole.
-            return Err(Status::OtherHost);
-        }
         let rm = self.remote.as_ref().expect("remote");
         for &m in members {
             let h = rm.host_of[m as usize];
@@ -1826,6 +1838,68 @@ impl State {
                 || round.entries.get(r).is_some_and(|e| e.is_some())
                 || !self.round_needs(x.k, m as usize)
         })
+    }
+
+    /// Partition `pid`'s rounds of kind `k` restart from 0: drop our stashed JOINs and the
+    /// network-done state of the old ones.
+    pub(super) fn forget_span_rounds(&mut self, pid: u32, k: Kind) {
+        let Some(rm) = self.remote.as_mut() else {
+            return;
+        };
+        rm.stash
+            .retain(|x| (x.key.0, x.key.1) != (pid, kind_code(k)));
+        if k == Kind::Combine {
+            rm.quiet_sent.retain(|&(p, _)| p != pid);
+            rm.quiet_from.retain(|&(p, _), _| p != pid);
+        }
+    }
+
+    /// Messages of `members` between hosts: our members' SENDs to other hosts not yet
+    /// received there, and their CM-5 messages on the link or held here.
+    pub(super) fn in_flight_across(&self, members: &[u32]) -> usize {
+        let Some(rm) = self.remote.as_ref() else {
+            return 0;
+        };
+        let sends = rm
+            .ops
+            .values()
+            .filter(|o| matches!(o, Op::Send { a, .. } if members.contains(&(*a as u32))))
+            .count();
+        sends + self.doors_in_flight(members)
+    }
+
+    /// Network-done round `seq` of partition `name` is ready here (every member joined,
+    /// nothing counted here is in the network): tell the partition's other hosts once, and
+    /// say whether every one of them has said the same. Messages only leave the network
+    /// once the members have joined (they send nothing more), so a host that is quiet
+    /// stays quiet.
+    pub(super) fn span_quiet(&mut self, name: &str, seq: u64) -> bool {
+        let Some(p) = self.partitions.get(name) else {
+            return false;
+        };
+        let pid = p.id;
+        let rm = self.remote.as_ref().expect("remote");
+        let mut hosts: Vec<HostId> = p
+            .nodes
+            .iter()
+            .map(|&m| rm.host_of[m as usize])
+            .filter(|&h| h != rm.me)
+            .collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        let rm = self.remote.as_mut().expect("remote");
+        if rm.quiet_sent.insert((pid, seq)) {
+            for &h in &hosts {
+                rm.link.send(h, &Msg::Quiet { pid, seq });
+            }
+        }
+        let from = rm.quiet_from.get(&(pid, seq));
+        let all = hosts.iter().all(|h| from.is_some_and(|f| f.contains(h)));
+        if all {
+            rm.quiet_sent.remove(&(pid, seq));
+            rm.quiet_from.remove(&(pid, seq));
+        }
+        all
     }
 
     /// Our member `rank` set its async global: tell the partition's other hosts.

@@ -37,6 +37,7 @@ mod kind {
     pub const CHANGE: u8 = 18;
     pub const DOOR: u8 = 19;
     pub const DOOR_ANSWER: u8 = 20;
+    pub const QUIET: u8 = 21;
 }
 
 /// The register-level doors a `DOOR` frame carries (`fabric/doors.rs`).
@@ -188,6 +189,12 @@ pub enum Msg {
         more: bool,
         words: Vec<u64>,
         payload: Vec<u8>,
+    },
+    /// Network-done round `seq` of partition `pid`: every member of the sender has joined it
+    /// and none of the messages it counts is in the network any more.
+    Quiet {
+        pid: u32,
+        seq: u64,
     },
     /// What became of `Door` `id`: the door's answer fields and data.
     DoorAnswer {
@@ -456,6 +463,10 @@ impl Msg {
                 }
                 (kind::DOOR, payload)
             }
+            Msg::Quiet { pid, seq } => {
+                o.u32(*pid).u64(*seq);
+                (kind::QUIET, &[])
+            }
             Msg::DoorAnswer {
                 id,
                 door,
@@ -646,6 +657,10 @@ impl Msg {
                     payload: i.rest()?,
                 }
             }
+            kind::QUIET => Msg::Quiet {
+                pid: i.u32()?,
+                seq: i.u64()?,
+            },
             kind::DOOR_ANSWER => {
                 let (id, door) = (i.u64()?, i.u8()?);
                 let words = i.words(kind::DOOR_ANSWER)?;
@@ -752,6 +767,7 @@ mod tests {
                 words: vec![u64::MAX, 3],
                 payload: vec![5; 33],
             },
+            Msg::Quiet { pid: 7, seq: 9 },
             Msg::DoorAnswer {
                 id: 4,
                 door: door::T3E,
