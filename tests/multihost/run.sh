@@ -9,8 +9,10 @@
 # the same with 2 % of the link's packets dropped (nftables; the kernel here has no netem,
 # so no delay is emulated, and the test says so); the link cut under pending operations
 # (they fail within 1 s, and the ranks reach each other again once it is back); a daemon
-# killed under pending operations (the same, and the restarted daemon rejoins); a healthy
-# run's logs free of WARN/ERROR. Needs root (namespaces); installs iproute2 and nftables
+# killed under pending operations (the same, and the restarted daemon rejoins), and again
+# mid-collective (a barrier fails within 1 s; after the restart the ranks barrier again);
+# collectives including CM-5 network-done with members on both hosts; the partition
+# manager; a healthy run's logs free of WARN/ERROR. Needs root (namespaces); installs iproute2 and nftables
 # from bookworm if missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -213,12 +215,36 @@ for t in $(seq 20); do [ "$(parts a)" = "$(parts b)" ] && break; sleep 0.1; done
 ranks integrity a:0 b:3
 pass "partition manager restarted: its changes made again from its log, changes accepted again ($(parts a))"
 
+# A daemon killed mid-collective: the member on the other host waits in a barrier its peer
+# never joins; it fails within 1 s, and the two barrier again once the daemon is back.
+rank a 0 cross-coll-fault "$D/coll.a.out"
+ra=$RANK_PID
+rank b 3 cross-coll-fault "$D/coll.b.out"
+rb=$RANK_PID
+wait_for "$D/coll.a.out" "^waiting"
+wait_for "$D/coll.b.out" "^waiting"
+sleep 0.3
+killed=$(date +%s.%N)
+kill -9 "$PID_b"
+wait_for "$D/coll.a.out" "^failed" 5
+read -r _ at why < <(grep '^failed' "$D/coll.a.out")
+dt=$(echo "$at - $killed" | bc -l)
+[ "$(echo "$dt <= 1.0" | bc -l)" = 1 ] || fail "the barrier failed $dt s after the kill (bound: 1 s)"
+wait "$rb" || true
+start_daemon b b3
+wait_for "$D/b3.log" "host joined the fabric"
+rank b 3 cross-rejoin "$D/coll.rejoin.out"
+rb=$RANK_PID
+wait "$ra" || fail "after the restart, rank on a: $(tail -n 20 "$D/coll.a.out")"
+wait "$rb" || fail "after the restart, new rank on b: $(tail -n 20 "$D/coll.rejoin.out")"
+pass "daemon killed mid-collective: the barrier on host a failed $(printf %.3f "$dt") s after ($why); restarted, the two exchange and barrier again"
+
 # Healthy runs log no WARN/ERROR (the killed daemon's log ends abruptly, which is fine;
 # its successor rightly warns of the sockets it left behind, and of nothing else).
 if grep -E " (WARN|ERROR) " "$D/a.log" "$D/b.log"; then
   fail "WARN/ERROR in the daemons' logs above"
 fi
-if grep -E " (WARN|ERROR) " "$D/b2.log" "$D/a2.log" | grep -v "removing stale socket"; then
+if grep -E " (WARN|ERROR) " "$D/b2.log" "$D/a2.log" "$D/b3.log" | grep -v "removing stale socket"; then
   fail "WARN/ERROR in the restarted daemons' logs above"
 fi
 pass "daemon logs free of WARN/ERROR"

@@ -455,8 +455,12 @@ impl State {
                     let done = k == Kind::Combine && network_done(round);
                     (self.round_ready(k, round, &members), rs.base, done)
                 };
-                // Network-done across hosts also waits for every other host to be quiet.
-                if !ready || done && self.spans_hosts(&members) && !self.span_quiet(name, seq) {
+                // Network-done across hosts also waits for every other host to be quiet. Once
+                // this host said it is quiet, that stands: a member of a host that has
+                // completed the round may send again, and what it sends is not this round's.
+                let across = done && self.spans_hosts(&members);
+                let ready = ready || across && self.quiet_declared(name, seq);
+                if !ready || across && !self.span_quiet(name, seq) {
                     break;
                 }
                 let pc = self.colls.get_mut(name).unwrap();

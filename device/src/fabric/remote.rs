@@ -1666,6 +1666,11 @@ impl State {
                 if !from.contains(&h) {
                     from.push(h);
                 }
+                // Now, before the frames after it: the host may complete the round and its
+                // members leave, and their READY false must not fail a round that is over.
+                if let Some(name) = p.map(|p| p.name.clone()) {
+                    self.advance(&name);
+                }
             }
             Msg::Hello { .. } | Msg::Heartbeat => {}
         }
@@ -1868,11 +1873,19 @@ impl State {
         sends + self.doors_in_flight(members)
     }
 
+    /// Whether this host said network-done round `seq` of partition `name` is quiet here.
+    pub(super) fn quiet_declared(&self, name: &str, seq: u64) -> bool {
+        let (Some(p), Some(rm)) = (self.partitions.get(name), self.remote.as_ref()) else {
+            return false;
+        };
+        rm.quiet_sent.contains(&(p.id, seq))
+    }
+
     /// Network-done round `seq` of partition `name` is ready here (every member joined,
     /// nothing counted here is in the network): tell the partition's other hosts once, and
-    /// say whether every one of them has said the same. Messages only leave the network
-    /// once the members have joined (they send nothing more), so a host that is quiet
-    /// stays quiet.
+    /// say whether every one of them has said the same. A message sent before its sender
+    /// joined is counted by its sender's host until the receiver's host has it received, so
+    /// when every host has been quiet once, every message of the round has arrived.
     pub(super) fn span_quiet(&mut self, name: &str, seq: u64) -> bool {
         let Some(p) = self.partitions.get(name) else {
             return false;

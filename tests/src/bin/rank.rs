@@ -395,6 +395,34 @@ fn cross_rejoin(ni: &Ni) {
     println!("rejoined after {:?}", t.elapsed());
     let buf = ni.alloc(1 << 20).unwrap();
     exchange(ni, &buf, 100);
+    // The partition's collectives start again too (rounds that failed are gone).
+    ni.barrier().unwrap();
+}
+
+/// Rank 0 waits in a barrier that rank 1, on another host, never joins; rank 1's daemon is
+/// killed under it (tests/multihost/run.sh): the barrier fails with `link down` or `peer
+/// down` (printed with the time), and rank 0 then waits for the restarted host's new rank.
+fn cross_coll_fault(ni: &Ni) {
+    let buf = ni.alloc(1 << 20).unwrap();
+    exchange(ni, &buf, 1);
+    println!("waiting");
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    if ni.rank() == 0 {
+        match ni.barrier() {
+            Err(e) if matches!(status_of(&e), Some(Status::LinkDown | Status::PeerDown)) => {
+                println!("failed {:.3} {e}", unix_now());
+            }
+            other => panic!("expected link down or peer down, got {other:?}"),
+        }
+        std::io::stdout().flush().unwrap();
+        cross_rejoin(ni);
+    } else {
+        match ni.recv(Some(0), &buf, 0..16, 999, u64::MAX) {
+            Err(e @ Error::DaemonGone(_)) => println!("own daemon gone: {e}"),
+            other => panic!("expected its daemon to go, got {other:?}"),
+        }
+    }
 }
 
 /// Malformed requests: each fails with its own status and the NI keeps working.
@@ -588,6 +616,7 @@ fn main() {
         "cm5-doors" => cm5_doors(&ni),
         "cross-fault" => cross_fault(&ni),
         "cross-rejoin" => cross_rejoin(&ni),
+        "cross-coll-fault" => cross_coll_fault(&ni),
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
