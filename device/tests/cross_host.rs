@@ -79,9 +79,14 @@ struct Fabric {
 
 impl Fabric {
     fn start() -> Fabric {
+        Fabric::start_with("")
+    }
+
+    /// With `top` (top-level keys of the description, e.g. a torus) before the hosts.
+    fn start_with(top: &str) -> Fabric {
         let (pa, pb) = (free_port(), free_port());
         let desc = format!(
-            "[[host]]\nname = \"a\"\nlink = \"127.0.0.1:{pa}\"\nnis = {NIS}\n\n\
+            "{top}[[host]]\nname = \"a\"\nlink = \"127.0.0.1:{pa}\"\nnis = {NIS}\n\n\
              [[host]]\nname = \"b\"\nlink = \"127.0.0.1:{pb}\"\nnis = {NIS}\n"
         );
         let f = Fabric {
@@ -1554,4 +1559,38 @@ fn a_dead_host_fails_register_operations_promptly_instead_of_hanging() {
     f.poll("host a never saw host b go", || !up(&f.a, "b"));
     // Host a carries on: its own PE 1 answers.
     t3e_reachable(&f, &mut a.c, LOCAL);
+}
+
+/// SSD-T90 "Special Routing" (Figs. 15-16): a router is one router, whichever host's PE
+/// reaches it. On a 4x1x1 torus (NI i on node X = i), NI 0 on host a SPUTs R_SW and
+/// R_SGET_RTRN of its own router; NI 2 on host b SGETs them through special routing (ΔX −2),
+/// and the reply comes back by the R_SGET_RTRN host a wrote. Then host b writes and host a
+/// reads back.
+#[test]
+fn a_router_written_from_one_host_reads_the_same_from_the_other() {
+    use ni_abi::t3e::{delta, router as r};
+    let f = Fabric::start_with("torus = \"4x1x1\"\n");
+    let mut a = Pe::attach(&f.a, 0);
+    let mut b = Pe::attach(&f.b, 2);
+    let (to_0, to_2) = ([-2, 0, 0, 0, 0, 0], [2, 0, 0, 0, 0, 0]);
+    router_write(&mut a.c, HERE, r::R_SGET_RTRN, delta::make(to_2));
+    router_write(&mut a.c, HERE, r::R_SW, 0x5A5A_0000_1234);
+    // The write travels to host b after the SPUT completed on host a.
+    f.poll("host b's copy of router 0 to take host a's SPUTs", || {
+        let (code, v) = sget(&mut b.c, to_0, r::R_SW, SPECIAL_E);
+        code == ers::FULL && v == 0x5A5A_0000_1234
+    });
+    assert_eq!(
+        router_read(&mut b.c, to_0, r::R_SGET_RTRN),
+        delta::make(to_2)
+    );
+    // And the other way: host b writes router 2's R_SW and its way back to node 0.
+    router_write(&mut b.c, HERE, r::R_SGET_RTRN, delta::make(to_0));
+    router_write(&mut b.c, HERE, r::R_SW, 77);
+    f.poll("host a's copy of router 2 to take host b's SPUTs", || {
+        let (code, v) = sget(&mut a.c, to_2, r::R_SW, SPECIAL_E);
+        code == ers::FULL && v == 77
+    });
+    assert_eq!(f.counter(0, "t3e_sputs"), 2);
+    assert_eq!(f.counter(2, "t3e_sputs"), 2);
 }

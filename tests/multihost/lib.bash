@@ -93,6 +93,39 @@ mh_ranks() {
   done
 }
 
+# mh_kill_rejoin SCENARIO NEWLOG: ranks running SCENARIO (cross-fault, cross-coll-fault) on
+# a:0 and b:3; once both wait, host b's daemon is killed (SIGKILL). What host a's rank waited
+# for must fail within 1 s (printed), b's rank must see its daemon gone; b's daemon restarts
+# (log NEWLOG.log), and a new rank there (cross-rejoin) and a's rank exchange and barrier.
+mh_kill_rejoin() {
+  local s=$1 log=$2 out="$MH_DIR/$1" ra rb killed dt at why
+  mh_rank a 0 "$s" "$out.a.out"
+  ra=$MH_RANK_PID
+  mh_rank b 3 "$s" "$out.b.out"
+  rb=$MH_RANK_PID
+  mh_wait_for "$out.a.out" "^waiting"
+  mh_wait_for "$out.b.out" "^waiting"
+  sleep 0.3
+  killed=$(date +%s.%N)
+  kill -9 "$MH_PID_b"
+  mh_wait_for "$out.a.out" "^failed" 5
+  while read -r _ at why; do
+    dt=$(echo "$at - $killed" | bc -l)
+    echo "$s: host a's pending operation failed $(printf %.3f "$dt") s after host b's daemon died ($why)"
+    [ "$(echo "$dt <= 1.0" | bc -l)" = 1 ] || mh_fail "$s: failed $dt s after the kill (bound: 1 s)"
+  done < <(grep '^failed' "$out.a.out")
+  wait "$rb" || true
+  grep -q "own daemon gone" "$out.b.out" ||
+    mh_fail "$s: rank on b did not see its daemon die: $(tail -n 5 "$out.b.out")"
+  mh_daemon b "$log"
+  mh_wait_for "$MH_DIR/$log.log" "host joined the fabric"
+  mh_rank b 3 cross-rejoin "$out.rejoin.out"
+  rb=$MH_RANK_PID
+  wait "$ra" || mh_fail "$s: after the restart, rank on a: $(tail -n 20 "$out.a.out")"
+  wait "$rb" || mh_fail "$s: after the restart, new rank on b: $(tail -n 20 "$out.rejoin.out")"
+  grep -q "^ok $s" "$out.a.out" || mh_fail "$s: rank on a: $(tail -n 5 "$out.a.out")"
+}
+
 mh_setup() {
   MH_DIRECT=${1:-isolated}
   [ "$(id -u)" = 0 ] || mh_fail "network namespaces need root (ip netns); run as root"

@@ -30,6 +30,7 @@ use ni_abi::t3e::Error;
 
 use super::lanai::{Fate, HOLD_TIMEOUT};
 use super::mlink::{reply, At, Flight};
+use super::topology::PhysPe;
 use super::State;
 use crate::cm5::bc::Which;
 use crate::cm5::data::{Iface, Packet};
@@ -192,22 +193,8 @@ fn t3e_outcome(w: &[u64]) -> Option<Outcome> {
 }
 
 fn t3e_error(v: u64) -> Option<Error> {
-    use Error::*;
-    [
-        BadOpcode,
-        Misaligned,
-        Busy,
-        Stt,
-        NoSuchPe,
-        PeerDown,
-        NoRoute,
-        BadAddress,
-        BadSegment,
-        OutOfBounds,
-        BadMqcw,
-    ]
-    .into_iter()
-    .find(|e| *e as u64 == v)
+    // `None` is not a failure: an answer that says so does not add up.
+    Error::from_u16(u16::try_from(v).ok()?).filter(|e| *e != Error::None)
 }
 
 fn mlink_answer(r: &Reply) -> Vec<u64> {
@@ -436,6 +423,31 @@ impl State {
         );
     }
 
+    /// NI `a`'s SPUT to router `node`, done here: every other linked host applies it to its
+    /// copy of the torus, so routes and router registers read the same everywhere.
+    pub(super) fn door_router(&mut self, a: usize, node: PhysPe, addr: u64, v: u64) {
+        let Some(rm) = self.remote.as_ref() else {
+            return;
+        };
+        let hosts: Vec<HostId> = (0..rm.up.len() as HostId)
+            .filter(|&h| h != rm.me && rm.up[h as usize])
+            .collect();
+        let i = self.torus.dims().index(node) as u64;
+        for h in hosts {
+            let id = self.fresh_id();
+            let m = Msg::Door {
+                id,
+                door: door::ROUTER,
+                src: a as u32,
+                dst: a as u32,
+                more: false,
+                words: vec![i, addr, v],
+                payload: Vec::new(),
+            };
+            self.door_send(h, m);
+        }
+    }
+
     /// Whether NI `i`'s Lanai port `p` waits for another host's answer about its head packet.
     pub(super) fn lanai_away(&self, i: usize, p: usize) -> bool {
         self.remote.is_some() && self.doors.lanai_out.contains(&(i, p))
@@ -591,6 +603,20 @@ impl State {
                 more,
             );
         }
+        if d == door::ROUTER {
+            // Not answered: the SPUT completed at its host.
+            let ok = match *w.as_slice() {
+                [i, addr, v] if self.hosted_by(src, h) && (i as usize) < self.routers.len() => {
+                    let node = self.torus.dims().node(i as usize);
+                    self.router_write(node, addr, v).is_ok()
+                }
+                _ => false,
+            };
+            if !ok {
+                self.bad_frame(h, "DOOR (router write) that does not add up");
+            }
+            return;
+        }
         let fine = self.hosted_by(src, h) && self.ours(dst) && self.partners(src, dst);
         let (a, b) = (src as usize, dst as usize);
         match d {
@@ -653,68 +679,46 @@ impl State {
                 };
                 self.door_try(held, true);
             }
-            door::CM5 => {
-                let iface = match w.first() {
-                    Some(0) => Some(Iface::Dr),
-                    Some(1) => Some(Iface::Ldr),
-                    Some(2) => Some(Iface::Rdr),
+            door::CM5 | door::CM5_BC => {
+                let max = if d == door::CM5 {
+                    crate::cm5::data::LONG_MAX as usize
+                } else {
+                    crate::cm5::bc::REC_WORDS
+                };
+                let words = (data.len().is_multiple_of(4) && data.len() / 4 <= max).then(|| {
+                    data.chunks_exact(4)
+                        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                        .collect::<Vec<u32>>()
+                });
+                let op = match (d, w.as_slice(), words) {
+                    (door::CM5, &[i, tag], Some(words)) if tag <= u8::MAX as u64 => {
+                        let iface = [Iface::Dr, Iface::Ldr, Iface::Rdr].get(i as usize).copied();
+                        iface.map(|iface| HeldOp::Cm5 {
+                            iface,
+                            tag: tag as u8,
+                            words,
+                        })
+                    }
+                    (door::CM5_BC, &[which, colours], Some(msg)) if colours <= u32::MAX as u64 => {
+                        Which::BOTH.get(which as usize).map(|&w| HeldOp::Bc {
+                            w,
+                            msg,
+                            colours: colours as u32,
+                        })
+                    }
                     _ => None,
                 };
-                let ok = data.len().is_multiple_of(4)
-                    && data.len() / 4 <= crate::cm5::data::LONG_MAX as usize
-                    && w.len() == 2
-                    && w[1] <= u8::MAX as u64;
-                let (Some(iface), true, true) = (iface, ok, fine) else {
+                let Some(op) = op.filter(|_| fine) else {
                     self.bad_frame(h, "DOOR (CM-5) that does not add up");
                     return self.door_answer(h, id, d, vec![0], Vec::new());
                 };
-                let words = data
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                    .collect();
                 let held = Held {
                     host: h,
                     id,
                     src: a,
                     dst: b,
                     since: Instant::now(),
-                    op: HeldOp::Cm5 {
-                        iface,
-                        tag: w[1] as u8,
-                        words,
-                    },
-                };
-                self.door_try(held, true);
-            }
-            door::CM5_BC => {
-                let which = match w.first() {
-                    Some(0) => Some(Which::User),
-                    Some(1) => Some(Which::Supervisor),
-                    _ => None,
-                };
-                let ok = data.len().is_multiple_of(4)
-                    && data.len() / 4 <= crate::cm5::bc::REC_WORDS
-                    && w.len() == 2
-                    && w[1] <= u32::MAX as u64;
-                let (Some(which), true, true) = (which, ok, fine) else {
-                    self.bad_frame(h, "DOOR (CM-5 broadcast) that does not add up");
-                    return self.door_answer(h, id, d, vec![0], Vec::new());
-                };
-                let msg = data
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                    .collect();
-                let held = Held {
-                    host: h,
-                    id,
-                    src: a,
-                    dst: b,
-                    since: Instant::now(),
-                    op: HeldOp::Bc {
-                        w: which,
-                        msg,
-                        colours: w[1] as u32,
-                    },
+                    op,
                 };
                 self.door_try(held, true);
             }

@@ -274,6 +274,18 @@ pub struct Remote {
 }
 
 impl Remote {
+    /// The other hosts with NIs among `members`, each once.
+    fn others(&self, members: &[u32]) -> Vec<HostId> {
+        let mut hosts: Vec<HostId> = members
+            .iter()
+            .map(|&m| self.host_of[m as usize])
+            .filter(|&h| h != self.me)
+            .collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        hosts
+    }
+
     /// The ids of our operations `f` picks.
     fn ops_where(&self, f: impl Fn(&Op) -> bool) -> Vec<u64> {
         self.ops
@@ -1733,13 +1745,7 @@ impl State {
         };
         let flags = self.flags(e.node);
         let rm = self.remote.as_mut().expect("remote");
-        let mut hosts: Vec<HostId> = members
-            .iter()
-            .map(|&m| rm.host_of[m as usize])
-            .filter(|&h| h != rm.me)
-            .collect();
-        hosts.sort_unstable();
-        hosts.dedup();
+        let hosts = rm.others(members);
         let chunks: Vec<&[u8]> = if data.is_empty() {
             vec![&[][..]]
         } else {
@@ -1891,16 +1897,8 @@ impl State {
             return false;
         };
         let pid = p.id;
-        let rm = self.remote.as_ref().expect("remote");
-        let mut hosts: Vec<HostId> = p
-            .nodes
-            .iter()
-            .map(|&m| rm.host_of[m as usize])
-            .filter(|&h| h != rm.me)
-            .collect();
-        hosts.sort_unstable();
-        hosts.dedup();
         let rm = self.remote.as_mut().expect("remote");
+        let hosts = rm.others(&p.nodes);
         if rm.quiet_sent.insert((pid, seq)) {
             for &h in &hosts {
                 rm.link.send(h, &Msg::Quiet { pid, seq });
@@ -1928,14 +1926,7 @@ impl State {
             return;
         };
         let rm = self.remote.as_ref().expect("remote");
-        let mut hosts: Vec<HostId> = members
-            .iter()
-            .map(|&m| rm.host_of[m as usize])
-            .filter(|&h| h != rm.me)
-            .collect();
-        hosts.sort_unstable();
-        hosts.dedup();
-        for h in hosts {
+        for h in rm.others(members) {
             rm.link.send(
                 h,
                 &Msg::Global {

@@ -269,6 +269,8 @@ impl State {
         let target = self.special_route(src, c.index)?;
         if c.op == op::SPUT {
             self.router_write(target, c.base, c.words[0])?;
+            // One router, one state: the other hosts' copies take the write too.
+            self.door_router(a, target, c.base, c.words[0]);
             self.nodes[a].counters.t3e_sputs += 1;
             return Ok(Outcome::Done);
         }

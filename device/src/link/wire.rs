@@ -52,6 +52,8 @@ pub mod door {
     pub const LANAI: u8 = 4;
     /// A CM-5 broadcast (message or interrupt) for the receiving host's members.
     pub const CM5_BC: u8 = 5;
+    /// A T3E SPUT the sender made to a router: every host applies it to its copy.
+    pub const ROUTER: u8 = 6;
 }
 
 /// Words a `DOOR` or `DOOR_ANSWER` frame carries at most.
