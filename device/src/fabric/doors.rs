@@ -47,6 +47,9 @@ pub const CM5_CREDITS: u32 = 16;
 const HELD_OPS_MAX: usize = 4096;
 /// Bytes of one host's Lanai packets held or being assembled here at most.
 const HELD_BYTES_MAX: usize = 64 << 20;
+/// How long one of our T3E, MLINK or Lanai operations waits for its answer at most: the
+/// target's own bound (1 s) and the link's dead time, with room to spare.
+const WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 /// The longest Lanai packet (the packet interface moves at most 16 MiB whole).
 const LANAI_MAX: usize = 16 << 20;
 
@@ -106,9 +109,23 @@ enum HeldOp {
 }
 
 impl HeldOp {
-    /// CM-5 messages and broadcasts for one NI land in the order they came.
-    fn ordered(&self) -> bool {
-        matches!(self, HeldOp::Cm5 { .. } | HeldOp::Bc { .. })
+    /// The bytes it keeps here (what [`HELD_BYTES_MAX`] counts).
+    fn bytes(&self) -> usize {
+        match self {
+            HeldOp::Lanai { wire, .. } => wire.bytes.len(),
+            HeldOp::Mlink { x, .. } => x.data.len(),
+            _ => 0,
+        }
+    }
+
+    /// What must keep its order behind what came before it from the same sender for the same
+    /// NI: CM-5 Data Network messages (one class) and broadcasts (another).
+    fn order_key(&self, src: usize, dst: usize) -> Option<(bool, usize, usize)> {
+        match self {
+            HeldOp::Cm5 { .. } => Some((false, src, dst)),
+            HeldOp::Bc { .. } => Some((true, src, dst)),
+            _ => None,
+        }
     }
 }
 
@@ -124,6 +141,8 @@ struct Part {
 #[derive(Default)]
 pub(super) struct Doors {
     waiting: HashMap<u64, (HostId, Waiting)>,
+    /// When each T3E, MLINK and Lanai operation of ours went, oldest first.
+    deadlines: VecDeque<(Instant, u64)>,
     /// CM-5 messages each of our NIs has unanswered on the link.
     cm5_out: HashMap<usize, u32>,
     /// Our Lanai ports whose head packet is on another host.
@@ -139,20 +158,21 @@ pub(super) struct Doors {
 impl Doors {
     fn hold(&mut self, h: Held) {
         *self.ops.entry(h.host).or_default() += 1;
-        if let HeldOp::Lanai { wire, .. } = &h.op {
-            *self.bytes.entry(h.host).or_default() += wire.bytes.len();
-        }
+        *self.bytes.entry(h.host).or_default() += h.op.bytes();
         self.held.push_back(h);
     }
 
     fn release(&mut self, h: &Held) {
-        if let Some(n) = self.ops.get_mut(&h.host) {
+        self.unhold(h.host, h.op.bytes());
+    }
+
+    /// One operation of `host`'s, `bytes` long, no longer held (or assembled) here.
+    fn unhold(&mut self, host: HostId, bytes: usize) {
+        if let Some(n) = self.ops.get_mut(&host) {
             *n = n.saturating_sub(1);
         }
-        if let HeldOp::Lanai { wire, .. } = &h.op {
-            if let Some(b) = self.bytes.get_mut(&h.host) {
-                *b = b.saturating_sub(wire.bytes.len());
-            }
+        if let Some(b) = self.bytes.get_mut(&host) {
+            *b = b.saturating_sub(bytes);
         }
     }
 
@@ -211,9 +231,16 @@ fn mlink_reply(w: &[u64]) -> Option<Reply> {
     let [state, why, b0, b1, ck] = *w else {
         return None;
     };
-    Some(Reply {
-        state: u32::try_from(state).ok()?,
-        reason: u32::try_from(why).ok()?,
+    // Only what a target answers: an answer that left the link BUSY, or spilled into the
+    // status word's other fields, would wedge our MLINK.
+    let answer = [status::ACK, status::NACK, status::REFUSED].contains(&(state as u32))
+        && state <= u32::MAX as u64
+        && why <= 0xF
+        && b0 <= 0xFF
+        && b1 <= 0xFF;
+    answer.then(|| Reply {
+        state: state as u32,
+        reason: why as u32,
         bytes: [b0 as u8, b1 as u8],
         data_checksum: u16::try_from(ck).ok(),
     })
@@ -270,6 +297,7 @@ impl State {
         self.doors
             .waiting
             .insert(id, (h, Waiting::T3e { a, c: *c }));
+        self.doors.deadlines.push_back((Instant::now(), id));
         self.door_send(
             h,
             Msg::Door {
@@ -309,6 +337,7 @@ impl State {
             payload: x.data.clone(),
         };
         self.doors.waiting.insert(id, (h, Waiting::Mlink(f)));
+        self.doors.deadlines.push_back((Instant::now(), id));
         self.door_send(h, m);
     }
 
@@ -448,6 +477,12 @@ impl State {
         }
     }
 
+    /// NI `i` was reset or changed clients: its CM-5 FIFOs are empty again, and so are its
+    /// credits (answers about its old messages come to nothing).
+    pub(super) fn doors_reset_ni(&mut self, i: usize) {
+        self.doors.cm5_out.remove(&i);
+    }
+
     /// Whether NI `i`'s Lanai port `p` waits for another host's answer about its head packet.
     pub(super) fn lanai_away(&self, i: usize, p: usize) -> bool {
         self.remote.is_some() && self.doors.lanai_out.contains(&(i, p))
@@ -475,6 +510,7 @@ impl State {
                 j,
             };
             self.doors.waiting.insert(id, (h, waiting));
+            self.doors.deadlines.push_back((Instant::now(), id));
         }
         let words = vec![
             w.bytes.len() as u64,
@@ -526,6 +562,10 @@ impl State {
                 self.t3e_finish(a, &c, o);
             }
             Waiting::Mlink(f) => {
+                if !lock(&self.slots[f.a].ni).mlink.current(&f.x) {
+                    // Aborted or reset meanwhile: nothing lands, nobody is answered.
+                    return;
+                }
                 let r = match mlink_reply(w).filter(|_| d == door::MLINK) {
                     Some(r) if f.x.op == ni_abi::mlink::command::READ && r.state == status::ACK => {
                         if data.len() as u64 != f.x.bytes() {
@@ -592,7 +632,15 @@ impl State {
         w: Vec<u64>,
         data: Vec<u8>,
     ) {
-        self.remote.as_mut().expect("remote").counters.doors_in += 1;
+        let rm = self.remote.as_mut().expect("remote");
+        rm.counters.doors_in += 1;
+        if d != door::ROUTER
+            && !self.doors.parts.contains_key(&(h, id))
+            && rm.link.queued(h) > super::remote::PULL_QUEUE_MAX
+        {
+            // Its host does not read what we send it: no more answers to queue, and no work.
+            return self.door_refuse(h, id, d, more);
+        }
         if let Some(part) = self.doors.parts.get(&(h, id)) {
             // The rest of a Lanai packet.
             let (s, t) = (part.src, part.dst);
@@ -728,13 +776,17 @@ impl State {
                     _ => (usize::MAX, 0),
                 };
                 let answer = flags & 4 != 0;
-                if !fine || total > LANAI_MAX || !self.doors.room(h, total) {
+                // A packet has at least its route byte: an empty one that never ends would
+                // hold a part for nothing.
+                if !fine || total == 0 || total > LANAI_MAX || !self.doors.room(h, total) {
                     self.bad_frame(h, "DOOR (Lanai) that does not add up or does not fit");
                     if answer {
                         self.door_answer(h, id, d, vec![fate::DROPPED], Vec::new());
                     }
                     return;
                 }
+                // Held while it is assembled: counted as an operation and its bytes.
+                *self.doors.ops.entry(h).or_default() += 1;
                 *self.doors.bytes.entry(h).or_default() += total;
                 let wire = Wire {
                     bytes: Vec::with_capacity(total.min(CHUNK)),
@@ -755,6 +807,20 @@ impl State {
         }
     }
 
+    /// Refuse door operation `id` of host `h` with its smallest answer, doing nothing.
+    fn door_refuse(&mut self, h: HostId, id: u64, d: u8, more: bool) {
+        let words = match d {
+            door::T3E => t3e_answer(&Outcome::Failed(Error::NoRoute)),
+            door::MLINK => mlink_answer(&reply(status::NACK, reason::QUEUE_FULL, 0)),
+            door::CM5 | door::CM5_BC => vec![0],
+            // The first piece of a packet asks for an answer; the rest of it is refused
+            // by `lanai_piece`, which finds no part.
+            door::LANAI if !more => vec![fate::DROPPED_THERE],
+            _ => return,
+        };
+        self.door_answer(h, id, d, words, Vec::new());
+    }
+
     /// A piece of Lanai packet `id` of host `h` (`None`: one that does not belong to it).
     fn lanai_piece(&mut self, h: HostId, id: u64, data: Option<Vec<u8>>, more: bool) {
         let part = self.doors.parts.get_mut(&(h, id)).expect("a part");
@@ -765,14 +831,13 @@ impl State {
             part.wire.bytes.extend_from_slice(&data.expect("checked"));
         }
         let whole = part.wire.bytes.len() == part.total;
-        if fits && more {
+        if fits && more && !whole {
             return;
         }
         let part = self.doors.parts.remove(&(h, id)).expect("a part");
         // What `on_door` counted for the packet; `hold` counts what it keeps.
-        if let Some(b) = self.doors.bytes.get_mut(&h) {
-            *b = b.saturating_sub(part.total);
-        }
+        self.doors.unhold(h, part.total);
+        let fits = fits && !more;
         if !fits || !whole {
             self.bad_frame(h, "DOOR (Lanai) pieces that do not add up");
             if part.answer {
@@ -797,13 +862,14 @@ impl State {
     /// Try another host's operation; hold it if its target is not ready for it yet (`new`:
     /// it just arrived, and takes its place behind what is held for the same NI).
     fn door_try(&mut self, held: Held, new: bool) {
+        let key = held.op.order_key(held.src, held.dst);
         let behind = new
-            && held.op.ordered()
+            && key.is_some()
             && self
                 .doors
                 .held
                 .iter()
-                .any(|x| x.dst == held.dst && x.op.ordered());
+                .any(|x| x.op.order_key(x.src, x.dst) == key);
         if !behind {
             if let Some((words, data)) = self.door_attempt(&held) {
                 if !new {
@@ -933,23 +999,24 @@ impl State {
 
     /// Another try at every operation other hosts left here. Returns whether any ended.
     pub(super) fn advance_doors(&mut self) -> bool {
+        self.doors_expire();
         if self.doors.held.is_empty() {
             return false;
         }
         let before = self.doors.held.len();
         let held = std::mem::take(&mut self.doors.held);
-        // A CM-5 message waits behind the one before it for the same NI.
+        // A CM-5 message waits behind the one before it from its sender for the same NI.
         let mut stuck = HashSet::new();
         for x in held {
-            if x.op.ordered() && stuck.contains(&x.dst) {
+            let key = x.op.order_key(x.src, x.dst);
+            if key.is_some_and(|k| stuck.contains(&k)) {
                 self.doors.held.push_back(x);
                 continue;
             }
-            let (dst, cm5) = (x.dst, x.op.ordered());
             let n = self.doors.held.len();
             self.door_try(x, false);
-            if cm5 && self.doors.held.len() > n {
-                stuck.insert(dst);
+            if let Some(k) = key.filter(|_| self.doors.held.len() > n) {
+                stuck.insert(k);
             }
         }
         self.doors.held.len() < before
@@ -981,6 +1048,30 @@ impl State {
             .collect();
         for id in ids {
             let (_, w) = self.doors.waiting.remove(&id).expect("listed");
+            self.door_give_up(w);
+        }
+    }
+
+    /// Our operations that waited [`WAIT_MAX`] for an answer end as if their host went
+    /// away (every target answers within its own bound, HOLD_TIMEOUT or BLOCK_TIMEOUT_MS,
+    /// so one that does not has lost it). A CM-5 message is not among them: its target may
+    /// rightly hold it until its receiver reads.
+    fn doors_expire(&mut self) {
+        while let Some(&(t, id)) = self.doors.deadlines.front() {
+            if t.elapsed() < WAIT_MAX {
+                return;
+            }
+            self.doors.deadlines.pop_front();
+            if let Some((h, w)) = self.doors.waiting.remove(&id) {
+                tracing::debug!(host = h, id, "door operation unanswered: given up");
+                self.door_give_up(w);
+            }
+        }
+    }
+
+    /// End one of our operations without its answer.
+    fn door_give_up(&mut self, w: Waiting) {
+        {
             match w {
                 Waiting::T3e { a, c } => self.t3e_finish(a, &c, Outcome::Failed(Error::NoRoute)),
                 Waiting::Mlink(f) => {

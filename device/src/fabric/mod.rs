@@ -385,6 +385,7 @@ impl State {
         drop(ni);
         let was_live = self.nodes[i].live;
         self.node_down(i);
+        self.doors_reset_ni(i);
         self.nodes[i].generation = generation;
         self.nodes[i].dma = dma;
         if attached {

@@ -38,8 +38,9 @@ use super::{Event, HostId, Link, LinkStats};
 
 /// Receive buffers kept posted, each one frame long.
 const RECVS: usize = 64;
-/// Sends in flight at most; past it frames wait in the link's queue.
-const INFLIGHT_MAX: usize = 1024;
+/// Sends in flight to one host at most; past it that host's frames wait in the link's
+/// queue (a host that stops taking them holds up only its own).
+const INFLIGHT_MAX: usize = 256;
 /// How long the thread waits for a completion before it looks at the clock.
 const TICK_MS: c_int = 10;
 
@@ -167,7 +168,7 @@ struct Recv {
 }
 
 // SAFETY: a receive buffer is touched by the link's thread only (the provider writes it
-// between post and completion, which the thread waits for).
+// between post and completion, which the thread waits for before reading it).
 unsafe impl Send for Recv {}
 
 /// The libfabric objects, shared by the senders and the thread.
@@ -297,7 +298,8 @@ impl Endpoint {
             );
             self.api.check("fi_av_open", rc as isize)?;
             let mut cq_attr = fi_cq_attr {
-                size: RECVS + INFLIGHT_MAX,
+                // Every send and receive can complete at once, and then some.
+                size: RECVS + cfg.addrs.len() * INFLIGHT_MAX + 64,
                 flags: 0,
                 format: FI_CQ_FORMAT_MSG,
                 wait_obj: FI_WAIT_UNSPEC,
@@ -394,8 +396,9 @@ impl Endpoint {
 
 /// What goes before each frame on the wire: the session and the frame's number in it.
 const PREFIX: usize = 16;
-/// Frames of one host that arrived ahead of an earlier one, kept at most.
-const REORDER_MAX: usize = 4096;
+/// Frames (and bytes) of one host that arrived ahead of an earlier one, kept at most.
+const REORDER_MAX: usize = 1024;
+const REORDER_BYTES_MAX: usize = 16 << 20;
 
 /// One host's sending side: the session its frames carry, the next frame's number, and the
 /// frames waiting for the provider (it said `EAGAIN`, or too many are in flight).
@@ -412,7 +415,8 @@ struct Shared {
     tx: Mutex<Vec<Tx>>,
     /// Bytes handed over and not yet completed, per host.
     queued: Vec<AtomicU64>,
-    inflight: AtomicU64,
+    /// Sends handed over and not completed, per host.
+    inflight: Vec<AtomicU64>,
     events: Mutex<Vec<Event>>,
     stats: Mutex<LinkStats>,
     frames_sent: AtomicU64,
@@ -436,22 +440,27 @@ fn prefixed(sid: u64, seq: u64, msg: &Msg) -> Vec<u8> {
 impl Shared {
     /// Number `msg` in `h`'s session and send it: now if nothing of `h`'s waits and the
     /// provider takes it, else behind what waits.
-    fn send_msg(&self, h: HostId, msg: &Msg) {
+    fn send_msg(&self, h: HostId, msg: &Msg) -> bool {
         let b = {
             let mut tx = lock(&self.tx);
             let t = &mut tx[h as usize];
+            if t.sid == 0 {
+                // Down since the caller looked: no session to number it in.
+                return false;
+            }
             let b = prefixed(t.sid, t.seq, msg);
             t.seq += 1;
-            let full = self.inflight.load(Ordering::Relaxed) as usize >= INFLIGHT_MAX;
+            let full = self.inflight[h as usize].load(Ordering::Relaxed) as usize >= INFLIGHT_MAX;
             if full || !t.waiting.is_empty() {
                 t.waiting.push_back(b);
-                return;
+                return true;
             }
             b
         };
         if let Err(Some(b)) = self.post(h, b) {
             lock(&self.tx)[h as usize].waiting.push_back(b);
         }
+        true
     }
 
     /// A session's opening (`HELLO`, frame 0 of session `sid`), outside the numbering.
@@ -471,13 +480,13 @@ impl Shared {
             bytes,
         }));
         self.queued[h as usize].fetch_add(len, Ordering::Relaxed);
-        self.inflight.fetch_add(1, Ordering::Relaxed);
+        self.inflight[h as usize].fetch_add(1, Ordering::Relaxed);
         let rc = self.ep.post_send(s);
         if rc == 0 {
             return Ok(());
         }
         self.queued[h as usize].fetch_sub(len, Ordering::Relaxed);
-        self.inflight.fetch_sub(1, Ordering::Relaxed);
+        self.inflight[h as usize].fetch_sub(1, Ordering::Relaxed);
         // SAFETY: the provider did not take it: still ours.
         let s = unsafe { Box::from_raw(s) };
         if rc == -(errno::FI_EAGAIN as isize) {
@@ -490,7 +499,7 @@ impl Shared {
     /// Hand over what waits for `h`, in order, while the provider takes it.
     fn drain(&self, h: HostId) {
         loop {
-            if self.inflight.load(Ordering::Relaxed) as usize >= INFLIGHT_MAX {
+            if self.inflight[h as usize].load(Ordering::Relaxed) as usize >= INFLIGHT_MAX {
                 return;
             }
             let Some(b) = lock(&self.tx)[h as usize].waiting.pop_front() else {
@@ -534,7 +543,7 @@ impl OfiLink {
             up: (0..hosts).map(|_| AtomicBool::new(false)).collect(),
             tx: Mutex::new((0..hosts).map(|_| Tx::default()).collect()),
             queued: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
-            inflight: AtomicU64::new(0),
+            inflight: (0..hosts).map(|_| AtomicU64::new(0)).collect(),
             events: Mutex::new(Vec::new()),
             stats: Mutex::new(LinkStats {
                 up: vec![false; hosts],
@@ -565,7 +574,8 @@ impl OfiLink {
             digest: cfg.digest,
             next_sid: u64::from_ne_bytes(b) | 1,
             peers: (0..hosts).map(|_| Peer::default()).collect(),
-            _recvs: recvs,
+            recvs,
+            unposted: Vec::new(),
         };
         std::thread::Builder::new()
             .name("link-ofi".into())
@@ -583,8 +593,10 @@ impl Link for OfiLink {
         if !up.load(Ordering::Acquire) {
             return false;
         }
+        if !self.shared.send_msg(host, msg) {
+            return false;
+        }
         self.shared.frames_sent.fetch_add(1, Ordering::Relaxed);
-        self.shared.send_msg(host, msg);
         true
     }
 
@@ -620,8 +632,9 @@ struct Peer {
     /// Frames of the session that arrived ahead of `next`, by number: the provider may
     /// complete a long frame after a short one sent later.
     ahead: std::collections::BTreeMap<u64, Vec<u8>>,
-    /// The dialing side: the session it offers while down.
+    /// The dialing side: the session it offers while down, since when.
     dialing: u64,
+    dial_since: Option<Instant>,
     last_rx: Option<Instant>,
     last_tx: Option<Instant>,
     last_hello: Option<Instant>,
@@ -635,9 +648,10 @@ struct Thread {
     /// daemon's are new to its peers.
     next_sid: u64,
     peers: Vec<Peer>,
-    /// Owned here, posted to the provider: never read, only kept alive (the Vec never
-    /// grows, so each `Recv` stays where the provider was told it is).
-    _recvs: Vec<Recv>,
+    /// Owned here, posted to the provider (the Vec never grows, so each `Recv` stays where
+    /// the provider was told it is); those the provider would not take back, by index.
+    recvs: Vec<Recv>,
+    unposted: Vec<usize>,
 }
 
 impl Thread {
@@ -686,15 +700,27 @@ impl Thread {
         }
     }
 
+    /// Which of our receive buffers a completion's context is, if it is one (told by
+    /// address, not by flags: freeing a buffer of ours as a send would corrupt the heap).
+    fn recv_index(&self, ctx: *mut c_void) -> Option<usize> {
+        let base = self.recvs.as_ptr() as usize;
+        let size = std::mem::size_of::<Recv>();
+        let off = (ctx as usize).checked_sub(base)?;
+        (off % size == 0 && off / size < self.recvs.len()).then_some(off / size)
+    }
+
+    /// Post receive buffer `i` again; one the provider refuses is tried again each tick.
+    fn repost(&mut self, i: usize) {
+        if self.shared.ep.post_recv(&mut self.recvs[i]) != 0 {
+            self.unposted.push(i);
+        }
+    }
+
     fn completion(&mut self, e: CqEntry, src: fi_addr_t, events: &mut Vec<Event>) {
-        if e.flags & FI_RECV != 0 {
-            // SAFETY: the context of a receive is one of the thread's `Recv`s.
-            let r = unsafe { &mut *e.op_context.cast::<Recv>() };
+        if let Some(i) = self.recv_index(e.op_context) {
+            let r = &self.recvs[i];
             let frame = r.buf[..e.len.min(r.buf.len())].to_vec();
-            let rc = self.shared.ep.post_recv(r);
-            if rc != 0 {
-                tracing::warn!(rc, "libfabric link: could not post a receive again");
-            }
+            self.repost(i);
             self.arrived(frame, src, events);
         } else {
             // SAFETY: the context of a send is the Box `post` leaked.
@@ -706,7 +732,7 @@ impl Thread {
     fn sent(&mut self, s: &Sending) {
         let h = s.host as usize;
         self.shared.queued[h].fetch_sub(s.bytes.len() as u64, Ordering::Relaxed);
-        self.shared.inflight.fetch_sub(1, Ordering::Relaxed);
+        self.shared.inflight[h].fetch_sub(1, Ordering::Relaxed);
         lock(&self.shared.stats).bytes_sent += s.bytes.len() as u64;
     }
 
@@ -719,18 +745,20 @@ impl Thread {
         if n != 1 || err.op_context.is_null() {
             return;
         }
-        if err.flags & FI_RECV != 0 {
-            // A truncated or failed receive: count it and post the buffer again.
+        if let Some(i) = self.recv_index(err.op_context) {
+            // A truncated or failed receive: count it and post the buffer again. The frame
+            // is lost: its session's gap ends it within the dead time.
             lock(&self.shared.stats).protocol_errors += 1;
-            // SAFETY: the context of a receive is one of the thread's `Recv`s.
-            let r = unsafe { &mut *err.op_context.cast::<Recv>() };
-            self.shared.ep.post_recv(r);
+            self.repost(i);
             return;
         }
         // SAFETY: the context of a send is the Box `post` leaked.
         let s = unsafe { Box::from_raw(err.op_context.cast::<Sending>()) };
         self.sent(&s);
-        if self.shared.up[s.host as usize].load(Ordering::Acquire) {
+        // Only a frame of the session that runs now ends it (one of an older is no news).
+        let sid = u64::from_le_bytes(s.bytes[..8].try_into().expect("a prefix"));
+        let current = lock(&self.shared.tx)[s.host as usize].sid == sid;
+        if current && self.shared.up[s.host as usize].load(Ordering::Acquire) {
             let why = format!("a send failed (libfabric error {})", err.err);
             self.down(s.host, &why, events);
         }
@@ -777,12 +805,12 @@ impl Thread {
         let p = &mut self.peers[h as usize];
         let ours = sid == p.sid && self.shared.up[h as usize].load(Ordering::Acquire);
         // The dialing side may see the listener's first frames before its answer.
-        let early = sid == p.dialing && p.sid != sid;
+        let early = p.dialing != 0 && sid == p.dialing && p.sid != sid;
         if !(ours || early) || seq < p.next && ours {
             return; // an ended session's, or a duplicate
         }
-        p.last_rx = Some(Instant::now());
-        if p.ahead.len() >= REORDER_MAX {
+        let bytes: usize = p.ahead.values().map(Vec::len).sum::<usize>() + frame.len();
+        if p.ahead.len() >= REORDER_MAX || bytes > REORDER_BYTES_MAX {
             return self.protocol_error(Some(h), "too many frames ahead of a missing one", events);
         }
         p.ahead.insert(seq, frame);
@@ -798,7 +826,14 @@ impl Thread {
             let Some(frame) = p.ahead.remove(&p.next) else {
                 return;
             };
+            if frame[..8] != p.sid.to_le_bytes() {
+                // Of another session (numbered alike): not this one's frame.
+                continue;
+            }
             p.next += 1;
+            // Silence is measured on frames taken in order: a gap that never fills is as
+            // dead as a host that sends nothing.
+            p.last_rx = Some(Instant::now());
             let body = &frame[PREFIX..];
             let msg = match Msg::frame_len(body) {
                 Ok(Some(n)) if n == body.len() => Msg::decode(body),
@@ -891,6 +926,9 @@ impl Thread {
 
     fn tick(&mut self, events: &mut Vec<Event>) {
         let now = Instant::now();
+        for i in std::mem::take(&mut self.unposted) {
+            self.repost(i);
+        }
         let failed = std::mem::take(&mut *lock(&self.shared.failed));
         for h in failed {
             if self.shared.up[h as usize].load(Ordering::Acquire) {
@@ -912,15 +950,22 @@ impl Thread {
                 }
                 if p.last_tx.is_none_or(|t| now.duration_since(t) >= HEARTBEAT) {
                     self.peers[h as usize].last_tx = Some(now);
-                    self.shared.send_msg(h, &Msg::Heartbeat);
+                    let _ = self.shared.send_msg(h, &Msg::Heartbeat);
                 }
             } else if self.dials(h) && p.last_hello.is_none_or(|t| now.duration_since(t) >= RETRY) {
-                // A new session each try: an answer to an old one is stale.
-                let sid = self.next_sid;
-                self.next_sid = self.next_sid.wrapping_add(2);
+                // The same session is offered again (its answer may have been lost, or be
+                // slow) until the dead time passes; then a new one, so that an answer to an
+                // old one is stale.
                 let p = &mut self.peers[h as usize];
-                p.dialing = sid;
-                p.ahead.clear();
+                let fresh =
+                    p.dialing == 0 || p.dial_since.is_none_or(|t| now.duration_since(t) > DEAD);
+                if fresh {
+                    p.dialing = self.next_sid;
+                    p.dial_since = Some(now);
+                    p.ahead.clear();
+                    self.next_sid = self.next_sid.wrapping_add(2);
+                }
+                let sid = p.dialing;
                 p.last_hello = Some(now);
                 let hello = Msg::Hello {
                     host: self.me,
