@@ -19,12 +19,13 @@ use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use common::mlink_driver::*;
 use common::t3e_driver::*;
 use common::{cm5_driver as cm5d, lanai_driver as lan, *};
 use ni_abi::cm5;
 use ni_abi::fastpath::{ctrl, mqcw, regs};
 use ni_abi::lanai::{self, isr, port_reg, rpd as rd, rpl_config as rc};
-use ni_abi::mlink::{self, command as cmd, link as ml, reason, rx, status, status_byte0 as s0};
+use ni_abi::mlink::{command as cmd, link as ml, reason, rx, status, status_byte0 as s0};
 use ni_abi::pci;
 use ni_abi::t3e::{self, ers, gva, op, seg, Error};
 use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
@@ -598,37 +599,6 @@ const DST: u32 = 0x50_0000;
 const FILL: u8 = 0xEE;
 const STALE: u8 = 0x11;
 
-/// BAR0 offset of MLINK link `link`'s launch register `off`.
-fn link_reg(link: u32, off: u64) -> u64 {
-    mlink::PAGE + mlink::LINK + link as u64 * mlink::LINK_STRIDE + off
-}
-
-fn read32(c: &mut Client, at: u64) -> u32 {
-    let mut b = [0u8; 4];
-    c.region_read(pci::BAR0_REGION, at, &mut b)
-        .unwrap_or_else(|e| panic!("32-bit BAR0 read at {at:#x}: {e:?}"));
-    u32::from_le_bytes(b)
-}
-
-fn write32(c: &mut Client, at: u64, v: u32) {
-    c.region_write(pci::BAR0_REGION, at, &v.to_le_bytes())
-        .unwrap_or_else(|e| panic!("32-bit BAR0 write at {at:#x}: {e:?}"));
-}
-
-fn rx_read(c: &mut Client, off: u64) -> u32 {
-    read32(c, mlink::PAGE + off)
-}
-
-fn rx_write(c: &mut Client, off: u64, v: u32) {
-    write32(c, mlink::PAGE + off, v)
-}
-
-/// The target offers `[base, base + size)` to its peers' READs and WRITEs.
-fn expose(c: &mut Client, base: u32, size: u32) {
-    rx_write(c, rx::EXPOSE_BASE, base);
-    rx_write(c, rx::EXPOSE_SIZE, size);
-}
-
 /// The launch registers of one operation.
 #[derive(Clone, Copy, Debug)]
 struct Launch {
@@ -659,65 +629,6 @@ fn exec(c: &mut Client, link: u32, command: u32, o: Launch) -> u32 {
         },
     );
     read32(c, link_reg(link, ml::STATUS))
-}
-
-fn state(s: u32) -> u32 {
-    s & status::STATE_MASK
-}
-
-fn why(s: u32) -> u32 {
-    (s >> status::REASON_SHIFT) & 0xF
-}
-
-fn byte0(s: u32) -> u32 {
-    (s >> status::BYTES_SHIFT) & 0xFF
-}
-
-fn byte1(s: u32) -> u32 {
-    s >> 24
-}
-
-fn show(s: u32) -> String {
-    const STATES: [&str; 6] = ["IDLE", "BUSY", "ACK", "NACK", "ABORTED", "REFUSED"];
-    const REASONS: [&str; 11] = [
-        "NONE",
-        "HEADER_CHECKSUM",
-        "DATA_CHECKSUM",
-        "ADDRESS",
-        "LENGTH",
-        "QUEUE_FULL",
-        "NOT_PERMITTED",
-        "UNREACHABLE",
-        "TIMEOUT",
-        "BAD_COMMAND",
-        "NOTHING_TO_ABORT",
-    ];
-    fn name(list: &[&str], v: u32) -> String {
-        list.get(v as usize)
-            .map_or_else(|| format!("#{v}"), |n| n.to_string())
-    }
-    format!(
-        "{}/{} (byte0 {:#04x}, byte1 {}; STATUS {s:#010x})",
-        name(&STATES, state(s)),
-        name(&REASONS, why(s)),
-        byte0(s),
-        name(&REASONS, byte1(s)),
-    )
-}
-
-#[track_caller]
-fn expect(s: u32, want_state: u32, want_reason: u32, what: &str) {
-    assert!(
-        state(s) == want_state && why(s) == want_reason,
-        "{what}: expected state {want_state}, reason {want_reason}; got {}",
-        show(s)
-    );
-}
-
-/// CHECKSUMS as mlink.md defines it: the header checksum, and the data's in `<31:16>`.
-fn sums(command: u32, len: u32, remote: u32, data: &[u8]) -> u32 {
-    mlink::checksum(&mlink::header(command, len, remote)) as u32
-        | (mlink::checksum(data) as u32) << 16
 }
 
 /// A client on NI `ni`, memory decode on, once the fabric serves it (the control page's

@@ -19,6 +19,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::lanai_driver::{sram_read, sram_write};
+use common::mlink_driver::*;
 use common::*;
 use ni_abi::fastpath::ctrl;
 use ni_abi::lanai::SRAM_SIZE;
@@ -44,41 +45,7 @@ const FILL: u8 = 0xEE;
 const STALE: u8 = 0x11;
 const SRAM: u32 = SRAM_SIZE as u32;
 
-// ---- MLINK registers: 32-bit little-endian at BAR0 + PAGE ----
-
-/// BAR0 offset of link `link`'s launch register `off` (`ml::*`).
-fn link_reg(link: u32, off: u64) -> u64 {
-    mlink::PAGE + mlink::LINK + link as u64 * mlink::LINK_STRIDE + off
-}
-
-fn read32(c: &mut Client, at: u64) -> u32 {
-    let mut b = [0u8; 4];
-    c.region_read(pci::BAR0_REGION, at, &mut b)
-        .unwrap_or_else(|e| panic!("32-bit BAR0 read at {at:#x}: {e:?}"));
-    u32::from_le_bytes(b)
-}
-
-fn write32(c: &mut Client, at: u64, v: u32) {
-    c.region_write(pci::BAR0_REGION, at, &v.to_le_bytes())
-        .unwrap_or_else(|e| panic!("32-bit BAR0 write at {at:#x}: {e:?}"));
-}
-
-fn mlink_read_reg(c: &mut Client, link: u32, off: u64) -> u32 {
-    read32(c, link_reg(link, off))
-}
-
-fn mlink_write_reg(c: &mut Client, link: u32, off: u64, v: u32) {
-    write32(c, link_reg(link, off), v)
-}
-
-/// The receive side's registers (`rx::*`), shared by the node's links.
-fn rx_read(c: &mut Client, off: u64) -> u32 {
-    read32(c, mlink::PAGE + off)
-}
-
-fn rx_write(c: &mut Client, off: u64, v: u32) {
-    write32(c, mlink::PAGE + off, v)
-}
+// ---- MLINK registers: 32-bit little-endian at BAR0 + PAGE (common/mlink_driver.rs) ----
 
 /// The same over a raw vfio-user connection (the hostile test's NI).
 fn raw_read32(raw: &mut Raw, at: u64) -> u32 {
@@ -164,71 +131,6 @@ fn rop(
     (exec(c, link, op::ROP, o), data)
 }
 
-// ---- STATUS ----
-
-fn state(s: u32) -> u32 {
-    s & status::STATE_MASK
-}
-
-fn why(s: u32) -> u32 {
-    (s >> status::REASON_SHIFT) & 0xF
-}
-
-fn byte0(s: u32) -> u32 {
-    (s >> status::BYTES_SHIFT) & 0xFF
-}
-
-fn byte1(s: u32) -> u32 {
-    s >> 24
-}
-
-const STATES: [&str; 6] = ["IDLE", "BUSY", "ACK", "NACK", "ABORTED", "REFUSED"];
-const REASONS: [&str; 11] = [
-    "NONE",
-    "HEADER_CHECKSUM",
-    "DATA_CHECKSUM",
-    "ADDRESS",
-    "LENGTH",
-    "QUEUE_FULL",
-    "NOT_PERMITTED",
-    "UNREACHABLE",
-    "TIMEOUT",
-    "BAD_COMMAND",
-    "NOTHING_TO_ABORT",
-];
-
-fn name(list: &[&str], v: u32) -> String {
-    list.get(v as usize)
-        .map_or_else(|| format!("#{v}"), |n| n.to_string())
-}
-
-fn show(s: u32) -> String {
-    format!(
-        "{}/{} (byte0 {:#04x}, byte1 {}; STATUS {s:#010x})",
-        name(&STATES, state(s)),
-        name(&REASONS, why(s)),
-        byte0(s),
-        name(&REASONS, byte1(s)),
-    )
-}
-
-#[track_caller]
-fn expect(s: u32, want_state: u32, want_reason: u32, what: &str) {
-    assert!(
-        state(s) == want_state && why(s) == want_reason,
-        "{what}: expected {}/{}, got {}",
-        name(&STATES, want_state),
-        name(&REASONS, want_reason),
-        show(s)
-    );
-}
-
-/// CHECKSUMS as the contract defines it: the header checksum, and the data's in `<31:16>`.
-fn sums(command: u32, len: u32, remote: u32, data: &[u8]) -> u32 {
-    mlink::checksum(&mlink::header(command, len, remote)) as u32
-        | (mlink::checksum(data) as u32) << 16
-}
-
 // ---- SRAM ----
 
 /// `words` 8-byte words of a pattern that depends on `seed` (never all zero).
@@ -264,12 +166,6 @@ fn same(got: &[u8], want: &[u8], base: u32, what: &str) {
             &want[i..end]
         );
     }
-}
-
-/// The target offers `[base, base + size)` to its peers' READs and WRITEs.
-fn expose(c: &mut Client, base: u32, size: u32) {
-    rx_write(c, rx::EXPOSE_BASE, base);
-    rx_write(c, rx::EXPOSE_SIZE, size);
 }
 
 // ---- daemon, clients, control ----

@@ -13,6 +13,7 @@ use vfio_user::Client;
 
 pub mod cm5_driver;
 pub mod lanai_driver;
+pub mod mlink_driver;
 pub mod t3e_driver;
 
 pub struct Daemon {
