@@ -161,7 +161,7 @@ impl State {
         self.contend(i, members, |c| c.bc_ready(w).is_some())?;
         let mut to = Vec::with_capacity(members.len());
         // Other hosts' members get it from their host (`doors.rs`), once per host.
-        let hosts = self.hosts_of(members);
+        let (hosts, unreached) = self.hosts_of(members);
         if !self.cm5_credits(i, hosts.len() as u32) {
             return Ok(false);
         }
@@ -204,6 +204,7 @@ impl State {
         }
         gi.cm5.bc[w as usize].delivered();
         gi.counters.cm5_bc_sends += 1;
+        gi.counters.cm5_bc_unreached += unreached;
         gi.update_interrupts();
         drop(gi);
         for (h, m) in hosts {
@@ -220,7 +221,7 @@ impl State {
             return Ok(false);
         }
         self.contend(i, members, |c| c.interrupt_send != 0)?;
-        let hosts = self.hosts_of(members);
+        let (hosts, unreached) = self.hosts_of(members);
         if !self.cm5_credits(i, hosts.len() as u32) {
             return Ok(false);
         }
@@ -246,6 +247,7 @@ impl State {
         }
         gi.cm5.interrupt_sent();
         gi.counters.cm5_bc_interrupts += 1;
+        gi.counters.cm5_bc_unreached += unreached;
         gi.update_interrupts();
         drop(gi);
         for (h, m) in hosts {

@@ -391,30 +391,23 @@ impl State {
         out + held
     }
 
-    /// The other linked hosts with members in `members`, each with its first member.
-    /// Members on hosts not linked do not hear a broadcast (counted, as a port down is).
-    pub(super) fn hosts_of(&mut self, members: &[usize]) -> Vec<(HostId, usize)> {
+    /// The other linked hosts with members in `members`, each with its first member, and
+    /// how many members are on hosts not linked: they do not hear a broadcast (the sender
+    /// counts them when it goes, as a port down is counted).
+    pub(super) fn hosts_of(&self, members: &[usize]) -> (Vec<(HostId, usize)>, u64) {
         let mut out: Vec<(HostId, usize)> = Vec::new();
         let mut unreached = 0;
         for &m in members {
             let Some(h) = self.other_host(m) else {
                 continue;
             };
-            if out.iter().any(|&(x, _)| x == h) {
-                continue;
-            }
-            if self.door_up(m).is_some() {
-                out.push((h, m));
-            } else {
+            if self.door_up(m).is_none() {
                 unreached += 1;
+            } else if !out.iter().any(|&(x, _)| x == h) {
+                out.push((h, m));
             }
         }
-        if unreached > 0 {
-            if let Some(&i) = members.iter().find(|&&m| self.other_host(m).is_none()) {
-                lock(&self.slots[i].ni).counters.cm5_bc_unreached += unreached;
-            }
-        }
-        out
+        (out, unreached)
     }
 
     /// Whether NI `i` has `n` CM-5 credits left on the link (broadcasts take one per host).
@@ -583,10 +576,10 @@ impl State {
                 };
                 self.mlink_answered(&f, r);
             }
-            Waiting::Cm5 { a, .. } => {
+            Waiting::Cm5 { a, bc } => {
                 self.cm5_credit(a);
                 if w.first() != Some(&1) {
-                    lock(&self.slots[a].ni).counters.cm5_dr_dropped += 1;
+                    self.cm5_lost(a, bc);
                 }
             }
             Waiting::Lanai {
@@ -606,6 +599,17 @@ impl State {
                 self.lanai_retire(a, port, seq, len, f);
                 self.lanai_pending[a].store(true, std::sync::atomic::Ordering::Release);
             }
+        }
+    }
+
+    /// A CM-5 message (or a broadcast's copy) of NI `a` that did not arrive, counted as the
+    /// same loss is locally.
+    fn cm5_lost(&mut self, a: usize, bc: bool) {
+        let c = &mut lock(&self.slots[a].ni).counters;
+        if bc {
+            c.cm5_bc_unreached += 1;
+        } else {
+            c.cm5_dr_dropped += 1;
         }
     }
 
@@ -957,6 +961,10 @@ impl State {
                 }
                 let mut to = Vec::new();
                 for &m in &ours {
+                    // A member whose port (or route) is down does not hear it, as locally.
+                    let Ok(hops) = self.link(a, m) else {
+                        continue;
+                    };
                     let ni = lock(&self.slots[m].ni);
                     if !ni.cm5.bc_receives(*w) {
                         continue;
@@ -965,16 +973,15 @@ impl State {
                         // Wait until it reads, which rings the doorbell.
                         return None;
                     }
-                    to.push(m);
+                    to.push((m, hops));
                 }
-                for m in to {
+                for (m, hops) in to {
                     let mut g = lock(&self.slots[m].ni);
                     let nm = &mut *g;
                     nm.cm5.bc_arrive(*w, msg);
                     nm.counters.cm5_bc_recvs += 1;
                     nm.update_interrupts();
                     drop(g);
-                    let hops = self.link(a, m).unwrap_or(0);
                     self.wire(a, m, 4 * msg.len() as u64, hops);
                 }
                 Some((vec![1], Vec::new()))
@@ -1078,9 +1085,9 @@ impl State {
                     let r = reply(status::REFUSED, reason::UNREACHABLE, 0);
                     self.mlink_answered(&f, r);
                 }
-                Waiting::Cm5 { a, .. } => {
+                Waiting::Cm5 { a, bc } => {
                     self.cm5_credit(a);
-                    lock(&self.slots[a].ni).counters.cm5_dr_dropped += 1;
+                    self.cm5_lost(a, bc);
                 }
                 Waiting::Lanai {
                     a, port, seq, len, ..
