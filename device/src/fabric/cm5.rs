@@ -208,7 +208,7 @@ impl State {
         gi.update_interrupts();
         drop(gi);
         for (h, m) in hosts {
-            self.door_cm5_bc(i, h, m, w, msg.clone(), 0);
+            self.door_cm5_bc(i, h, m, w, &msg, 0);
         }
         Ok(true)
     }
@@ -251,7 +251,7 @@ impl State {
         gi.update_interrupts();
         drop(gi);
         for (h, m) in hosts {
-            self.door_cm5_bc(i, h, m, Which::User, Vec::new(), colours);
+            self.door_cm5_bc(i, h, m, Which::User, &[], colours);
         }
         Ok(true)
     }

@@ -348,28 +348,35 @@ impl State {
             lock(&self.slots[i].ni).counters.cm5_dr_dropped += 1;
             return true;
         };
-        let out = self.doors.cm5_out.entry(i).or_default();
-        if *out >= CM5_CREDITS {
+        if !self.cm5_credits(i, 1) {
             return false;
         }
-        *out += 1;
+        let words = vec![p.iface as u64, p.tag as u64];
+        self.door_cm5_send(i, h, j, door::CM5, words, &p.words);
+        true
+    }
+
+    /// CM-5 door frame `d` (a message, or a broadcast's copy) of NI `i` for NI `dst` of host
+    /// `h`: it takes one of `i`'s credits until answered.
+    fn door_cm5_send(&mut self, i: usize, h: HostId, dst: usize, d: u8, w: Vec<u64>, m: &[u32]) {
+        *self.doors.cm5_out.entry(i).or_default() += 1;
         let id = self.fresh_id();
+        let bc = d == door::CM5_BC;
         self.doors
             .waiting
-            .insert(id, (h, Waiting::Cm5 { a: i, bc: false }));
+            .insert(id, (h, Waiting::Cm5 { a: i, bc }));
         self.door_send(
             h,
             Msg::Door {
                 id,
-                door: door::CM5,
+                door: d,
                 src: i as u32,
-                dst: j as u32,
+                dst: dst as u32,
                 more: false,
-                words: vec![p.iface as u64, p.tag as u64],
-                payload: packet_words(&p.words),
+                words: w,
+                payload: packet_words(m),
             },
         );
-        true
     }
 
     /// CM-5 Data Network messages of `members` on the link, or held here for them: what a
@@ -423,26 +430,11 @@ impl State {
         h: HostId,
         m: usize,
         w: Which,
-        msg: Vec<u32>,
+        msg: &[u32],
         colours: u32,
     ) {
-        *self.doors.cm5_out.entry(i).or_default() += 1;
-        let id = self.fresh_id();
-        self.doors
-            .waiting
-            .insert(id, (h, Waiting::Cm5 { a: i, bc: true }));
-        self.door_send(
-            h,
-            Msg::Door {
-                id,
-                door: door::CM5_BC,
-                src: i as u32,
-                dst: m as u32,
-                more: false,
-                words: vec![w as u64, colours as u64],
-                payload: packet_words(&msg),
-            },
-        );
+        let words = vec![w as u64, colours as u64];
+        self.door_cm5_send(i, h, m, door::CM5_BC, words, msg);
     }
 
     /// NI `a`'s SPUT to router `node`, done here: every other linked host applies it to its

@@ -83,6 +83,74 @@ pub struct LinkStats {
     pub up: Vec<bool>,
 }
 
+/// What every backend's tests check the same way (`tcp.rs`, `ofi.rs`).
+#[cfg(test)]
+pub(crate) mod conformance {
+    use std::collections::VecDeque;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::tcp::DEAD;
+    use super::wire::{self, Msg};
+    use super::{Event, Link};
+
+    /// The next event of `l`, waiting (up to 5 s) on its notifications `r`.
+    pub fn next(l: &dyn Link, r: &mpsc::Receiver<()>, got: &mut VecDeque<Event>) -> Event {
+        loop {
+            if let Some(e) = got.pop_front() {
+                return e;
+            }
+            r.recv_timeout(Duration::from_secs(5))
+                .expect("an event within 5 s");
+            let mut v = Vec::new();
+            l.poll(&mut v);
+            got.extend(v);
+        }
+    }
+
+    /// Hosts 0 (`a`) and 1 (`b`) come up; `n` frames from b, every tenth a whole chunk,
+    /// reach a in order and intact; idle past `DEAD`, heartbeats keep both sides up.
+    pub fn frames_cross_in_order(
+        a: &dyn Link,
+        ra: &mpsc::Receiver<()>,
+        b: &dyn Link,
+        rb: &mpsc::Receiver<()>,
+        n: u64,
+    ) {
+        let (mut qa, mut qb) = (VecDeque::new(), VecDeque::new());
+        assert!(matches!(next(a, ra, &mut qa), Event::Up(1)));
+        assert!(matches!(next(b, rb, &mut qb), Event::Up(0)));
+        for i in 0..n {
+            let payload = vec![(i % 251) as u8; if i % 10 == 0 { wire::CHUNK } else { 8 }];
+            let m = Msg::Put {
+                id: i,
+                src: 1,
+                dst: 0,
+                key: 1,
+                offset: i,
+                payload,
+            };
+            assert!(b.send(0, &m));
+        }
+        for i in 0..n {
+            match next(a, ra, &mut qa) {
+                Event::Frame(1, Msg::Put { id, payload, .. }) => {
+                    assert_eq!(id, i, "frames keep their order");
+                    assert!(payload.iter().all(|&x| x == (i % 251) as u8));
+                }
+                e => panic!("unexpected {e:?}"),
+            }
+        }
+        std::thread::sleep(DEAD * 2);
+        let mut v = Vec::new();
+        a.poll(&mut v);
+        b.poll(&mut v);
+        assert!(v.is_empty(), "an idle link stays up: {v:?}");
+        assert_eq!(a.stats().up, vec![false, true]);
+        assert_eq!(b.stats().up, vec![true, false]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

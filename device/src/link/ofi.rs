@@ -1005,19 +1005,6 @@ mod tests {
         (l, r)
     }
 
-    fn next(l: &OfiLink, r: &mpsc::Receiver<()>, got: &mut VecDeque<Event>) -> Event {
-        loop {
-            if let Some(e) = got.pop_front() {
-                return e;
-            }
-            r.recv_timeout(Duration::from_secs(5))
-                .expect("an event within 5 s");
-            let mut v = Vec::new();
-            l.poll(&mut v);
-            got.extend(v);
-        }
-    }
-
     fn addrs() -> Vec<SocketAddr> {
         (0..2)
             .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
@@ -1029,38 +1016,7 @@ mod tests {
         let addrs = addrs();
         let (a, ra) = link(0, &addrs, 9);
         let (b, rb) = link(1, &addrs, 9);
-        let (mut qa, mut qb) = (VecDeque::new(), VecDeque::new());
-        assert!(matches!(next(&a, &ra, &mut qa), Event::Up(1)));
-        assert!(matches!(next(&b, &rb, &mut qb), Event::Up(0)));
-        for i in 0..300u64 {
-            let payload = vec![(i % 251) as u8; if i % 10 == 0 { wire::CHUNK } else { 8 }];
-            let m = Msg::Put {
-                id: i,
-                src: 1,
-                dst: 0,
-                key: 1,
-                offset: i,
-                payload,
-            };
-            assert!(b.send(0, &m));
-        }
-        for i in 0..300u64 {
-            match next(&a, &ra, &mut qa) {
-                Event::Frame(1, Msg::Put { id, payload, .. }) => {
-                    assert_eq!(id, i, "frames keep their order");
-                    assert!(payload.iter().all(|&x| x == (i % 251) as u8));
-                }
-                e => panic!("unexpected {e:?}"),
-            }
-        }
-        // Idle past DEAD: heartbeats keep both sides up.
-        std::thread::sleep(DEAD * 2);
-        let mut v = Vec::new();
-        a.poll(&mut v);
-        b.poll(&mut v);
-        assert!(v.is_empty(), "an idle link stays up: {v:?}");
-        assert_eq!(a.stats().up, vec![false, true]);
-        assert_eq!(b.stats().up, vec![true, false]);
+        crate::link::conformance::frames_cross_in_order(&a, &ra, &b, &rb, 300);
         assert!(a.stats().frames_rcvd >= 300);
         assert_eq!(b.queued(0), 0, "everything sent completed");
     }
