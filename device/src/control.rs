@@ -142,6 +142,15 @@ fn session(daemon: &Daemon, stream: UnixStream) -> std::io::Result<()> {
             return Ok(());
         }
         let response = match parse(&line) {
+            // Answered by the new process on this connection; back here only if refused.
+            Ok(Request::DaemonRestart { binary }) => error(
+                crate::handover::restart(
+                    daemon,
+                    binary.map(std::path::PathBuf::from),
+                    Some(out.as_raw_fd()),
+                )
+                .to_string(),
+            ),
             Ok(req) => handle(daemon, req),
             Err(e) => error(e),
         };
@@ -662,31 +671,8 @@ fn handle(daemon: &Daemon, req: Request) -> Response {
 fn handle_local(daemon: &Daemon, req: Request) -> Response {
     match req {
         Request::Hosts => hosts(daemon),
-        Request::Status => {
-            let attached = daemon
-                .slots
-                .iter()
-                .filter(|s| s.attachment.lock().map(|a| a.attached).unwrap_or(false))
-                .count() as u32;
-            let errors: u64 = daemon
-                .slots
-                .iter()
-                .map(|s| {
-                    let c = &lock(&s.ni).counters;
-                    c.bad_accesses + c.dma_map_errors + c.dma_faults + c.irq_errors + c.bus_errors
-                })
-                .sum::<u64>()
-                + CONTROL_ERRORS.load(Ordering::Relaxed);
-            Response::Status(Status {
-                daemon_version: env!("CARGO_PKG_VERSION").into(),
-                run_dir: daemon.run_dir.display().to_string(),
-                pid: std::process::id(),
-                uptime_secs: daemon.started.elapsed().as_secs_f64(),
-                nodes: daemon.slots.len() as u32,
-                attached,
-                errors,
-            })
-        }
+        Request::Status => status(daemon),
+        Request::DaemonRestart { .. } => error("a restart is asked for on a connection of its own"),
         Request::Nodes => nodes(daemon),
         Request::Counters { nodes, reset } => match node_range(daemon, &nodes).and_then(|n| {
             let local = &daemon.local;
@@ -1098,4 +1084,39 @@ fn peer_cred(fd: i32) -> Option<libc::ucred> {
         )
     };
     (r == 0).then_some(cred)
+}
+
+/// Answer the control connection that asked for a planned restart, from the new process.
+pub fn answer_restart(daemon: &Daemon, stream: &mut std::fs::File) {
+    if let Err(e) = reply(stream, status(daemon)) {
+        tracing::debug!("answering the restart's requester: {e}");
+    }
+}
+
+fn status(daemon: &Daemon) -> Response {
+    let attached = daemon
+        .slots
+        .iter()
+        .filter(|s| s.attachment.lock().map(|a| a.attached).unwrap_or(false))
+        .count() as u32;
+    let errors: u64 = daemon
+        .slots
+        .iter()
+        .map(|s| {
+            let c = &lock(&s.ni).counters;
+            c.bad_accesses + c.dma_map_errors + c.dma_faults + c.irq_errors + c.bus_errors
+        })
+        .sum::<u64>()
+        + CONTROL_ERRORS.load(Ordering::Relaxed);
+    Response::Status(Status {
+        daemon_version: env!("CARGO_PKG_VERSION").into(),
+        run_dir: daemon.run_dir.display().to_string(),
+        pid: std::process::id(),
+        uptime_secs: daemon.started.elapsed().as_secs_f64(),
+        nodes: daemon.slots.len() as u32,
+        attached,
+        errors,
+        restarts: daemon.restarts,
+        last_restart_pause_ms: daemon.last_pause.map(|p| p.as_secs_f64() * 1e3),
+    })
 }

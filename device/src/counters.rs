@@ -3,7 +3,8 @@
 macro_rules! counters {
     ($(#[$sm:meta])* $ty:ident { $($(#[$m:meta])* $name:ident),* $(,)? }) => {
         $(#[$sm])*
-        #[derive(Clone, Debug, Default)]
+        #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
         pub struct $ty { $($(#[$m])* pub $name: u64,)* }
         impl $ty {
             /// Name/value pairs in declaration order.

@@ -1,13 +1,14 @@
 //! The daemon around the NIs: run directory, lock, sockets, signals.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ni_abi::window::Kind;
@@ -297,6 +298,13 @@ pub struct Daemon {
     pub span: Option<SpanView>,
     pub fabric: Arc<Fabric>,
     pub started: Instant,
+    /// Planned restarts this daemon went through (`crate::handover`).
+    pub restarts: u64,
+    /// How long the last one held clients up (freeze to serving), if there was one.
+    pub last_pause: Option<std::time::Duration>,
+    /// The sockets, for a handover: the serving threads own them for the daemon's life.
+    listener_fds: Vec<(u32, std::os::fd::RawFd)>,
+    control_fd: std::os::fd::RawFd,
     _lock: File,
 }
 
@@ -442,6 +450,56 @@ impl Daemon {
         direct: Option<Kind>,
         span: Option<Span>,
     ) -> Result<Arc<Daemon>> {
+        Self::start_or_resume(
+            run_dir,
+            nodes,
+            partitions,
+            collective_timeout,
+            torus,
+            direct,
+            span,
+            None,
+        )
+    }
+
+    pub fn lock_fd(&self) -> std::os::fd::RawFd {
+        self._lock.as_raw_fd()
+    }
+
+    pub fn control_fd(&self) -> std::os::fd::RawFd {
+        self.control_fd
+    }
+
+    pub fn listener_fds(&self) -> Vec<(u32, std::os::fd::RawFd)> {
+        self.listener_fds.clone()
+    }
+
+    /// As [`Daemon::start_span`]; with `handover`, take over what an earlier process of this
+    /// daemon handed over (`crate::handover`) instead of starting empty: its sockets, its
+    /// clients' sessions, memory and eventfds, its NIs' and fabric's state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_or_resume(
+        run_dir: &Path,
+        nodes: u32,
+        partitions: &[PartitionConfig],
+        collective_timeout: std::time::Duration,
+        torus: Option<&str>,
+        direct: Option<Kind>,
+        span: Option<Span>,
+        handover: Option<crate::handover::Image>,
+    ) -> Result<Arc<Daemon>> {
+        let mut fds = crate::handover::Fds::new();
+        if let Some(img) = &handover {
+            if span.is_some() {
+                bail!("a handover into a daemon of a fabric that spans hosts is not supported");
+            }
+            if img.nis.len() != nodes as usize {
+                bail!(
+                    "the handover carries {} NIs, this daemon was started with {nodes}",
+                    img.nis.len()
+                );
+            }
+        }
         let local = span.as_ref().map_or(0..nodes, |s| s.local());
         if nodes == 0 || nodes > MAX_NODES {
             bail!("--nodes must be between 1 and {MAX_NODES}, not {nodes}");
@@ -470,11 +528,46 @@ impl Daemon {
         let doorbell = Arc::new(Doorbell::default());
         fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         let run_dir = run_dir.canonicalize()?;
-        let lock = take_lock(&run_dir)?;
+        let inherited = |fds: &mut crate::handover::Fds, fd, what: &str| {
+            fds.file(fd)
+                .with_context(|| format!("the handed-over {what}"))
+        };
+        let lock = match &handover {
+            // The lock is the open file description's, which the exec kept.
+            Some(img) => inherited(&mut fds, img.lock_fd, "run directory lock")?,
+            None => take_lock(&run_dir)?,
+        };
+        let mut handed: HashMap<u32, crate::ni::NiImage> = HashMap::new();
+        let mut sockets: HashMap<u32, std::os::fd::RawFd> = HashMap::new();
+        let mut sessions: HashMap<u32, crate::handover::SessionImage> = HashMap::new();
+        let mut control_fd = None;
+        let mut fabric_img = None;
+        let (mut restarts, mut uptime, mut froze_at) = (0, Duration::ZERO, 0);
+        let mut reply_to = None;
+        if let Some(img) = handover {
+            handed = img.nis.into_iter().map(|n| (n.index, n)).collect();
+            sockets = img.listeners.into_iter().collect();
+            sessions = img.sessions.into_iter().map(|s| (s.ni, s)).collect();
+            control_fd = Some(img.control_fd);
+            fabric_img = Some(img.fabric);
+            restarts = img.restarts + 1;
+            uptime = Duration::from_nanos(img.uptime_ns);
+            froze_at = img.froze_at_ns;
+            reply_to = img.reply_to;
+            tracing::info!(
+                from = %img.from_version,
+                sessions = sessions.len(),
+                "taking over from the previous process of this daemon"
+            );
+        }
         let mut slots = Vec::new();
         let mut listeners = Vec::new();
         for i in 0..nodes {
-            let ni = Ni::new(i, doorbell.clone()).with_context(|| format!("creating NI {i}"))?;
+            let mut ni =
+                Ni::new(i, doorbell.clone()).with_context(|| format!("creating NI {i}"))?;
+            if let Some(img) = handed.remove(&i) {
+                ni.restore(img, |fd| fds.file(fd))?;
+            }
             slots.push(Arc::new(Slot {
                 ni: Mutex::new(ni),
                 attachment: Mutex::new(Attachment::default()),
@@ -482,10 +575,25 @@ impl Daemon {
             }));
             // The NI sockets are for the same user's QEMU and processes.
             if local.contains(&i) {
-                listeners.push((i, bind_fresh(&socket_path(&run_dir, i), 0o600)?));
+                let l = match sockets.get(&i) {
+                    Some(&fd) => UnixListener::from(std::os::fd::OwnedFd::from(inherited(
+                        &mut fds,
+                        fd,
+                        "NI socket",
+                    )?)),
+                    None => bind_fresh(&socket_path(&run_dir, i), 0o600)?,
+                };
+                listeners.push((i, l));
             }
         }
-        let control = bind_fresh(&control_path(&run_dir), 0o600)?;
+        let control = match control_fd {
+            Some(fd) => UnixListener::from(std::os::fd::OwnedFd::from(inherited(
+                &mut fds,
+                fd,
+                "control socket",
+            )?)),
+            None => bind_fresh(&control_path(&run_dir), 0o600)?,
+        };
         let fabric = Arc::new(Fabric::new(
             doorbell.clone(),
             slots.clone(),
@@ -545,8 +653,44 @@ impl Daemon {
             fabric.lock().remote = Some(remote);
             link = Some(l);
         }
+        // Attached before the windows are synced: a partition that has no window because a
+        // member was attached when it was made must not get one now.
+        for (&i, s) in &sessions {
+            *slots[i as usize]
+                .attachment
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Attachment {
+                attached: true,
+                client_pid: s.client_pid,
+            };
+        }
+        if let Some(img) = fabric_img {
+            fabric.lock().restore(img, |fd| fds.file(fd))?;
+        }
         // After the remote part: partitions that span hosts get no window.
         fabric.set_direct(direct);
+        let mut resumed = HashMap::new();
+        for (i, s) in sessions {
+            let stream = UnixStream::from(std::os::fd::OwnedFd::from(inherited(
+                &mut fds,
+                s.fd,
+                "client session",
+            )?));
+            let slot = &slots[i as usize];
+            let window = slot
+                .window
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            server::lock(&slot.ni).window = window;
+            resumed.insert(i, stream);
+        }
+        let reply_to = reply_to
+            .map(|fd| inherited(&mut fds, fd, "control connection"))
+            .transpose()?;
+        // Every inherited descriptor is duplicated where it is used; the originals go.
+        drop(fds);
+        let listener_fds = listeners.iter().map(|(i, l)| (*i, l.as_raw_fd())).collect();
         let daemon = Arc::new(Daemon {
             run_dir,
             local: local.clone(),
@@ -554,22 +698,32 @@ impl Daemon {
             span: view,
             slots,
             fabric: fabric.clone(),
-            started: Instant::now(),
+            started: Instant::now()
+                .checked_sub(uptime)
+                .unwrap_or_else(Instant::now),
+            restarts,
+            last_pause: (restarts > 0).then(|| {
+                Duration::from_nanos(crate::handover::monotonic_ns().saturating_sub(froze_at))
+            }),
+            listener_fds,
+            control_fd: control.as_raw_fd(),
             _lock: lock,
         });
         std::thread::Builder::new()
             .name("fabric".into())
             .spawn(move || fabric.run())?;
-        for (i, l) in listeners {
-            let slot = daemon.slots[i as usize].clone();
-            std::thread::Builder::new()
-                .name(format!("ni{i}"))
-                .spawn(move || server::serve(slot, l))?;
-        }
+        // The heartbeat first: clients watch it, and a handover has already paused them.
         let slots = daemon.slots.clone();
         std::thread::Builder::new()
             .name("heartbeat".into())
             .spawn(move || heartbeat(&slots))?;
+        for (i, l) in listeners {
+            let slot = daemon.slots[i as usize].clone();
+            let stream = resumed.remove(&i);
+            std::thread::Builder::new()
+                .name(format!("ni{i}"))
+                .spawn(move || server::serve(slot, l, stream))?;
+        }
         if daemon.span.as_ref().is_some_and(|s| s.me == s.manager) {
             // The partition manager's changes of an earlier life, before anyone can ask.
             crate::control::replay_changes(&daemon)?;
@@ -583,6 +737,16 @@ impl Daemon {
             std::thread::Builder::new()
                 .name("peer-queries".into())
                 .spawn(move || crate::control::serve_peers(d))?;
+        }
+        if let Some(mut c) = reply_to {
+            crate::control::answer_restart(&daemon, &mut c);
+        }
+        if let Some(p) = daemon.last_pause {
+            tracing::info!(
+                restarts = daemon.restarts,
+                paused_ms = p.as_secs_f64() * 1e3,
+                "planned restart done: every client carried over"
+            );
         }
         match &span {
             None => tracing::info!(

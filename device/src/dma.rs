@@ -68,6 +68,17 @@ pub struct DmaFault {
     pub write: bool,
 }
 
+/// One DMA mapping as a handover carries it (`DmaSpace::image`).
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub struct MapImage {
+    pub iova: u64,
+    pub size: u64,
+    pub offset: u64,
+    pub read: bool,
+    pub write: bool,
+    pub fd: std::os::fd::RawFd,
+}
+
 struct Mapping {
     region: Arc<GuestRegionMmap>,
     readable: bool,
@@ -227,6 +238,25 @@ impl DmaSpace {
             }
         }
         files
+    }
+
+    /// The mappings across a daemon handover (`crate::handover`); each names the
+    /// descriptor this space holds for its file.
+    pub fn image(&self) -> Vec<MapImage> {
+        self.maps
+            .iter()
+            .filter_map(|m| {
+                let f = m.region.file_offset()?;
+                Some(MapImage {
+                    iova: m.region.start_addr().0,
+                    size: m.region.len(),
+                    offset: f.start(),
+                    read: m.readable,
+                    write: m.writable,
+                    fd: f.file().as_raw_fd(),
+                })
+            })
+            .collect()
     }
 
     /// Descriptors this space holds open.

@@ -148,6 +148,16 @@ pub fn install_kick_handler() {
     }
 }
 
+/// [`Irqs`] as a handover carries it: descriptor numbers, kept open across the exec.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct IrqsImage {
+    pub msix: Vec<Option<RawFd>>,
+    pub intx: Option<RawFd>,
+    pub intx_masked: bool,
+    pub err: Option<RawFd>,
+    pub req: Option<RawFd>,
+}
+
 /// Eventfds registered by the client, and INTx state.
 pub struct Irqs {
     msix: Vec<Option<Arc<File>>>,
@@ -227,6 +237,35 @@ impl Irqs {
         // What was fired for the old eventfds is not the next client's.
         self.outbox.pending.store(0, Ordering::Release);
         *self = Irqs::new(self.outbox.clone());
+    }
+
+    /// The client's eventfds across a daemon handover (`crate::handover`).
+    pub fn image(&self) -> IrqsImage {
+        let fd = |f: &Option<Arc<File>>| f.as_ref().map(|f| f.as_raw_fd());
+        IrqsImage {
+            msix: self.msix.iter().map(fd).collect(),
+            intx: fd(&self.intx),
+            intx_masked: self.intx_masked,
+            err: fd(&self.err),
+            req: fd(&self.req),
+        }
+    }
+
+    /// Take the eventfds an earlier daemon registered; `file` opens a handed-over descriptor.
+    pub fn restore(
+        &mut self,
+        img: &IrqsImage,
+        mut file: impl FnMut(RawFd) -> std::io::Result<File>,
+    ) -> std::io::Result<()> {
+        let mut get = |fd: Option<RawFd>| fd.map(&mut file).transpose().map(|f| f.map(Arc::new));
+        for (v, fd) in img.msix.iter().enumerate().take(self.msix.len()) {
+            self.msix[v] = get(*fd)?;
+        }
+        self.intx = get(img.intx)?;
+        self.intx_masked = img.intx_masked;
+        self.err = get(img.err)?;
+        self.req = get(img.req)?;
+        Ok(())
     }
 
     pub fn outbox(&self) -> &Arc<Outbox> {

@@ -12,6 +12,7 @@ pub mod counters;
 pub mod daemon;
 pub mod dma;
 pub mod fabric;
+pub mod handover;
 pub mod irq;
 pub mod lanai;
 pub mod link;

@@ -51,6 +51,13 @@ struct Args {
     /// Which `[[host]]` of the --fabric file this daemon is.
     #[arg(long, requires = "fabric")]
     host: Option<String>,
+    /// Take over from an earlier process of this daemon (a planned restart: `ni-ctl daemon
+    /// restart` or SIGHUP); the descriptor of its state. Not for people.
+    #[arg(long, hide = true)]
+    handover_fd: Option<i32>,
+    /// Print the handover image format this binary reads and exit.
+    #[arg(long, hide = true)]
+    handover_format: bool,
 }
 
 /// `--direct`'s value (a newtype: clap reads `Option<Option<_>>` as an optional value).
@@ -70,6 +77,7 @@ fn default_run_dir() -> PathBuf {
 }
 
 fn main() -> Result<()> {
+    ni_device::handover::record_invocation();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("NI_LOG")
@@ -81,6 +89,15 @@ fn main() -> Result<()> {
     // instead of printing a raw backtrace.
     std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
     let args = Args::parse();
+    if args.handover_format {
+        println!("{}", ni_device::handover::FORMAT);
+        return Ok(());
+    }
+    let handover = args
+        .handover_fd
+        .map(ni_device::handover::load)
+        .transpose()
+        .context("taking over from the previous process")?;
     let file = match &args.config {
         Some(p) => ConfigFile::load(p)?,
         None => ConfigFile::default(),
@@ -120,10 +137,12 @@ fn main() -> Result<()> {
         .or(file.run_dir)
         .unwrap_or_else(default_run_dir);
 
-    // Block the shutdown signals in every thread; the main thread waits for them.
+    // Block the shutdown and restart signals in every thread; the main thread waits for
+    // them.
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGINT);
     signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGHUP);
     signals.thread_block().context("blocking signals")?;
 
     let timeout = collective_timeout
@@ -140,7 +159,7 @@ fn main() -> Result<()> {
             .context("the config file's `direct`")?
             .unwrap_or(Some(Kind::Isolated)),
     };
-    let daemon = Daemon::start_span(
+    let daemon = Daemon::start_or_resume(
         &run_dir,
         nodes,
         &partitions,
@@ -148,8 +167,17 @@ fn main() -> Result<()> {
         torus.as_deref(),
         direct,
         span.map(|(s, _)| s),
+        handover,
     )?;
-    let sig = signals.wait().context("waiting for a signal")?;
+    let sig = loop {
+        let sig = signals.wait().context("waiting for a signal")?;
+        if sig != Signal::SIGHUP {
+            break sig;
+        }
+        // A planned restart into the same path; returns only when refused (logged).
+        tracing::info!("SIGHUP: planned restart");
+        ni_device::handover::restart(&daemon, None, None);
+    };
     tracing::info!("{sig:?}: shutting down");
     daemon.cleanup();
     Ok(())

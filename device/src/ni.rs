@@ -758,3 +758,150 @@ impl Ni {
         Ok(())
     }
 }
+
+/// One NI as a daemon handover carries it (`crate::handover`): its models' state by value,
+/// its client's memory and eventfds by descriptor.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct NiImage {
+    pub index: u32,
+    pub config: ConfigSpace,
+    pub msix: MsixTable,
+    pub msix_table_used: bool,
+    pub irqs: crate::irq::IrqsImage,
+    pub sram: std::os::fd::RawFd,
+    pub spare_sram: Option<std::os::fd::RawFd>,
+    pub lanai: serde_json::Value,
+    pub cm5: serde_json::Value,
+    pub t3e: serde_json::Value,
+    pub mlink: serde_json::Value,
+    /// Port 0's link, which the Lanai registers and the fabric share.
+    pub port: crate::fabric::port::PortImage,
+    /// The CM-5 timer's deadline, as nanoseconds from the capture (the monotonic clock the
+    /// deadline is kept in starts again with the new process).
+    pub cm5_timer_in_ns: Option<i64>,
+    pub dma: Vec<crate::dma::MapImage>,
+    pub counters: Counters,
+    pub lines: u32,
+    pub ir_status: u64,
+    pub msg_addr: u64,
+    pub rank: u32,
+    pub size: u32,
+    pub generation: u64,
+    pub engines: bool,
+}
+
+/// A handed-over NI that cannot be taken back.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("NI {0}: {1}")]
+    State(u32, serde_json::Error),
+    #[error("NI {0}: {1}")]
+    Memory(u32, SramError),
+    #[error("NI {0}: DMA mapping at {1:#x}: {2}")]
+    Dma(u32, u64, String),
+    #[error("NI {0}: a handed-over descriptor: {1}")]
+    Fd(u32, io::Error),
+}
+
+impl Ni {
+    /// What a handover carries of this NI (descriptors stay open in this process until the
+    /// exec; `crate::handover` clears their close-on-exec flag).
+    pub fn image(&self) -> Result<NiImage, serde_json::Error> {
+        let timer = self.cm5.timer.load(Ordering::Acquire);
+        Ok(NiImage {
+            index: self.index,
+            config: self.config.clone(),
+            msix: self.msix.clone(),
+            msix_table_used: self.msix_table_used,
+            irqs: self.irqs.image(),
+            sram: self.sram.fd(),
+            spare_sram: self.spare_sram.as_ref().map(|s| s.fd()),
+            lanai: serde_json::to_value(&self.lanai)?,
+            cm5: serde_json::to_value(&self.cm5)?,
+            t3e: serde_json::to_value(&self.t3e)?,
+            mlink: serde_json::to_value(&self.mlink)?,
+            port: self.lanai.link.image(),
+            cm5_timer_in_ns: (timer != 0).then(|| timer as i64 - crate::cm5::monotonic_ns() as i64),
+            dma: read_dma(&self.dma).image(),
+            counters: self.counters.clone(),
+            lines: self.lines,
+            ir_status: self.ir_status,
+            msg_addr: self.msg_addr,
+            rank: self.rank,
+            size: self.size,
+            generation: self.generation.load(Ordering::SeqCst),
+            engines: self.engines.load(Ordering::Acquire),
+        })
+    }
+
+    /// Become the NI `img` describes. `file` opens a handed-over descriptor (a duplicate:
+    /// the caller closes the originals). The flags this NI shares with the fabric are kept
+    /// and set, so the poller looks at everything once.
+    pub fn restore(
+        &mut self,
+        img: NiImage,
+        mut file: impl FnMut(std::os::fd::RawFd) -> io::Result<File>,
+    ) -> Result<(), RestoreError> {
+        let i = self.index;
+        let state = |e| RestoreError::State(i, e);
+        let fd = |e| RestoreError::Fd(i, e);
+        let mut lanai: Lanai = serde_json::from_value(img.lanai).map_err(state)?;
+        lanai.link = self.lanai.link.clone();
+        lanai.link.restore(&img.port);
+        lanai.packets = self.lanai.packets.clone();
+        let mut cm5: Cm5 = serde_json::from_value(img.cm5).map_err(state)?;
+        cm5.timer = self.cm5.timer.clone();
+        cm5.data.pending = self.cm5.data.pending.clone();
+        let mut t3e: crate::t3e::ereg::Ereg = serde_json::from_value(img.t3e).map_err(state)?;
+        t3e.pending = self.t3e.pending.clone();
+        let mut mlink: crate::mlink::Mlink = serde_json::from_value(img.mlink).map_err(state)?;
+        mlink.pending = self.mlink.pending.clone();
+        self.sram = Arc::new(
+            Sram::adopt(file(img.sram).map_err(fd)?).map_err(|e| RestoreError::Memory(i, e))?,
+        );
+        self.spare_sram = match img.spare_sram {
+            Some(s) => Some(Arc::new(
+                Sram::adopt(file(s).map_err(fd)?).map_err(|e| RestoreError::Memory(i, e))?,
+            )),
+            None => None,
+        };
+        {
+            let mut dma = write_dma(&self.dma);
+            dma.clear();
+            for m in &img.dma {
+                let f = file(m.fd).map_err(fd)?;
+                dma.map(m.read, m.write, m.offset, m.iova, m.size, Some(f))
+                    .map_err(|e| RestoreError::Dma(i, m.iova, e.to_string()))?;
+            }
+        }
+        self.irqs.restore(&img.irqs, &mut file).map_err(fd)?;
+        self.config = img.config;
+        self.msix = img.msix;
+        self.msix_table_used = img.msix_table_used;
+        self.lanai = lanai;
+        self.cm5 = cm5;
+        self.t3e = t3e;
+        self.mlink = mlink;
+        if let Some(r) = img.cm5_timer_in_ns {
+            let at = (crate::cm5::monotonic_ns() as i64).saturating_add(r.max(1));
+            self.cm5.timer.store(at as u64, Ordering::Release);
+        }
+        for flag in [
+            &self.lanai.packets,
+            &self.cm5.data.pending,
+            &self.t3e.pending,
+            &self.mlink.pending,
+        ] {
+            flag.store(true, Ordering::Release);
+        }
+        self.counters = img.counters;
+        self.lines = img.lines;
+        self.ir_status = img.ir_status;
+        self.msg_addr = img.msg_addr;
+        self.rank = img.rank;
+        self.size = img.size;
+        self.generation.store(img.generation, Ordering::SeqCst);
+        self.engines.store(img.engines, Ordering::Release);
+        Ok(())
+    }
+}

@@ -11,6 +11,34 @@ pub struct RegFile {
     values: Vec<u64>,
 }
 
+/// A register file's values across a daemon handover (`crate::handover`), keyed by name and
+/// offset: a build with registers the old one lacked keeps their reset values, and one that
+/// dropped a register ignores it.
+pub fn serialize_values<S: serde::Serializer>(f: &RegFile, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(
+        f.table
+            .iter()
+            .zip(&f.values)
+            .map(|(r, v)| (format!("{}@{:#x}", r.name, r.offset), v)),
+    )
+}
+
+/// The register file `table` with the values [`serialize_values`] wrote.
+pub fn deserialize_values<'de, D: serde::Deserializer<'de>>(
+    table: &'static [RegDef],
+    d: D,
+) -> Result<RegFile, D::Error> {
+    use serde::Deserialize;
+    let saved = std::collections::HashMap::<String, u64>::deserialize(d)?;
+    let mut f = RegFile::new(table);
+    for (r, v) in f.table.iter().zip(f.values.iter_mut()) {
+        if let Some(&x) = saved.get(&format!("{}@{:#x}", r.name, r.offset)) {
+            *v = x;
+        }
+    }
+    Ok(f)
+}
+
 /// Byte order of a register file's registers on the bus.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endian {

@@ -119,9 +119,14 @@ impl<'a> Session<'a> {
                         events: libc::POLLIN,
                         revents: 0,
                     },
+                    libc::pollfd {
+                        fd: crate::handover::freeze().fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
                 ];
-                // SAFETY: two valid pollfds.
-                let r = unsafe { libc::poll(pfd.as_mut_ptr(), 2, -1) };
+                // SAFETY: three valid pollfds.
+                let r = unsafe { libc::poll(pfd.as_mut_ptr(), 3, -1) };
                 if r < 0 {
                     let e = io::Error::last_os_error();
                     if e.kind() == io::ErrorKind::Interrupted {
@@ -136,6 +141,15 @@ impl<'a> Session<'a> {
                         let targets = lock(&self.slot.ni).irqs.targets(bits);
                         outbox.signal_all(&targets);
                     }
+                }
+                // A planned restart: rest here, between messages, until it is over (this
+                // process carries on) or the exec ends it (the next one resumes here).
+                if pfd[2].revents != 0 {
+                    crate::handover::freeze().park(crate::handover::Who::Session(
+                        self.index,
+                        stream.as_raw_fd(),
+                    ));
+                    continue;
                 }
                 if pfd[0].revents != 0 {
                     break;
@@ -561,54 +575,75 @@ fn irqs() -> Vec<IrqDesc> {
     ]
 }
 
-/// Serve `slot` on `listener` forever: one client session after another.
-pub fn serve(slot: Arc<Slot>, listener: UnixListener) {
+/// Serve `slot` on `listener` forever: one client session after another, starting with
+/// `resumed`, a session an earlier process of this daemon handed over (`crate::handover`).
+pub fn serve(slot: Arc<Slot>, listener: UnixListener, mut resumed: Option<UnixStream>) {
     let index = lock(&slot.ni).index;
     loop {
-        // Wait for a pending connection first: what its detach will need is reserved before
-        // it is accepted.
-        if let Err(e) = wait_readable(&listener) {
-            tracing::error!(ni = index, "waiting for a client: {e}");
-            std::thread::sleep(std::time::Duration::from_secs(1));
-            continue;
-        }
-        // The SRAM the next client will get is made first; without it this client's detach
-        // could not give the next one fresh memory, so the client is turned away.
-        if let Err(e) = lock(&slot.ni).reserve_next_sram() {
-            refuse(&listener, index, &slot, &e.to_string());
-            continue;
-        }
-        let mut stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) => {
-                tracing::warn!(ni = index, "accepting a client: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                continue;
+        let (mut stream, window) = match resumed.take() {
+            Some(stream) => {
+                // The NI, its window and its attachment are as the old process left them.
+                let mut ni = lock(&slot.ni);
+                if let Err(e) = ni.reserve_next_sram() {
+                    tracing::warn!(ni = index, "no SRAM reserved for the next client: {e}");
+                }
+                tracing::info!(ni = index, "client session resumed after a planned restart");
+                (stream, ni.window.clone())
+            }
+            None => {
+                // Wait for a pending connection first: what its detach will need is
+                // reserved before it is accepted.
+                match wait_readable(&listener) {
+                    Err(e) => {
+                        tracing::error!(ni = index, "waiting for a client: {e}");
+                        std::thread::sleep(std::time::Duration::from_secs(1));
+                        continue;
+                    }
+                    Ok(false) => {
+                        crate::handover::freeze().park(crate::handover::Who::Listener(index));
+                        continue;
+                    }
+                    Ok(true) => {}
+                }
+                // The SRAM the next client will get is made first; without it this
+                // client's detach could not give the next one fresh memory, so the client
+                // is turned away.
+                if let Err(e) = lock(&slot.ni).reserve_next_sram() {
+                    refuse(&listener, index, &slot, &e.to_string());
+                    continue;
+                }
+                let stream = match listener.accept() {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        tracing::warn!(ni = index, "accepting a client: {e}");
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        continue;
+                    }
+                };
+                // Attached first, then the window read: a partition created from now on
+                // sees this NI attached and gets no window (`State::sync_windows`), so the
+                // window this session binds is the one its partition keeps.
+                *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment {
+                    attached: true,
+                    client_pid: None,
+                };
+                let window = slot
+                    .window
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                let mut ni = lock(&slot.ni);
+                ni.window = window.clone();
+                ni.counters.attaches += 1;
+                // The fabric publishes the fast path's control page for the new client.
+                ni.attached();
+                tracing::info!(ni = index, "client attaching");
+                (stream, window)
             }
         };
-        // Attached first, then the window read: a partition created from now on sees this
-        // NI attached and gets no window (`State::sync_windows`), so the window this session
-        // binds is the one its partition keeps.
-        *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment {
-            attached: true,
-            client_pid: None,
-        };
-        let window = slot
-            .window
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
         // Each client is handed the current SRAM memfd and its partition's window.
         let sram_fd = lock(&slot.ni).sram.fd();
         let mut session = Session::new(&slot, sram_fd, window.as_deref());
-        {
-            let mut ni = lock(&slot.ni);
-            ni.window = window;
-            ni.counters.attaches += 1;
-            // The fabric publishes the fast path's control page for the new client.
-            ni.attached();
-        }
-        tracing::info!(ni = index, "client attaching");
         // Defence in depth: the session is written (and fuzzed) not to panic on anything a
         // client sends; if it ever does, that client's session ends, not the daemon.
         let ended = catch_unwind(AssertUnwindSafe(|| session.run(&mut stream)));
@@ -649,17 +684,25 @@ fn refuse(listener: &UnixListener, index: u32, slot: &Slot, why: &str) {
     std::thread::sleep(std::time::Duration::from_millis(100));
 }
 
-fn wait_readable(listener: &UnixListener) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+/// Wait for a client (`true`) or a planned restart's freeze (`false`).
+fn wait_readable(listener: &UnixListener) -> io::Result<bool> {
+    let mut pfd = [
+        libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: crate::handover::freeze().fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
     loop {
-        // SAFETY: one valid pollfd, count 1.
-        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+        // SAFETY: two valid pollfds.
+        let r = unsafe { libc::poll(pfd.as_mut_ptr(), 2, -1) };
         if r >= 0 {
-            return Ok(());
+            return Ok(pfd[1].revents == 0);
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {

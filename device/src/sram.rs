@@ -97,6 +97,31 @@ impl Sram {
         Ok(Sram { file, map })
     }
 
+    /// The SRAM an earlier daemon handed over (`crate::handover`), contents as they are.
+    pub fn adopt(file: File) -> Result<Sram, SramError> {
+        let len = file
+            .metadata()
+            .map_err(|e| SharedMemError::Size("SRAM", e))?
+            .len();
+        if len != SRAM_SIZE {
+            return Err(SharedMemError::Map(
+                "SRAM",
+                format!("the handed-over file is {len} bytes, not {SRAM_SIZE}"),
+            ));
+        }
+        let dup = file
+            .try_clone()
+            .map_err(|e| SharedMemError::Size("SRAM", e))?;
+        let map = MmapRegion::build(
+            Some(FileOffset::new(dup, 0)),
+            SRAM_SIZE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+        )
+        .map_err(|e| SharedMemError::Map("SRAM", e.to_string()))?;
+        Ok(Sram { file, map })
+    }
+
     /// Every byte back to zero.
     pub fn zero(&self) {
         let _ = self

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use ni_abi::control::{NodeCounters, Request, Response, RouteInfo, TopologyInfo};
@@ -84,6 +84,25 @@ enum Command {
     /// MLINK fault injection.
     #[command(subcommand)]
     Mlink(admin::MlinkCommand),
+    /// The daemon process itself.
+    #[command(subcommand)]
+    Daemon(DaemonCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum DaemonCommand {
+    /// Planned restart or upgrade: the daemon hands every client (QEMU guests and processes,
+    /// their sessions, memory, DMA maps, interrupts), every NI's state and the fabric's to
+    /// a new process of BINARY in its place, same pid; clients carry on without an error.
+    /// Refused, with the daemon carrying on, when BINARY cannot take it (another handover
+    /// format), or a client does not come to rest within 2 s. The same as SIGHUP without
+    /// --binary.
+    Restart {
+        /// The new binary [default: the path the daemon was started from, which an upgrade
+        /// replaced].
+        #[arg(long, value_name = "BINARY")]
+        binary: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -220,7 +239,39 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Router { node } => admin::router(&mut c, cli.json, node),
         Command::Dateline(d) => admin::dateline(&mut c, cli.json, d),
         Command::Mlink(m) => admin::mlink(&mut c, cli.json, m),
+        Command::Daemon(DaemonCommand::Restart { binary }) => restart(&mut c, cli.json, binary),
     }
+}
+
+fn restart(c: &mut Client, json: bool, binary: &Option<PathBuf>) -> Result<()> {
+    let binary = binary
+        .as_ref()
+        .map(|b| {
+            std::path::absolute(b)
+                .map(|p| p.display().to_string())
+                .with_context(|| format!("{}", b.display()))
+        })
+        .transpose()?;
+    // The freeze (at most 2 s) and the new process's start.
+    let s = match c.call_long(
+        Request::DaemonRestart { binary },
+        std::time::Duration::from_secs(10),
+    )? {
+        Response::Status(s) => s,
+        Response::Error { error } => bail!("restart refused: {error}"),
+        r => return Err(unexpected("daemon restart", &r)),
+    };
+    if json {
+        return emit_json(&s);
+    }
+    emit(&format!(
+        "restarted: ni-device {} (pid {}), {} client(s) carried over, paused {:.1} ms, restart {}\n",
+        s.daemon_version,
+        s.pid,
+        s.attached,
+        s.last_restart_pause_ms.unwrap_or(0.0),
+        s.restarts
+    ))
 }
 
 fn status(c: &mut Client, json: bool) -> Result<()> {
@@ -236,14 +287,19 @@ fn status(c: &mut Client, json: bool) -> Result<()> {
          run dir    {}\n\
          uptime     {}\n\
          NIs        {} ({} attached)\n\
-         errors     {}\n",
+         errors     {}\n\
+         restarts   {}{}\n",
         s.daemon_version,
         s.pid,
         s.run_dir,
         render::duration(s.uptime_secs),
         s.nodes,
         s.attached,
-        s.errors
+        s.errors,
+        s.restarts,
+        s.last_restart_pause_ms
+            .map(|p| format!(" (last paused clients {p:.1} ms)"))
+            .unwrap_or_default()
     ))
 }
 

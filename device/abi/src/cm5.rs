@@ -460,7 +460,7 @@ pub fn send_first_interface(offset: u32) -> Option<u32> {
 }
 
 /// Combine patterns (§4.2, aux bits 8:7 of a COM send_first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Pattern {
     /// `SCAN_ROUTER_DONE`: network-done (with `Combiner::RouterDone` only).
     RouterDone = 0,
@@ -470,7 +470,7 @@ pub enum Pattern {
 }
 
 /// Combiners (§4.2, aux bits 6:4). The CM-5 has no AND, MIN or unsigned max.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Combiner {
     Or = 0,
     /// Signed add.

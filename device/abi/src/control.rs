@@ -29,6 +29,13 @@ pub struct Envelope<T> {
 pub enum Request {
     /// Daemon version, run directory, uptime, NI summary.
     Status,
+    /// Planned restart into `binary` (default: the path the daemon was started from, which
+    /// an upgrade replaced), every client kept attached. Answered by the new process with
+    /// its `Status`, or with an error by the old one, which carries on.
+    DaemonRestart {
+        #[serde(default)]
+        binary: Option<String>,
+    },
     /// Every NI and its attach state.
     Nodes,
     /// Per-NI counters; `nodes` empty means all.
@@ -199,6 +206,12 @@ pub struct Status {
     pub nodes: u32,
     pub attached: u32,
     pub errors: u64,
+    /// Planned restarts (`ni-ctl daemon restart`, SIGHUP) since the daemon first started.
+    #[serde(default)]
+    pub restarts: u64,
+    /// How long the last one held clients up, milliseconds.
+    #[serde(default)]
+    pub last_restart_pause_ms: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -322,7 +322,7 @@ impl Status {
 }
 
 /// A request as the client writes it into the submission ring.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Request {
     pub opcode: u8,
     pub flags: u8,
@@ -379,7 +379,7 @@ impl Request {
 
 /// A completion as the device writes it into the client's completion ring. `seq` is
 /// written last: entry `n` (from 0) is valid once its `seq` reads `n + 1`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Completion {
     pub opcode: u8,
     pub status: u16,

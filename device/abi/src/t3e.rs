@@ -172,7 +172,7 @@ pub mod delta {
 }
 
 /// Why a command was refused at issue or failed in the network (`CMD_ERROR <15:0>`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[repr(u16)]
 pub enum Error {
     None = 0,

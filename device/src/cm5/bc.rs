@@ -29,7 +29,7 @@ pub const REC_WORDS: usize = 16;
 pub const MAX_WORDS: usize = 4;
 
 /// Which broadcast interface.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Which {
     User = 0,
     Supervisor = 1,
@@ -82,7 +82,7 @@ pub enum SendError {
     Sequence,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Open {
     len: usize,
     words: Vec<u32>,
@@ -90,7 +90,7 @@ struct Open {
     discarded: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Broadcast {
     open: Option<Open>,
     /// Whole messages not yet delivered to the whole partition, oldest first.

@@ -27,7 +27,7 @@ pub const REC_WORDS: usize = 20;
 /// bounded by the registers themselves: combines by the send FIFO, a sync global and a
 /// flush by the Bus Error of a second one while one is pending. Changes whose latest value
 /// is all that matters (abstain flags, async globals) are not queued: see [`Com`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Event {
     Combine {
         pattern: Pattern,
@@ -40,7 +40,7 @@ pub enum Event {
     Flush,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct OpenCombine {
     pattern: Pattern,
     combiner: Combiner,
@@ -50,14 +50,14 @@ struct OpenCombine {
     discarded: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Result {
     words: Vec<u32>,
     read: usize,
     overflow: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Com {
     open: Option<OpenCombine>,
     /// For the fabric, oldest first.

@@ -14,7 +14,7 @@
 pub use ni_abi::cm5::{combine_legal as legal, Combiner, Pattern, MAX_COMBINE_WORDS as MAX_WORDS};
 
 /// One member's part in a combine, in rank order.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Member {
     /// Words as the member wrote them (adds: least significant first; MAX: most first).
     pub words: [u32; MAX_WORDS],
@@ -27,7 +27,7 @@ pub struct Member {
 }
 
 /// What one member receives.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub result: Option<[u32; MAX_WORDS]>,
     /// `com_scan_overflow`: an add whose exact result does not fit the words.
@@ -36,7 +36,7 @@ pub struct Outcome {
 
 /// A wide integer, least significant word first, with one spare word so sums of up to 2^32
 /// operands are exact.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Wide {
     w: [u32; MAX_WORDS + 1],
     len: usize,

@@ -33,7 +33,7 @@ pub const SHORT_MAX: u32 = 5;
 pub const LONG_MAX: u32 = 18;
 
 /// A Data Network interface.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Iface {
     Dr = 0,
     Ldr = 1,
@@ -72,7 +72,7 @@ impl Iface {
 }
 
 /// A decoded `send_first` or `send_first_long` address (App. A.3, A.4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SendFirst {
     pub iface: Iface,
     pub physical: bool,
@@ -111,7 +111,7 @@ impl SendFirst {
 }
 
 /// A whole message on its way: from `iface` of its sender, to CM-5 physical address `phys`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Packet {
     pub iface: Iface,
     pub phys: u32,
@@ -120,7 +120,7 @@ pub struct Packet {
 }
 
 /// The message being written into one interface's send FIFO.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Open {
     phys: u32,
     tag: u8,
@@ -130,14 +130,14 @@ struct Open {
     discarded: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct RxMsg {
     tag: u8,
     words: Vec<u32>,
     read: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Tx {
     open: Option<Open>,
     /// Words of this interface's whole messages still in [`DataNet::out`].
@@ -145,7 +145,7 @@ struct Tx {
     send_ok: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Rx {
     msgs: VecDeque<RxMsg>,
     words: usize,
@@ -167,7 +167,7 @@ pub struct Effects {
 }
 
 /// The registers the data network reads around it (supervisor-set in the register file).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Setup {
     pub supervisor: bool,
     pub user_tag_mask: u32,
@@ -181,6 +181,7 @@ pub struct Setup {
     pub user_rec_interrupt_mask: u32,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct DataNet {
     tx: [Tx; 3],
     /// LDR and RDR receive FIFOs.
@@ -188,6 +189,7 @@ pub struct DataNet {
     /// Whole messages, oldest first, for the poller.
     out: VecDeque<Packet>,
     /// Set while `out` is not empty; the fabric's poller clears it when it finds it empty.
+    #[serde(skip)]
     pub pending: Arc<AtomicBool>,
     /// `ni_dr_message_count` (§3.5.4), signed.
     pub message_count: i32,

@@ -26,9 +26,14 @@ pub fn monotonic_ns() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Cm5 {
+    #[serde(serialize_with = "crate::regfile::serialize_values")]
+    #[serde(deserialize_with = "regs_serde::deserialize")]
     pub regs: RegFile,
+    #[serde(with = "crate::handover::serde_with::array")]
     pub chunk_table: [u8; 64],
+    #[serde(with = "crate::handover::serde_with::instant")]
     epoch: Instant,
     time: (u32, u64),
     /// The Data Network interfaces (`data.rs`).
@@ -48,6 +53,7 @@ pub struct Cm5 {
     pub kick: bool,
     /// When `ni_time` next equals `ni_interrupt_now` with `timer_ie` set ([`monotonic_ns`];
     /// 0: never). The fabric's poller watches it and calls [`Cm5::timer_due`] (§6.5).
+    #[serde(skip)]
     pub timer: Arc<AtomicU64>,
 }
 
@@ -58,7 +64,7 @@ impl Default for Cm5 {
 }
 
 /// The interrupt colours, in MSI-X vector order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Colour {
     Red,
     Orange,
@@ -955,5 +961,13 @@ fn reg_word(reg: &RegDef, value: u64, off: u32) -> u32 {
         (value >> 32) as u32
     } else {
         value as u32
+    }
+}
+
+mod regs_serde {
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<crate::regfile::RegFile, D::Error> {
+        crate::regfile::deserialize_values(&ni_abi::cm5::REGS, d)
     }
 }

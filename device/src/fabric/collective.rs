@@ -31,7 +31,7 @@ use ni_abi::reduce::{apply, identity};
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 const CHUNK: usize = 1 << 20;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Kind {
     Combine,
     Vector,
@@ -41,14 +41,14 @@ pub enum Kind {
 
 /// Which door of its NI a member came through: the fast path's rings (libni), or the CM-5
 /// registers in BAR2 (`cm5/com.rs`). Rounds are the same; only where results go differs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Door {
     FastPath,
     Registers,
 }
 
 /// One member's request in a round.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     pub node: usize,
     pub req: Request,
@@ -57,15 +57,16 @@ pub struct Entry {
     pub door: Door,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct Round {
     pub(super) entries: Vec<Option<Entry>>,
+    #[serde(with = "crate::handover::serde_with::instant")]
     pub(super) started: Instant,
     /// Contributions of members on other hosts, by rank (their bytes from `req.addr` on).
     pub(super) data: HashMap<usize, Vec<u8>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct Rounds {
     /// Sequence number of `rounds[0]`.
     pub(super) base: u64,
@@ -75,7 +76,7 @@ pub(super) struct Rounds {
 }
 
 /// A partition's control-network state.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct PartitionColl {
     pub(super) rounds: HashMap<Kind, Rounds>,
     /// A combine collision happened: combines fail until a flush completes.
@@ -90,7 +91,7 @@ pub struct PartitionColl {
 }
 
 /// One async global of a partition: each member's `global_send`, and their OR as last seen.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct AsyncGlobal {
     send: Vec<bool>,
     rec: bool,

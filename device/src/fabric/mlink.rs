@@ -22,12 +22,15 @@ use crate::ni::read_dma;
 use crate::server::lock;
 
 /// An operation between its launch and its answer.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct Flight {
     pub(super) a: usize,
     pub(super) x: Launch,
+    #[serde(with = "crate::handover::serde_with::instant")]
     pub(super) since: Instant,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 enum Step {
     Answered(Reply),
     /// The target's receiver is paused: try again next pass.
@@ -39,6 +42,7 @@ enum Step {
 }
 
 /// What the target made of an operation.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(super) enum At {
     /// The answer, and for READ the target's bytes (still to land in the source's SRAM).
     Answered(Reply, Option<Vec<u8>>),

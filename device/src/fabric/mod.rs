@@ -10,6 +10,7 @@ pub mod admin;
 pub mod cm5;
 pub mod collective;
 pub mod doors;
+pub mod handover;
 pub mod lanai;
 pub mod mlink;
 pub mod mq;
@@ -249,6 +250,11 @@ impl Fabric {
         let mut last_work = Instant::now();
         let mut contention = ni_abi::fastpath::Contention::default();
         loop {
+            // A planned restart: rest between passes, holding nothing (`crate::handover`).
+            if crate::handover::freeze().on() {
+                crate::handover::freeze().park(crate::handover::Who::Poller);
+                last_work = Instant::now();
+            }
             let (fired, next_timer) = self.fire_timers();
             let engines = self.step_engines() | fired;
             if self.lock().poll_once() | engines {

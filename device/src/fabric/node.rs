@@ -20,14 +20,14 @@ pub const MAX_OUTSTANDING: usize = 65536;
 /// one pass takes at most a batch).
 pub const MAX_BACKLOG: usize = 4096;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Ring {
     pub iova: u64,
     pub entries: u32,
 }
 
 /// A region the client registered for remote access (`REG_MR`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Mr {
     pub iova: u64,
     pub len: u64,
@@ -36,7 +36,7 @@ pub struct Mr {
 
 /// A send that reached its destination before a matching receive: only its description
 /// waits; the payload stays in the sender's memory until it is copied once, into the receive.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PendingSend {
     pub src: usize,
     pub src_rank: u32,
@@ -49,7 +49,7 @@ pub struct PendingSend {
     pub remote: Option<(u32, u64)>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PostedRecv {
     pub user: u64,
     pub addr: u64,
@@ -68,7 +68,7 @@ impl PostedRecv {
 }
 
 /// An active message waiting for a free slot in the target's AM ring.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PendingAm {
     pub src: usize,
     pub src_rank: u32,
@@ -80,6 +80,7 @@ pub struct PendingAm {
     pub remote: Option<(u32, u64)>,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Node {
     pub index: u32,
     /// The NI generation this state belongs to.
@@ -90,7 +91,9 @@ pub struct Node {
     /// (A guest's QEMU is attached from boot; its process resets the NI when it starts, so
     /// only this says someone is there to take messages.)
     pub ready: bool,
+    #[serde(skip)]
     pub sram: Option<Arc<Sram>>,
+    #[serde(skip)]
     pub dma: Arc<RwLock<DmaSpace>>,
     pub sq_head: u32,
     pub cq: Option<Ring>,
@@ -115,6 +118,7 @@ pub struct Node {
     pub cm5_registers: bool,
     pub counters: FabricCounters,
     /// Port 0's link, shared with the NI's Lanai registers.
+    #[serde(skip)]
     pub port: Arc<Port>,
     /// The control page's `EPOCH`: bumped whenever what the client knew is void (a reset,
     /// an attach, a partition change). Survives [`Node::clear`] so it never repeats.

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Partition {
     pub name: String,
     /// Physical NI numbers; index = rank.
@@ -37,7 +37,7 @@ pub enum PartitionError {
     BadName(String),
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Partitions {
     nodes: u32,
     list: BTreeMap<String, Partition>,

@@ -113,7 +113,36 @@ impl Default for Port {
     }
 }
 
+/// A port across a daemon handover (`crate::handover`).
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub struct PortImage {
+    mode: u8,
+    up: bool,
+    downs: u64,
+    driver_off: bool,
+    driver_mode: u8,
+}
+
 impl Port {
+    pub fn image(&self) -> PortImage {
+        PortImage {
+            mode: self.mode.load(Ordering::Acquire),
+            up: self.up(),
+            downs: self.downs(),
+            driver_off: self.driver_off(),
+            driver_mode: self.driver_mode.load(Ordering::Acquire),
+        }
+    }
+
+    pub fn restore(&self, img: &PortImage) {
+        self.mode
+            .store(Mode::from_u8(img.mode) as u8, Ordering::Release);
+        self.up.store(img.up, Ordering::Release);
+        self.downs.store(img.downs, Ordering::Release);
+        self.driver_off.store(img.driver_off, Ordering::Release);
+        self.driver_mode.store(img.driver_mode, Ordering::Release);
+    }
+
     pub fn mode(&self) -> Mode {
         Mode::from_u8(self.mode.load(Ordering::Acquire))
     }

@@ -14,7 +14,7 @@ use super::topology::{Axis, PhysPe, TopologyError};
 use super::State;
 use crate::server::lock;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RouterRegs {
     pub r_sw: u64,
     pub r_sget_rtrn: u64,

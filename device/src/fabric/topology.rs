@@ -62,7 +62,9 @@ const INITIAL_HOP_NONE: u64 = 0b11;
 const FINAL_HOP_BIT: u32 = 36;
 const ADAPTIVE_BIT: u32 = 37;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Axis {
     X,
     Y,
@@ -97,7 +99,9 @@ impl fmt::Display for Axis {
 }
 
 /// A routing tag's direction bit: 0 = +, 1 = -.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Sign {
     Plus,
     Minus,
@@ -128,7 +132,9 @@ impl Sign {
 }
 
 /// One of the six directions a link leaves a router in: +X ... -Z.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Direction {
     pub sign: Sign,
     pub axis: Axis,
@@ -176,7 +182,9 @@ impl fmt::Display for Direction {
 }
 
 /// A network router port. The discriminant is the port's bit in R_ERR0 `<5:0>`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Port {
     X0,
     X1,
@@ -218,7 +226,9 @@ impl fmt::Display for Port {
 /// as the seed prints it, as the hex digits `ZZYYXX` ("010300 is 3 hops +Y and 1 hop +Z").
 ///
 /// Field order makes the derived ordering the numeric order of `ZZYYXX`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct PhysPe {
     pub z: u32,
     pub y: u32,
@@ -278,7 +288,7 @@ impl FromStr for PhysPe {
 }
 
 /// The torus's size in each dimension.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Dims {
     x: u32,
     y: u32,
@@ -412,7 +422,7 @@ impl FromStr for Dims {
 }
 
 /// A routing tag as an R_NET_LUT register holds it (Table 7).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RoutingTag {
     pub x: u32,
     pub x_sgn: Sign,
@@ -504,7 +514,9 @@ impl RoutingTag {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum VirtualChannel {
     Vc0,
     Vc1,
@@ -525,7 +537,7 @@ impl fmt::Display for VirtualChannel {
 }
 
 /// Requests and responses travel on separate VCs so neither can block the other.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum PacketClass {
     /// VC0, and VC2 past a dateline.
     Request,
@@ -553,7 +565,9 @@ impl PacketClass {
 /// default therefore returns a packet to VC0/VC1 when it switches to a new dimension (each
 /// ring is its own deadlock cycle, broken by its own dateline); the literal reading is kept
 /// selectable.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum VcScope {
     /// VC2 lasts until the packet switches to a new dimension.
     #[default]
@@ -564,7 +578,9 @@ pub enum VcScope {
 
 /// A communication link: the two unidirectional channels between `plus_end`'s + port and
 /// `minus_end`'s - port in dimension `axis`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Link {
     pub axis: Axis,
     pub plus_end: PhysPe,
@@ -577,7 +593,7 @@ impl fmt::Display for Link {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum HopKind {
     Initial,
     Travel,
@@ -595,7 +611,7 @@ impl fmt::Display for HopKind {
 }
 
 /// One hop of a route: out of `from`'s `out_port`, over `link`, into `to`'s `in_port`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hop {
     pub from: PhysPe,
     pub to: PhysPe,
@@ -609,7 +625,7 @@ pub struct Hop {
     pub dateline: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Route {
     pub source: PhysPe,
     pub destination: PhysPe,
@@ -638,14 +654,14 @@ impl Route {
 }
 
 /// A LUT rewrite done by [`Torus::map_out_node`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Remap {
     pub lpe: u32,
     pub from: PhysPe,
     pub to: PhysPe,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum TopologyError {
     #[error("a {axis} dimension of {size} nodes is outside 1 to {max} (the routing tag's {axis} address field)")]
     DimensionOutOfRange { axis: Axis, size: u32, max: u32 },
@@ -716,7 +732,7 @@ pub enum TopologyError {
 
 /// The interconnect network: the torus, its router settings, the routing-tag LUT and what
 /// has been mapped out.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Torus {
     dims: Dims,
     /// R_ORIENT `<2:0>` per router, in [`Dims::index`] order.

@@ -24,6 +24,7 @@ pub const INLINE_MAX: u64 = PIECE;
 /// partition's request waits for a transfer.
 pub const PASS_BYTES: u64 = 2 * PIECE;
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(super) enum Purpose {
     /// Message `s` into receive `rv` of NI `b`.
     Message {
@@ -41,6 +42,7 @@ pub(super) enum Purpose {
     },
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct Transfer {
     pub src: usize,
     pub src_addr: u64,

@@ -32,7 +32,10 @@ struct Part {
 
 impl Part {
     fn new(what: &'static str, name: &std::ffi::CStr, len: u64) -> Result<Part, WindowError> {
-        let rw = sealed_memfd(what, name, len)?;
+        Self::reopen(what, sealed_memfd(what, name, len)?)
+    }
+
+    fn reopen(what: &'static str, rw: File) -> Result<Part, WindowError> {
         let ro = File::open(format!("/proc/self/fd/{}", rw.as_raw_fd()))
             .map_err(|e| SharedMemError::Size(what, e))?;
         Ok(Part { rw, ro })
@@ -158,13 +161,94 @@ pub struct WindowStats {
     pub truncated: u64,
 }
 
+/// A window across a daemon handover (`crate::handover`): its memfds (device-writable
+/// descriptors; the read-only ones are opened again from them) and who its members are.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct WindowImage {
+    pub shared: bool,
+    pub members: Vec<u32>,
+    pub serial: u32,
+    /// Shared: the one file. Isolated: the device page, then each zone.
+    pub fds: Vec<RawFd>,
+}
+
 impl Window {
     pub fn new(kind: Kind, members: Vec<u32>, coll_timeout_ms: u32) -> Result<Window, WindowError> {
+        let win = Self::build(kind, members, None)?;
+        win.u32(hdr::VERSION)
+            .store(hdr::VERSION_VALUE, Ordering::Relaxed);
+        win.u32(hdr::SERIAL).store(win.serial, Ordering::Relaxed);
+        win.u32(hdr::SIZE)
+            .store(win.members.len() as u32, Ordering::Relaxed);
+        win.u32(hdr::COLL_TIMEOUT_MS)
+            .store(coll_timeout_ms.max(1), Ordering::Relaxed);
+        win.u32(hdr::MAGIC)
+            .store(hdr::MAGIC_VALUE, Ordering::Release);
+        Ok(win)
+    }
+
+    /// What a handover carries of this window; its descriptors stay this window's.
+    pub fn image(&self) -> WindowImage {
+        let fds = match &self.files {
+            Files::Shared(p) => vec![p.rw.as_raw_fd()],
+            Files::Isolated { device, zones } => std::iter::once(device)
+                .chain(zones)
+                .map(|p| p.rw.as_raw_fd())
+                .collect(),
+        };
+        WindowImage {
+            shared: matches!(self.files, Files::Shared(_)),
+            members: self.members.clone(),
+            serial: self.serial,
+            fds,
+        }
+    }
+
+    /// The window an earlier daemon described in `img`, over its files (`files`, in the
+    /// image's order): the contents, members' rings and states included, are as they were.
+    pub fn adopt(img: &WindowImage, files: Vec<File>) -> Result<Window, WindowError> {
+        let kind = if img.shared {
+            Kind::Shared
+        } else {
+            Kind::Isolated
+        };
+        NEXT_SERIAL.fetch_max(img.serial.saturating_add(1), Ordering::Relaxed);
+        let mut win = Self::build(kind, img.members.clone(), Some(files))?;
+        win.serial = img.serial;
+        Ok(win)
+    }
+
+    /// The files (fresh, or `adopt`'s) mapped into a fresh reservation.
+    fn build(
+        kind: Kind,
+        members: Vec<u32>,
+        adopt: Option<Vec<File>>,
+    ) -> Result<Window, WindowError> {
+        let zones_needed = members.len().min(w::MAX_RANKS as usize);
+        let mut adopt = adopt.map(|v| v.into_iter());
+        let mut part = |what, name, len| -> Result<Part, WindowError> {
+            match adopt.as_mut() {
+                None => Part::new(what, name, len),
+                Some(files) => {
+                    let rw = files.next().ok_or(SharedMemError::Map(
+                        what,
+                        "the handover carried too few files".into(),
+                    ))?;
+                    if rw.metadata().map(|m| m.len()).ok() != Some(len) {
+                        return Err(SharedMemError::Map(
+                            what,
+                            "a handed-over file has the wrong size".into(),
+                        ));
+                    }
+                    Part::reopen(what, rw)
+                }
+            }
+        };
         let res = Reservation::new()?;
         let base = res.0;
         let files = match kind {
             Kind::Shared => {
-                let f = Part::new(
+                let f = part(
                     "partition window",
                     c"ni-partition-window",
                     w::WINDOW_OFFSET + w::WINDOW_SIZE,
@@ -174,7 +258,7 @@ impl Window {
                 Files::Shared(f)
             }
             Kind::Isolated => {
-                let device = Part::new(
+                let device = part(
                     "partition window's device page",
                     c"ni-window-device",
                     w::DEVICE_PAGE_SIZE,
@@ -190,8 +274,8 @@ impl Window {
                     )?
                 };
                 let mut zones = Vec::new();
-                for r in 0..members.len().min(w::MAX_RANKS as usize) as u32 {
-                    let z = Part::new("partition window zone", c"ni-window-zone", w::ZONE_SIZE)?;
+                for r in 0..zones_needed as u32 {
+                    let z = part("partition window zone", c"ni-window-zone", w::ZONE_SIZE)?;
                     // SAFETY: zone r < MAX_RANKS, inside the reservation.
                     unsafe { map_at(base, w::zone(r), w::ZONE_SIZE, z.rw.as_raw_fd(), 0)? };
                     zones.push(z);
@@ -210,22 +294,18 @@ impl Window {
             )
         }
         .map_err(|e| SharedMemError::Map("partition window", e.to_string()))?;
+        let serial = match adopt {
+            // `adopt` sets the image's.
+            Some(_) => 0,
+            None => NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+        };
         let win = Window {
             files,
             map,
             _res: res,
-            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            serial,
             members,
         };
-        win.u32(hdr::VERSION)
-            .store(hdr::VERSION_VALUE, Ordering::Relaxed);
-        win.u32(hdr::SERIAL).store(win.serial, Ordering::Relaxed);
-        win.u32(hdr::SIZE)
-            .store(win.members.len() as u32, Ordering::Relaxed);
-        win.u32(hdr::COLL_TIMEOUT_MS)
-            .store(coll_timeout_ms.max(1), Ordering::Relaxed);
-        win.u32(hdr::MAGIC)
-            .store(hdr::MAGIC_VALUE, Ordering::Release);
         Ok(win)
     }
 

@@ -14,7 +14,7 @@ use ni_abi::lanai::{copy as cw, SRAM_SIZE};
 use super::crc::{Crc32, Order};
 use crate::sram::Sram;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Phase {
     #[default]
     Idle,
@@ -22,13 +22,13 @@ enum Phase {
     HaveLength(u32, u32),
 }
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Copy {
     phase: Phase,
 }
 
 /// What a `COPY` write did.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// More words are expected.
     Pending,

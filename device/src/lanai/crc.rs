@@ -58,7 +58,7 @@ impl Order {
 }
 
 /// The CRC-32 engine's state (the `CRC32` register), kept MSB-first internally.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Crc32 {
     state: u32,
 }

@@ -8,7 +8,7 @@
 
 use ni_abi::lanai::dispatch as cfg;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Block {
     pub isr_on: u32,
     pub isr_off: u32,
@@ -31,7 +31,9 @@ impl Block {
 /// The ISR bits dispatch sees: 31:30 are reserved.
 const ISR_INPUTS: u32 = 0x3FFF_FFFF;
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Dispatch {
+    #[serde(with = "crate::handover::serde_with::array")]
     blocks: [Block; cfg::BLOCKS],
     /// DISPATCH_ISR_ON, _ISR_OFF, _STATE_ON, _STATE_OFF as last written.
     staging: [u32; 4],

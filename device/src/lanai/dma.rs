@@ -35,7 +35,7 @@ pub const STEP_BYTES: u64 = 1 << 20;
 pub const INLINE_BYTES: u64 = 64 << 10;
 
 /// A DRD being moved: what was read of it, and how far it got.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 struct InFlight {
     addr: u32,
     flags_len: u32,
@@ -49,7 +49,7 @@ struct InFlight {
     sum: u64,
 }
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct DmaEngine {
     heads: [VecDeque<u32>; 4],
     /// The next DRD of a chain in progress (stalled on DMAi_COUNT >= 128, or out of budget).

@@ -28,9 +28,13 @@ use crate::sram::Sram;
 const CPU_HZ: u64 = 250_000_000;
 const PCI_HZ: u64 = 66_000_000;
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Lanai {
+    #[serde(serialize_with = "crate::regfile::serialize_values")]
+    #[serde(deserialize_with = "regs_serde::deserialize")]
     pub regs: RegFile,
     pub dma: dma::DmaEngine,
+    #[serde(with = "crate::handover::serde_with::instant")]
     epoch: Instant,
     rtc: (u32, u64),
     cpuc: (u32, u64),
@@ -43,13 +47,16 @@ pub struct Lanai {
     pub ports: [packet::PortEngine; 2],
     arbiter: [u8; 32],
     /// Port 0's link (mode and CLSM state), owned by the fabric: a reset does not unplug it.
+    #[serde(skip)]
     pub link: Arc<Port>,
     /// Set when a port's send FIFO holds a whole packet, or a receiver issued a buffer a held
     /// packet may be waiting for: the fabric's crossbar (`fabric/lanai.rs`) then looks. Shared
     /// with the fabric, so it survives a reset.
+    #[serde(skip)]
     pub packets: Arc<AtomicBool>,
     /// Port registers behind PORT_ADDR/PORT_DATA that are plain storage (TEST, RECV_CONFIG,
     /// SEND_CONFIG, ...), indexed by PORT_REG bits 6:0.
+    #[serde(with = "crate::handover::serde_with::array")]
     port_regs: [u16; 128],
     /// `link.downs()` at the last IB_LDC read (IB_LDC is reset-on-read).
     ldc_seen: u64,
@@ -615,5 +622,13 @@ fn align(offset: u32, len: usize) -> u32 {
     match len {
         2 | 4 | 8 => offset & !(len as u32 - 1),
         _ => offset,
+    }
+}
+
+mod regs_serde {
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<crate::regfile::RegFile, D::Error> {
+        crate::regfile::deserialize_values(&ni_abi::lanai::SPECIAL_REGS, d)
     }
 }

@@ -32,7 +32,7 @@ use crate::sram::Sram;
 pub const MAX_WIRE: usize = 1 << 20;
 
 /// A receive buffer being filled (§9).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Current {
     addr: u32,
     /// Blocks used so far.
@@ -41,14 +41,14 @@ struct Current {
     index: u32,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Channel {
     current: Option<Current>,
     backup: Option<u32>,
 }
 
 /// The buffer geometry a channel's RPL_CONFIG gives: block B, blocks N, max packet.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 struct Geometry {
     block: u64,
     blocks: u64,
@@ -76,7 +76,7 @@ impl Geometry {
 
 /// A packet as it travels between ports: what follows the consumed route, and the two
 /// out-of-band marks a link carries (an InfiniBand link packet; EBP or EXTEND_ERROR).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Wire {
     pub bytes: Vec<u8>,
     pub link: bool,
@@ -96,7 +96,7 @@ pub struct Outgoing {
 }
 
 /// What became of a packet offered to a port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Arrival {
     Delivered,
     /// Flow control holds it: try again when the receiver issues a buffer.
@@ -109,7 +109,7 @@ pub enum Arrival {
 
 /// One port's engines. Registers (counts, configs) stay in the Lanai's register file; this
 /// is the state the registers do not show.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct PortEngine {
     /// Words written to `port_SEND`, oldest first (at most 16; an SPD is two).
     fifo: VecDeque<u32>,

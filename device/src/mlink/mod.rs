@@ -21,7 +21,7 @@ use crate::counters::Counters;
 use crate::sram::Sram;
 
 /// One link's launch registers and the state of its last operation.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Link {
     config: u32,
     target: u32,
@@ -37,7 +37,7 @@ struct Link {
 }
 
 /// An operation on its way: everything the target needs, taken at launch.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Launch {
     pub link: usize,
     pub op: u32,
@@ -91,7 +91,7 @@ impl Launch {
 }
 
 /// A ROP waiting in the register-read queue.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueuedRop {
     pub handler: u32,
     pub source: u32,
@@ -99,7 +99,7 @@ pub struct QueuedRop {
 }
 
 /// How the target answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Reply {
     /// `status::ACK`, `NACK` or `REFUSED`.
     pub state: u32,
@@ -110,6 +110,7 @@ pub struct Reply {
     pub data_checksum: Option<u16>,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Mlink {
     links: [Link; LINKS as usize],
     expose_base: u32,
@@ -125,6 +126,7 @@ pub struct Mlink {
     interrupt: bool,
     outbox: VecDeque<Launch>,
     /// Launches or aborts wait: the fabric's poller looks.
+    #[serde(skip)]
     pub pending: Arc<AtomicBool>,
 }
 

@@ -50,6 +50,7 @@ pub struct ConfigEvent {
     pub lanai_changed: bool,
 }
 
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct ConfigSpace {
     bytes: Vec<u8>,
     wmask: Vec<u8>,

@@ -12,7 +12,9 @@ const _: () = assert!(MSIX_TABLE_OFFSET == 0);
 const N: usize = vector::COUNT as usize;
 const VECTOR_CONTROL: usize = 12;
 
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct MsixTable {
+    #[serde(with = "crate::handover::serde_with::array")]
     table: [u8; N * MSIX_ENTRY_SIZE as usize],
     pending: u64,
 }

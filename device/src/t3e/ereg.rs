@@ -19,7 +19,7 @@ use crate::counters::Counters;
 pub const MAX_IN_FLIGHT: usize = E_COUNT as usize;
 
 /// One segment-table entry: a window onto this NI's client memory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Segment {
     pub iova: u64,
     /// Length `<47:0>` and access bits `<63:56>` (`t3e::seg`).
@@ -42,7 +42,7 @@ impl Segment {
 }
 
 /// An issued command with everything it needs copied out of the registers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Command {
     pub op: u64,
     pub flags: u64,
@@ -107,7 +107,7 @@ pub fn pext(v: u64, mask: u64) -> u64 {
 }
 
 /// How a command ended, as the network answered it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// SEND-accepted, PUT/SPUT acknowledged.
     Done,
@@ -148,8 +148,11 @@ pub fn is_put(op: u64) -> bool {
     matches!(op, op::PUT | op::PUT4 | op::PUT8 | op::PUTV4 | op::PUTV8)
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Ereg {
+    #[serde(with = "crate::handover::serde_with::boxed_array")]
     values: Box<[u64; E_COUNT as usize]>,
+    #[serde(with = "crate::handover::serde_with::boxed_array")]
     ers: Box<[u8; E_COUNT as usize]>,
     index: u64,
     base: u64,
@@ -158,11 +161,13 @@ pub struct Ereg {
     error: u64,
     put_count: u64,
     outstanding: u64,
+    #[serde(with = "crate::handover::serde_with::array")]
     segments: [Segment; t3e::SEGMENTS as usize],
     epoch: u64,
     /// Issued commands the fabric has not taken yet.
     outbox: VecDeque<Command>,
     /// Set when the outbox has commands: the fabric's poller takes them.
+    #[serde(skip)]
     pub pending: Arc<AtomicBool>,
 }
 

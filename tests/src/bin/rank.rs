@@ -617,6 +617,7 @@ fn main() {
         "cross-fault" => cross_fault(&ni),
         "cross-rejoin" => cross_rejoin(&ni),
         "cross-coll-fault" => cross_coll_fault(&ni),
+        "restart-soak" => restart_soak(&ni),
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
@@ -655,4 +656,84 @@ fn cm5_doors(ni: &Ni) {
     }
     ni.network_done().unwrap();
     println!("ok cm5-doors");
+}
+
+/// Issue 16, "daemon restart and upgrade under running clients": a checked exchange that
+/// must see no error while the daemon is restarted under it (tests/tests/restart.rs). Runs
+/// until the file `NI_SOAK_STOP` exists (rank 0 looks; the verdict travels as a message),
+/// every round: a ping-pong of small (window or fabric path), 64 KiB and 1 MiB (fabric
+/// path, rendezvous) checked payloads, a put and a get on the peer's region, an allreduce
+/// and a barrier. Prints the rounds done.
+fn restart_soak(ni: &Ni) {
+    let stop = std::env::var("NI_SOAK_STOP").expect("NI_SOAK_STOP");
+    let buf = ni.alloc(2 << 20).unwrap();
+    let win = ni.alloc(1 << 20).unwrap();
+    let local = ni.alloc(1 << 20).unwrap();
+    let sums = ni.alloc(4096).unwrap();
+    let peer = 1 - ni.rank();
+    let mut round = 0u64;
+    loop {
+        for (k, &n) in [8usize, 4000, 65536, 1 << 20].iter().enumerate() {
+            let tag = round * 8 + k as u64;
+            let want = pattern(n, tag);
+            if ni.rank() == 0 {
+                buf.write_at(0, &want);
+                ni.send(peer, &buf, 0..n, tag).unwrap();
+                let d = ni
+                    .recv(Some(peer), &buf, 0..2 << 20, tag, u64::MAX)
+                    .unwrap();
+                assert_eq!(d.len as usize, n, "round {round}: echo length");
+            } else {
+                let d = ni
+                    .recv(Some(peer), &buf, 0..2 << 20, tag, u64::MAX)
+                    .unwrap();
+                assert_eq!(d.len as usize, n, "round {round}: length");
+                ni.send(peer, &buf, 0..n, tag).unwrap();
+            }
+            let mut got = vec![0u8; n];
+            buf.read_at(0, &mut got);
+            assert!(got == want, "round {round}: {n} bytes corrupted");
+        }
+        // One-sided: each writes a pattern into the peer's region, then reads it back.
+        let want = pattern(8192, round + 1000 + ni.rank() as u64);
+        local.write_at(0, &want);
+        let at = 8192 * ni.rank() as u64;
+        ni.put(peer, &local, 0..8192, win.key(), at).unwrap();
+        local.write_at(0, &[0u8; 8192]);
+        ni.get(peer, &local, 0..8192, win.key(), at).unwrap();
+        let mut got = vec![0u8; 8192];
+        local.read_at(0, &mut got);
+        assert!(
+            got == want,
+            "round {round}: put/get through the peer's region"
+        );
+        sums.write_at(0, &(round as f64 + ni.rank() as f64).to_le_bytes());
+        ni.allreduce::<f64>(ni::ReduceOp::Sum, &sums, 0, &sums, 8, 1)
+            .unwrap();
+        let mut b = [0u8; 8];
+        sums.read_at(8, &mut b);
+        assert_eq!(
+            f64::from_le_bytes(b),
+            2.0 * round as f64 + 1.0,
+            "round {round}: allreduce"
+        );
+        // Rank 0 decides whether to go on; the verdict is a message, so both stop together.
+        let verdict = ni.alloc(64).unwrap();
+        if ni.rank() == 0 {
+            let go = !std::path::Path::new(&stop).exists();
+            verdict.write_at(0, &[go as u8]);
+            ni.send(peer, &verdict, 0..1, u64::MAX - 1).unwrap();
+        } else {
+            ni.recv(Some(peer), &verdict, 0..1, u64::MAX - 1, u64::MAX)
+                .unwrap();
+        }
+        let mut go = [0u8];
+        verdict.read_at(0, &mut go);
+        ni.barrier().unwrap();
+        round += 1;
+        if go[0] == 0 {
+            break;
+        }
+    }
+    println!("rounds {round}");
 }

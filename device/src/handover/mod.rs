@@ -1,0 +1,525 @@
+//! Planned restart and upgrade without letting go of anyone (`ni-ctl daemon restart`,
+//! SIGHUP): the daemon brings every thread to rest, writes what it holds into an image, and
+//! executes the new binary in its own process, which takes the image back.
+//!
+//! The way nginx upgrades its binary: descriptors cross `execve` by inheritance (their
+//! close-on-exec flag cleared), state crosses in a memfd whose number is the new process's
+//! `--handover-fd`. The process keeps its pid, so the run directory's lock, the pid file, a
+//! supervisor's or `nirun`'s view of the daemon, and every client's socket stay as they are.
+//! What crosses, and who owns each piece while it does, is in `device/abi/handover.md`.
+//!
+//! Steps, each bounded:
+//! 1. Preflight: the new binary must run and speak this image format (`--handover-format`);
+//!    otherwise the restart is refused and nothing stops.
+//! 2. Freeze: every NI's session thread finishes the vfio-user message it is in and parks
+//!    between messages (its client's next messages wait in the socket); every idle NI's
+//!    accept thread parks; the poller finishes its pass and parks. Clients' fast-path
+//!    requests wait in their rings, and members of a partition window keep exchanging
+//!    through it: the daemon is not on that path. Not at rest within [`FREEZE_WAIT`]: the
+//!    restart is refused with the names of what did not stop, and everything thaws.
+//! 3. Capture: each NI's models by value, its client's memory (SRAM, DMA maps) and
+//!    eventfds by descriptor; the fabric's state; the windows' files; the sockets.
+//! 4. `execve`. If it fails, everything thaws and the restart is refused; after it, the
+//!    new process adopts the image (`Daemon::start_span`) and resumes the same sessions.
+//!
+//! The heartbeat keeps beating until the exec, and the new process starts it before
+//! anything else, so no client takes the pause for a dead daemon.
+
+pub mod serde_with;
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsString};
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::daemon::Daemon;
+use crate::fabric::handover::FabricImage;
+use crate::ni::NiImage;
+use crate::server::lock;
+
+/// The image's layout. A binary that speaks another refuses to be restarted into.
+pub const FORMAT: u32 = 1;
+
+/// How long the threads have to come to rest.
+pub const FREEZE_WAIT: Duration = Duration::from_secs(2);
+
+/// Why a planned restart did not happen (the daemon carries on as it was).
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverError {
+    #[error("a daemon that is one host of a fabric spanning hosts cannot hand over yet: stop and start it (the other hosts see it rejoin)")]
+    Spanning,
+    #[error("a restart is already under way")]
+    Busy,
+    #[error("the new binary {0}: {1}")]
+    Binary(PathBuf, String),
+    #[error("not at rest after {FREEZE_WAIT:?}: {0}")]
+    NotAtRest(String),
+    #[error("capturing the state: {0}")]
+    Capture(String),
+    #[error("executing {0}: {1}")]
+    Exec(PathBuf, std::io::Error),
+}
+
+/// Who parked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Who {
+    Poller,
+    /// An NI's accept thread, no client attached.
+    Listener(u32),
+    /// An NI's session thread, between messages on this socket.
+    Session(u32, RawFd),
+}
+
+#[derive(Default)]
+struct FreezeState {
+    on: bool,
+    parked: Vec<Who>,
+}
+
+/// The process-wide freeze: threads that can park look at [`Freeze::fd`] in the polls they
+/// block in and call [`Freeze::park`] when it is readable.
+pub struct Freeze {
+    /// `state.on`, for the poller's loop to read without the lock.
+    flag: std::sync::atomic::AtomicBool,
+    state: Mutex<FreezeState>,
+    cv: Condvar,
+    /// An eventfd that is readable while frozen.
+    fd: File,
+}
+
+pub fn freeze() -> &'static Freeze {
+    static F: OnceLock<Freeze> = OnceLock::new();
+    F.get_or_init(|| {
+        // SAFETY: eventfd with flags only; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        assert!(
+            fd >= 0,
+            "creating the handover eventfd: {}",
+            std::io::Error::last_os_error()
+        );
+        Freeze {
+            flag: Default::default(),
+            state: Mutex::new(FreezeState::default()),
+            cv: Condvar::new(),
+            // SAFETY: a descriptor just created and owned by nothing else.
+            fd: unsafe { File::from_raw_fd(fd) },
+        }
+    })
+}
+
+impl Freeze {
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn on(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FreezeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Park until thawed (returns at once when not frozen).
+    pub fn park(&self, who: Who) {
+        let mut s = self.lock();
+        if !s.on {
+            return;
+        }
+        s.parked.push(who);
+        self.cv.notify_all();
+        while s.on {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn start(&self) -> Result<(), HandoverError> {
+        let mut s = self.lock();
+        if s.on {
+            return Err(HandoverError::Busy);
+        }
+        s.on = true;
+        self.flag.store(true, std::sync::atomic::Ordering::Release);
+        s.parked.clear();
+        let _ = (&self.fd).write(&1u64.to_ne_bytes());
+        Ok(())
+    }
+
+    fn thaw(&self) {
+        let mut s = self.lock();
+        let mut b = [0u8; 8];
+        let _ = (&self.fd).read(&mut b);
+        s.on = false;
+        self.flag.store(false, std::sync::atomic::Ordering::Release);
+        s.parked.clear();
+        self.cv.notify_all();
+    }
+
+    /// Wait until the poller and every NI of `local` parked; what parked, or what did not.
+    fn wait_parked(&self, local: std::ops::Range<u32>) -> Result<Vec<Who>, String> {
+        let deadline = Instant::now() + FREEZE_WAIT;
+        let mut s = self.lock();
+        loop {
+            let poller = s.parked.contains(&Who::Poller);
+            let missing: Vec<u32> = local
+                .clone()
+                .filter(|&i| {
+                    !s.parked
+                        .iter()
+                        .any(|w| matches!(w, Who::Listener(n) | Who::Session(n, _) if *n == i))
+                })
+                .collect();
+            if poller && missing.is_empty() {
+                return Ok(s.parked.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let mut what = Vec::new();
+                if !poller {
+                    what.push("the poller".to_string());
+                }
+                if !missing.is_empty() {
+                    what.push(format!(
+                        "the session or accept thread of NI {missing:?} (a client that does not read its replies holds its session in a write)"
+                    ));
+                }
+                return Err(what.join(", "));
+            }
+            s = self
+                .cv
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A client session as the image carries it.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct SessionImage {
+    pub ni: u32,
+    pub fd: RawFd,
+    pub client_pid: Option<i32>,
+}
+
+/// Everything that crosses the exec.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Image {
+    pub format: u32,
+    /// The version of the binary that wrote it (for the log).
+    pub from_version: String,
+    pub lock_fd: RawFd,
+    pub control_fd: RawFd,
+    pub listeners: Vec<(u32, RawFd)>,
+    pub sessions: Vec<SessionImage>,
+    pub nis: Vec<NiImage>,
+    pub fabric: FabricImage,
+    /// How long ago the daemon first started, and how many handovers it went through.
+    pub uptime_ns: u64,
+    pub restarts: u64,
+    /// The control connection that asked, answered by the new process.
+    pub reply_to: Option<RawFd>,
+    /// When the freeze began on the system's monotonic clock, which the exec does not
+    /// reset: the new process reports the whole pause.
+    pub froze_at_ns: u64,
+}
+
+/// What the process was started as: the restart runs the same arguments (minus an old
+/// `--handover-fd`), and by default the binary at the same path, which an upgrade replaced.
+struct Invocation {
+    exe: PathBuf,
+    args: Vec<OsString>,
+}
+
+static INVOCATION: OnceLock<Invocation> = OnceLock::new();
+
+/// Remember how this process was started; `main` calls it first.
+pub fn record_invocation() {
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--handover-fd") {
+        args.drain(i..(i + 2).min(args.len()));
+    }
+    args.retain(|a| !a.as_bytes().starts_with(b"--handover-fd="));
+    let exe = std::env::current_exe()
+        .ok()
+        .map(|p| {
+            // A binary replaced under a running process reads as "PATH (deleted)".
+            let s = p.as_os_str().as_bytes();
+            match s.strip_suffix(b" (deleted)") {
+                Some(t) => PathBuf::from(std::ffi::OsStr::from_bytes(t)),
+                None => p,
+            }
+        })
+        .unwrap_or_else(|| PathBuf::from("/proc/self/exe"));
+    let _ = INVOCATION.set(Invocation { exe, args });
+}
+
+/// The binary a restart runs by default.
+pub fn default_binary() -> PathBuf {
+    INVOCATION
+        .get()
+        .map(|i| i.exe.clone())
+        .unwrap_or_else(|| PathBuf::from("/proc/self/exe"))
+}
+
+fn preflight(binary: &Path) -> Result<(), HandoverError> {
+    let bad = |why: String| HandoverError::Binary(binary.to_path_buf(), why);
+    let out = std::process::Command::new(binary)
+        .arg("--handover-format")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| bad(e.to_string()))?;
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() {
+        return Err(bad(format!(
+            "cannot take a handover ({}; it said {:?})",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    match said.parse::<u32>() {
+        Ok(FORMAT) => Ok(()),
+        Ok(f) => Err(bad(format!(
+            "speaks handover format {f}, this daemon {FORMAT}: stop and start it instead"
+        ))),
+        Err(_) => Err(bad(format!("answered {said:?} to --handover-format"))),
+    }
+}
+
+fn set_cloexec(fd: RawFd, on: bool) -> std::io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD on a descriptor number; no memory is passed.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFD);
+        if fl < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let fl = if on {
+            fl | libc::FD_CLOEXEC
+        } else {
+            fl & !libc::FD_CLOEXEC
+        };
+        if libc::fcntl(fd, libc::F_SETFD, fl) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The descriptors an image names (each once).
+fn fds_of(img: &Image, image_fd: RawFd) -> Vec<RawFd> {
+    let mut v = vec![img.lock_fd, img.control_fd, image_fd];
+    v.extend(img.reply_to);
+    v.extend(img.listeners.iter().map(|l| l.1));
+    v.extend(img.sessions.iter().map(|s| s.fd));
+    for n in &img.nis {
+        v.push(n.sram);
+        v.extend(n.spare_sram);
+        v.extend(n.dma.iter().map(|m| m.fd));
+        v.extend(n.irqs.msix.iter().flatten());
+        v.extend(n.irqs.intx.iter().chain(&n.irqs.err).chain(&n.irqs.req));
+    }
+    for (_, w) in &img.fabric.windows {
+        v.extend(&w.fds);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Restart into `binary` (default: the one this process was started from), handing every
+/// client over. Returns only when the restart did not happen; the daemon then carries on.
+pub fn restart(daemon: &Daemon, binary: Option<PathBuf>, reply_to: Option<RawFd>) -> HandoverError {
+    if daemon.span.is_some() {
+        return HandoverError::Spanning;
+    }
+    let binary = binary.unwrap_or_else(default_binary);
+    if let Err(e) = preflight(&binary) {
+        return e;
+    }
+    let f = freeze();
+    if let Err(e) = f.start() {
+        return e;
+    }
+    let began = monotonic_ns();
+    tracing::info!(binary = %binary.display(), "planned restart: bringing the daemon to rest");
+    daemon.fabric.doorbell.ring();
+    let e = match f.wait_parked(daemon.local.clone()) {
+        Err(what) => HandoverError::NotAtRest(what),
+        Ok(parked) => match capture(daemon, &parked, reply_to, began) {
+            Err(e) => HandoverError::Capture(e),
+            Ok((img, mem)) => exec(&binary, img, mem),
+        },
+    };
+    f.thaw();
+    daemon.fabric.doorbell.ring();
+    tracing::warn!("planned restart refused, the daemon carries on: {e}");
+    e
+}
+
+fn capture(
+    daemon: &Daemon,
+    parked: &[Who],
+    reply_to: Option<RawFd>,
+    began: u64,
+) -> Result<(Image, File), String> {
+    let sessions: BTreeMap<u32, RawFd> = parked
+        .iter()
+        .filter_map(|w| match w {
+            Who::Session(n, fd) => Some((*n, *fd)),
+            _ => None,
+        })
+        .collect();
+    let state = daemon.fabric.lock();
+    let fabric = state.image().map_err(|e| e.to_string())?;
+    let mut nis = Vec::new();
+    let mut sess = Vec::new();
+    for (i, slot) in daemon.slots.iter().enumerate() {
+        let ni = lock(&slot.ni);
+        nis.push(ni.image().map_err(|e| format!("NI {i}: {e}"))?);
+        if let Some(&fd) = sessions.get(&(i as u32)) {
+            let a = slot.attachment.lock().unwrap_or_else(|e| e.into_inner());
+            sess.push(SessionImage {
+                ni: i as u32,
+                fd,
+                client_pid: a.client_pid,
+            });
+        }
+    }
+    drop(state);
+    let img = Image {
+        format: FORMAT,
+        from_version: env!("CARGO_PKG_VERSION").to_string(),
+        lock_fd: daemon.lock_fd(),
+        control_fd: daemon.control_fd(),
+        listeners: daemon.listener_fds(),
+        sessions: sess,
+        nis,
+        fabric,
+        uptime_ns: daemon.started.elapsed().as_nanos() as u64,
+        restarts: daemon.restarts,
+        reply_to,
+        froze_at_ns: began,
+    };
+    let mem = nix::sys::memfd::memfd_create(
+        c"ni-handover",
+        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
+    )
+    .map_err(|e| format!("memfd: {e}"))?;
+    let mut mem = File::from(mem);
+    serde_json::to_writer(&mut mem, &img).map_err(|e| format!("writing the image: {e}"))?;
+    mem.rewind().map_err(|e| e.to_string())?;
+    Ok((img, mem))
+}
+
+fn exec(binary: &Path, img: Image, mem: File) -> HandoverError {
+    let fds = fds_of(&img, mem.as_raw_fd());
+    let exec_err = |e| HandoverError::Exec(binary.to_path_buf(), e);
+    for &fd in &fds {
+        if let Err(e) = set_cloexec(fd, false) {
+            for &fd in &fds {
+                let _ = set_cloexec(fd, true);
+            }
+            return exec_err(e);
+        }
+    }
+    let mut argv = vec![CString::new(binary.as_os_str().as_bytes()).unwrap_or_default()];
+    if let Some(inv) = INVOCATION.get() {
+        argv.extend(
+            inv.args
+                .iter()
+                .filter_map(|a| CString::new(a.as_bytes()).ok()),
+        );
+    }
+    argv.push(c"--handover-fd".to_owned());
+    argv.push(CString::new(mem.as_raw_fd().to_string()).unwrap_or_default());
+    let path = CString::new(binary.as_os_str().as_bytes()).unwrap_or_default();
+    tracing::info!(
+        sessions = img.sessions.len(),
+        descriptors = fds.len(),
+        "planned restart: executing {}",
+        binary.display()
+    );
+    // Only returns on failure.
+    let e = nix::unistd::execv(&path, &argv).unwrap_err();
+    for &fd in &fds {
+        let _ = set_cloexec(fd, true);
+    }
+    exec_err(e.into())
+}
+
+/// The system's monotonic clock, which is the same clock on both sides of the exec.
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Read the image the old process left at `fd`.
+pub fn load(fd: RawFd) -> anyhow::Result<Image> {
+    use anyhow::Context;
+    // SAFETY: the descriptor was handed to us for exactly this (`--handover-fd`) and is
+    // owned by nothing else in this process.
+    let mut f = unsafe { File::from_raw_fd(fd) };
+    let mut s = String::new();
+    f.read_to_string(&mut s)
+        .context("reading the handover image")?;
+    let img: Image = serde_json::from_str(&s).context("parsing the handover image")?;
+    if img.format != FORMAT {
+        anyhow::bail!(
+            "the handover image is format {}, this binary reads {FORMAT}",
+            img.format
+        );
+    }
+    Ok(img)
+}
+
+/// The descriptors an image names, each owned once; handed out as duplicates so that any
+/// number of users (a DMA map per mapping of one file) can own theirs, and closed when the
+/// restore is over.
+pub struct Fds {
+    held: BTreeMap<RawFd, File>,
+}
+
+impl Fds {
+    pub fn new() -> Fds {
+        Fds {
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// A duplicate (close-on-exec) of inherited descriptor `fd`.
+    pub fn file(&mut self, fd: RawFd) -> std::io::Result<File> {
+        let f = match self.held.entry(fd) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                // SAFETY: F_GETFD only checks that the number is open.
+                if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+                    return Err(std::io::Error::other(format!(
+                        "descriptor {fd} was not handed over"
+                    )));
+                }
+                // SAFETY: an inherited descriptor named by the image, owned by nothing else
+                // in this process; `held` takes it once.
+                e.insert(unsafe { File::from_raw_fd(fd) })
+            }
+        };
+        f.try_clone()
+    }
+}
+
+impl Default for Fds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
