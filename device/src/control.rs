@@ -35,10 +35,23 @@ pub const MAX_CONNECTIONS: u64 = 32;
 /// Control connections open now.
 static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
-pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) {
+pub fn serve(daemon: Arc<Daemon>, listener: UnixListener, resumed: Vec<UnixStream>) {
     let mut backoff = Duration::from_millis(10);
     let mut last_warned: Option<std::time::Instant> = None;
+    for stream in resumed {
+        CONNECTIONS.fetch_add(1, Ordering::AcqRel);
+        spawn_session(&daemon, stream);
+    }
     loop {
+        // A planned restart: stop accepting (connections wait in the backlog for the new
+        // process) until it is over.
+        match wait_for(listener.as_raw_fd(), None) {
+            Wait::Frozen => {
+                crate::handover::freeze().park(crate::handover::Who::ControlListener);
+                continue;
+            }
+            Wait::Ready | Wait::TimedOut => {}
+        }
         let stream = match listener.accept() {
             Ok((s, _)) => {
                 backoff = Duration::from_millis(10);
@@ -70,20 +83,66 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) {
             );
             continue;
         }
-        let d = daemon.clone();
-        let spawned = std::thread::Builder::new()
-            .name("control-conn".into())
-            .spawn(move || {
-                if let Err(e) = session(&d, stream) {
-                    tracing::debug!("control session ended: {e}");
-                }
-                CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
-            });
-        if let Err(e) = spawned {
+        spawn_session(&daemon, stream);
+    }
+}
+
+/// Control connections open now (for a handover, which brings each to rest).
+pub fn open_connections() -> u64 {
+    CONNECTIONS.load(Ordering::Acquire)
+}
+
+fn spawn_session(daemon: &Arc<Daemon>, stream: UnixStream) {
+    let d = daemon.clone();
+    let spawned = std::thread::Builder::new()
+        .name("control-conn".into())
+        .spawn(move || {
+            if let Err(e) = session(&d, stream) {
+                tracing::debug!("control session ended: {e}");
+            }
             CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
-            CONTROL_ERRORS.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("control connection dropped: no thread for it: {e}");
+        });
+    if let Err(e) = spawned {
+        CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
+        CONTROL_ERRORS.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("control connection dropped: no thread for it: {e}");
+    }
+}
+
+enum Wait {
+    Ready,
+    Frozen,
+    TimedOut,
+}
+
+/// Wait until `fd` is readable, a planned restart freezes the daemon, or `timeout`.
+fn wait_for(fd: i32, timeout: Option<Duration>) -> Wait {
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+    loop {
+        let mut pfd = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: crate::handover::freeze().fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        let r = unsafe { libc::poll(pfd.as_mut_ptr(), 2, ms) };
+        if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
         }
+        return if pfd[1].revents != 0 {
+            Wait::Frozen
+        } else if r == 0 {
+            Wait::TimedOut
+        } else {
+            Wait::Ready
+        };
     }
 }
 
@@ -106,8 +165,11 @@ fn error(msg: impl Into<String>) -> Response {
     Response::Error { error: msg.into() }
 }
 
+/// A control connection idle this long is closed.
+const IDLE: Duration = Duration::from_secs(60);
+
 fn session(daemon: &Daemon, stream: UnixStream) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    stream.set_read_timeout(Some(IDLE))?;
     // A client that never reads its answers must not hold a connection slot for ever.
     stream.set_write_timeout(Some(Duration::from_secs(10)))?;
     let mut out = stream.try_clone()?;
@@ -125,8 +187,21 @@ fn session(daemon: &Daemon, stream: UnixStream) -> std::io::Result<()> {
             );
         }
     }
+    let fd = stream.as_raw_fd();
     let mut reader = BufReader::new(stream);
     loop {
+        // Between requests, with nothing buffered: where a planned restart finds this
+        // connection and hands it over (the new process answers its next request).
+        if reader.buffer().is_empty() {
+            match wait_for(fd, Some(IDLE)) {
+                Wait::Frozen => {
+                    crate::handover::freeze().park(crate::handover::Who::Control(fd));
+                    continue;
+                }
+                Wait::TimedOut => return Ok(()),
+                Wait::Ready => {}
+            }
+        }
         let mut line = Vec::new();
         let n = (&mut reader)
             .take(MAX_REQUEST as u64 + 1)

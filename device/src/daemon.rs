@@ -541,6 +541,7 @@ impl Daemon {
         let mut sockets: HashMap<u32, std::os::fd::RawFd> = HashMap::new();
         let mut sessions: HashMap<u32, crate::handover::SessionImage> = HashMap::new();
         let mut control_fd = None;
+        let mut controls = Vec::new();
         let mut fabric_img = None;
         let (mut restarts, mut uptime, mut froze_at) = (0, Duration::ZERO, 0);
         let mut reply_to = None;
@@ -549,6 +550,7 @@ impl Daemon {
             sockets = img.listeners.into_iter().collect();
             sessions = img.sessions.into_iter().map(|s| (s.ni, s)).collect();
             control_fd = Some(img.control_fd);
+            controls = img.controls;
             fabric_img = Some(img.fabric);
             restarts = img.restarts + 1;
             uptime = Duration::from_nanos(img.uptime_ns);
@@ -688,6 +690,13 @@ impl Daemon {
         let reply_to = reply_to
             .map(|fd| inherited(&mut fds, fd, "control connection"))
             .transpose()?;
+        let controls = controls
+            .into_iter()
+            .map(|fd| {
+                inherited(&mut fds, fd, "control connection")
+                    .map(|f| UnixStream::from(std::os::fd::OwnedFd::from(f)))
+            })
+            .collect::<Result<Vec<_>>>()?;
         // Every inherited descriptor is duplicated where it is used; the originals go.
         drop(fds);
         let listener_fds = listeners.iter().map(|(i, l)| (*i, l.as_raw_fd())).collect();
@@ -731,7 +740,7 @@ impl Daemon {
         let d = daemon.clone();
         std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || crate::control::serve(d, control))?;
+            .spawn(move || crate::control::serve(d, control, controls))?;
         if daemon.span.is_some() {
             let d = daemon.clone();
             std::thread::Builder::new()

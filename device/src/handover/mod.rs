@@ -73,6 +73,10 @@ pub enum Who {
     Listener(u32),
     /// An NI's session thread, between messages on this socket.
     Session(u32, RawFd),
+    /// The control socket's accept thread.
+    ControlListener,
+    /// A control connection's thread, between requests.
+    Control(RawFd),
 }
 
 #[derive(Default)]
@@ -160,12 +164,21 @@ impl Freeze {
         self.cv.notify_all();
     }
 
-    /// Wait until the poller and every NI of `local` parked; what parked, or what did not.
-    fn wait_parked(&self, local: std::ops::Range<u32>) -> Result<Vec<Who>, String> {
+    /// Wait until the poller, every NI of `local`, the control socket and its connections
+    /// (all but `asking`, the one that asked for the restart) parked; what parked, or what
+    /// did not.
+    fn wait_parked(&self, local: std::ops::Range<u32>, asking: bool) -> Result<Vec<Who>, String> {
         let deadline = Instant::now() + FREEZE_WAIT;
         let mut s = self.lock();
         loop {
-            let poller = s.parked.contains(&Who::Poller);
+            let controls = s
+                .parked
+                .iter()
+                .filter(|w| matches!(w, Who::Control(_)))
+                .count() as u64;
+            let controls_open = crate::control::open_connections().saturating_sub(asking as u64);
+            let control = s.parked.contains(&Who::ControlListener) && controls >= controls_open;
+            let poller = s.parked.contains(&Who::Poller) && control;
             let missing: Vec<u32> = local
                 .clone()
                 .filter(|&i| {
@@ -180,8 +193,14 @@ impl Freeze {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 let mut what = Vec::new();
-                if !poller {
+                if !s.parked.contains(&Who::Poller) {
                     what.push("the poller".to_string());
+                }
+                if !control {
+                    what.push(format!(
+                        "{} of {controls_open} control connection(s) (a request in progress)",
+                        controls_open - controls.min(controls_open)
+                    ));
                 }
                 if !missing.is_empty() {
                     what.push(format!(
@@ -217,6 +236,8 @@ pub struct Image {
     pub control_fd: RawFd,
     pub listeners: Vec<(u32, RawFd)>,
     pub sessions: Vec<SessionImage>,
+    /// Control connections between requests.
+    pub controls: Vec<RawFd>,
     pub nis: Vec<NiImage>,
     pub fabric: FabricImage,
     /// How long ago the daemon first started, and how many handovers it went through.
@@ -316,6 +337,7 @@ fn fds_of(img: &Image, image_fd: RawFd) -> Vec<RawFd> {
     v.extend(img.reply_to);
     v.extend(img.listeners.iter().map(|l| l.1));
     v.extend(img.sessions.iter().map(|s| s.fd));
+    v.extend(&img.controls);
     for n in &img.nis {
         v.push(n.sram);
         v.extend(n.spare_sram);
@@ -348,7 +370,7 @@ pub fn restart(daemon: &Daemon, binary: Option<PathBuf>, reply_to: Option<RawFd>
     let began = monotonic_ns();
     tracing::info!(binary = %binary.display(), "planned restart: bringing the daemon to rest");
     daemon.fabric.doorbell.ring();
-    let e = match f.wait_parked(daemon.local.clone()) {
+    let e = match f.wait_parked(daemon.local.clone(), reply_to.is_some()) {
         Err(what) => HandoverError::NotAtRest(what),
         Ok(parked) => match capture(daemon, &parked, reply_to, began) {
             Err(e) => HandoverError::Capture(e),
@@ -398,6 +420,13 @@ fn capture(
         control_fd: daemon.control_fd(),
         listeners: daemon.listener_fds(),
         sessions: sess,
+        controls: parked
+            .iter()
+            .filter_map(|w| match w {
+                Who::Control(fd) => Some(*fd),
+                _ => None,
+            })
+            .collect(),
         nis,
         fabric,
         uptime_ns: daemon.started.elapsed().as_nanos() as u64,

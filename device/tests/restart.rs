@@ -1,0 +1,218 @@
+//! Issue 16, "daemon restart and upgrade under running clients": a planned restart
+//! (`ni-ctl daemon restart`, the control request `daemon_restart`) hands every client over to
+//! the new process (device/abi/handover.md). Clients here are raw vfio-user clients that
+//! drive the registers, as a driver written from the seeds would: what they set up and what
+//! the NI holds for them must be there after the restart, on the same connection.
+
+mod common;
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use common::cm5_driver::*;
+use common::*;
+use ni_abi::cm5::{self, green, level, private, status};
+use ni_abi::pci;
+use vfio_bindings::bindings::vfio::*;
+use vfio_user::Client;
+
+fn restart(d: &Daemon, binary: Option<&str>) -> serde_json::Value {
+    let req = match binary {
+        None => r#"{"version":1,"request":"daemon_restart"}"#.to_string(),
+        Some(b) => format!(r#"{{"version":1,"request":"daemon_restart","binary":{b:?}}}"#),
+    };
+    d.control(&req)
+}
+
+fn receive(c: &mut Client) -> (u32, Vec<u32>) {
+    let mut st = 0;
+    poll_until("a message in the LDR receive FIFO", || {
+        st = cm5_read(c, false, LDR_STATUS);
+        st & status::REC_OK != 0
+    });
+    let len = (st >> 11) & 0xF;
+    let tag = (st >> 15) & 0xF;
+    let words = (0..len).map(|_| cm5_read(c, false, LDR_RECV)).collect();
+    (tag, words)
+}
+
+/// CM-5 NI §2.3, §2.7.1, §5.4 across a restart: a message that arrived before it waits in
+/// the receive FIFO after it, whole; the receive interrupt the driver set up before (its
+/// eventfd, MSI-X enable, rec_ok_ie, level_green) fires for a message sent after it; config
+/// space, registers and counters carry on; the pid stays.
+#[test]
+fn registers_held_messages_and_interrupts_cross_a_planned_restart() {
+    let mut d = Daemon::start(2);
+    let pid = d.child.id();
+    let mut a = d.client(0);
+    let mut b = d.client(1);
+    ready(&mut a, 2);
+    ready(&mut b, 2);
+    enable_msix(&mut b);
+    let ev = eventfd();
+    b.set_irqs(
+        pci::MSIX_IRQ_INDEX,
+        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+        pci::vector::GREEN as u32,
+        1,
+        &[ev.as_raw_fd()],
+    )
+    .unwrap();
+    cm5_write(&mut b, true, cm5::NI_INTERRUPT_LEVEL, level::GREEN);
+    cm5_write(&mut b, true, LDR_PRIVATE, private::REC_OK_IE);
+    assert!(send(&mut a, 1, 5, &[1, 2, 3]));
+    assert_eq!(wait_event(&ev, 3000), 1, "the Green vector fired");
+    let command = cfg_read16(&mut b, 0x04);
+    let msix = cfg_read16(&mut b, 0x52);
+
+    let r = restart(&d, None);
+    assert_eq!(r["result"], "status", "{r}");
+    assert_eq!(r["restarts"], 1, "{r}");
+    assert_eq!(r["pid"], pid, "the same process, the new binary");
+    assert_eq!(r["attached"], 2, "both clients carried over: {r}");
+    assert!(d.alive());
+
+    assert_eq!(cfg_read16(&mut b, 0x04), command, "config space: command");
+    assert_eq!(cfg_read16(&mut b, 0x52), msix, "MSI-X enable");
+    assert_eq!(
+        cm5_read(&mut b, true, cm5::NI_INTERRUPT_LEVEL),
+        level::GREEN
+    );
+    assert_eq!(
+        receive(&mut b),
+        (5, vec![1, 2, 3]),
+        "held across the restart"
+    );
+    // §5.4: the driver clears the cause it was interrupted for (the message is read, so it
+    // stays clear).
+    cm5_write(
+        &mut b,
+        true,
+        cm5::NI_INTERRUPT_CLEAR_GREEN,
+        green::LDR_REC_OK,
+    );
+    assert!(send(&mut a, 1, 6, &[4, 5]));
+    assert_eq!(
+        wait_event(&ev, 3000),
+        1,
+        "the eventfd registered before the restart fires after it"
+    );
+    assert_eq!(receive(&mut b), (6, vec![4, 5]));
+    assert!(send(&mut b, 0, 7, &[9]));
+    assert_eq!(receive(&mut a), (7, vec![9]));
+    assert_eq!(d.counter(0, "cm5_dr_sends"), 2, "counters carry on");
+    assert_eq!(d.counter(1, "cm5_dr_recvs"), 2);
+    assert_eq!(d.counter(0, "attaches"), 1, "nobody attached again");
+    assert_eq!(d.counter(1, "attaches"), 1);
+}
+
+/// A client that stops reading its replies holds its session thread in a write: the
+/// restart cannot bring it to rest, says which NI, within the bound (2 s), and the daemon
+/// carries on serving everyone; once that client is gone the restart goes through.
+#[test]
+fn a_session_that_cannot_come_to_rest_refuses_the_restart_not_the_others() {
+    let mut d = Daemon::start(2);
+    let mut a = d.client(0);
+    enable(&mut a);
+    let mut raw = Raw::connect(&d.sock(1));
+    raw.s.set_nonblocking(true).unwrap();
+    // REGION_READs of 1 MiB, never read back: the replies fill the socket both ways.
+    let mut p = Vec::new();
+    p.extend_from_slice(&0u64.to_le_bytes());
+    p.extend_from_slice(&pci::BAR0_REGION.to_le_bytes());
+    p.extend_from_slice(&(1u32 << 20).to_le_bytes());
+    let mut msg = Vec::new();
+    for id in 0..64u16 {
+        msg.extend_from_slice(&id.to_le_bytes());
+        msg.extend_from_slice(&(ni_abi::vfio_user::command::REGION_READ).to_le_bytes());
+        msg.extend_from_slice(&(16 + p.len() as u32).to_le_bytes());
+        msg.extend_from_slice(&0u32.to_le_bytes());
+        msg.extend_from_slice(&0u32.to_le_bytes());
+        msg.extend_from_slice(&p);
+    }
+    let mut sent = 0;
+    let t = Instant::now();
+    while sent < msg.len() && t.elapsed() < Duration::from_secs(2) {
+        match raw.s.write(&msg[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let r = restart(&d, None);
+    let took = t.elapsed();
+    assert_eq!(r["result"], "error", "{r}");
+    let why = r["error"].as_str().unwrap();
+    assert!(why.contains("NI [1]"), "names the NI: {why}");
+    assert!(
+        took < Duration::from_secs(4),
+        "refused within the bound, took {took:?}"
+    );
+    assert!(d.alive());
+    // Everyone else carries on.
+    assert_eq!(cfg_read16(&mut a, 0x04) & 0x2, 0x2, "NI 0 still answers");
+    drop(raw);
+    // The session ends once its socket is gone; then nothing is in the way.
+    poll_until("NI 1 detached", || {
+        d.control(r#"{"version":1,"request":"status"}"#)["attached"] == 1
+    });
+    let r = restart(&d, None);
+    assert_eq!(r["result"], "status", "{r}");
+    assert_eq!(r["restarts"], 1, "{r}");
+    assert_eq!(cfg_read16(&mut a, 0x04) & 0x2, 0x2, "NI 0 carried over");
+}
+
+/// An upgrade into a binary that cannot take the state over is refused before anything
+/// stops (`--handover-format` must answer this format); one that can takes over, and later
+/// restarts default to its path.
+#[test]
+fn only_a_binary_that_speaks_the_format_takes_over() {
+    let mut d = Daemon::start(1);
+    let mut a = d.client(0);
+    enable(&mut a);
+    let tmp = TempDir::new("upgrade");
+    let other = tmp.0.join("other-format");
+    std::fs::write(&other, "#!/bin/sh\necho 999\n").unwrap();
+    let script = std::fs::File::open(&other).unwrap();
+    let mut perm = script.metadata().unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&other, perm).unwrap();
+    for (binary, says) in [
+        ("/bin/true", "answered \"\""),
+        ("/nonexistent/ni-device", "No such file"),
+        (other.to_str().unwrap(), "format 999"),
+    ] {
+        let r = restart(&d, Some(binary));
+        assert_eq!(r["result"], "error", "{binary}: {r}");
+        assert!(r["error"].as_str().unwrap().contains(says), "{binary}: {r}");
+        assert!(d.alive());
+        assert_eq!(cfg_read16(&mut a, 0x04) & 0x2, 0x2, "still serving");
+    }
+    // The upgrade: a new binary at another path.
+    let new = tmp.0.join("ni-device-new");
+    std::fs::copy(env!("CARGO_BIN_EXE_ni-device"), &new).unwrap();
+    let r = restart(&d, Some(new.to_str().unwrap()));
+    assert_eq!(r["result"], "status", "{r}");
+    assert_eq!(cfg_read16(&mut a, 0x04) & 0x2, 0x2, "carried over");
+    let exe = std::fs::read_link(format!("/proc/{}/exe", d.child.id())).unwrap();
+    assert_eq!(exe, new, "the daemon runs the new binary");
+    // SIGHUP: again into the binary it now runs.
+    // SAFETY: kill with a pid of our own child.
+    assert_eq!(unsafe { libc::kill(d.child.id() as i32, libc::SIGHUP) }, 0);
+    poll_until("the SIGHUP restart", || {
+        d.control(r#"{"version":1,"request":"status"}"#)["restarts"] == 2
+    });
+    assert_eq!(cfg_read16(&mut a, 0x04) & 0x2, 0x2, "carried over again");
+    let mut log = String::new();
+    let _ = std::io::Read::read_to_string(
+        &mut std::fs::File::open(d.dir.with_extension("log")).unwrap(),
+        &mut log,
+    );
+    assert!(log.contains("planned restart done"), "{log}");
+    std::io::stderr().flush().unwrap();
+}
