@@ -79,6 +79,20 @@ impl Outbox {
         let _ = (&self.wake).write(&1u64.to_ne_bytes());
     }
 
+    /// What was fired and not yet signalled (for a handover; nothing is taken).
+    pub fn pending(&self) -> u32 {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Fire again what an earlier process of this daemon had not signalled yet.
+    pub fn post_bits(&self, bits: u32) {
+        for b in 0..32 {
+            if bits & (1 << b) != 0 {
+                self.post(b);
+            }
+        }
+    }
+
     /// The descriptor the session thread polls beside its socket.
     pub fn wake_fd(&self) -> RawFd {
         self.wake.as_raw_fd()

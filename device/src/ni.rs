@@ -768,6 +768,8 @@ pub struct NiImage {
     pub msix: MsixTable,
     pub msix_table_used: bool,
     pub irqs: crate::irq::IrqsImage,
+    /// Interrupts fired and not yet signalled to the client's eventfds.
+    pub irqs_pending: u32,
     pub sram: std::os::fd::RawFd,
     pub spare_sram: Option<std::os::fd::RawFd>,
     pub lanai: serde_json::Value,
@@ -814,6 +816,7 @@ impl Ni {
             msix: self.msix.clone(),
             msix_table_used: self.msix_table_used,
             irqs: self.irqs.image(),
+            irqs_pending: self.irqs.outbox().pending(),
             sram: self.sram.fd(),
             spare_sram: self.spare_sram.as_ref().map(|s| s.fd()),
             lanai: serde_json::to_value(&self.lanai)?,
@@ -875,6 +878,7 @@ impl Ni {
             }
         }
         self.irqs.restore(&img.irqs, &mut file).map_err(fd)?;
+        self.irqs.outbox().post_bits(img.irqs_pending);
         self.config = img.config;
         self.msix = img.msix;
         self.msix_table_used = img.msix_table_used;

@@ -550,6 +550,7 @@ fn main() {
         "collectives" => collectives(&ni),
         "onesided" => onesided(&ni),
         "scribble" => scribble(&ni, &mut tally),
+        "soak" => soak(&ni, &mut tally),
         other => panic!("unknown scenario {other}"),
     }
     println!(
@@ -935,5 +936,82 @@ fn collectives(ni: &Ni) {
     ni.barrier().unwrap();
     println!(
         "collectives: allreduce f64 sum ({COUNT} elements, {dt:?}), i64 min, u64 xor checked over {n} ranks"
+    );
+}
+
+/// Issue 16, a planned daemon restart under running guests: checked ping-pongs (8 B, 4000 B
+/// through the window or the fabric, 64 KiB and 1 MiB through the fabric), an allreduce and
+/// a barrier, round after round for `NI_VM_SOAK_SECS` (rank 0's clock; its verdict travels
+/// as a message), while the host restarts the daemon (tests/vm/guests-planned-restart.sh).
+/// Any error fails the rank. Prints `soaking` after the first round.
+fn soak(ni: &Ni, tally: &mut Tally) {
+    let secs: u64 = std::env::var("NI_VM_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let buf = ni.alloc(1 << 20).unwrap();
+    let small = ni.alloc(4096).unwrap();
+    let peer = 1 - ni.rank();
+    let t = Instant::now();
+    let mut round = 0u64;
+    loop {
+        for (k, &n) in [8usize, 4000, 65536, 1 << 20].iter().enumerate() {
+            let tag = round * 8 + k as u64;
+            let want = pattern(n, tag);
+            if ni.rank() == 0 {
+                buf.write_at(0, &want);
+                ni.send(peer, &buf, 0..n, tag).unwrap();
+                tally.send_bytes += n as u64;
+                let d = ni
+                    .recv(Some(peer), &buf, 0..1 << 20, tag, u64::MAX)
+                    .unwrap();
+                tally.recvs += 1;
+                tally.recv_bytes += d.len;
+                assert_eq!(d.len as usize, n, "round {round}: echo length");
+            } else {
+                let d = ni
+                    .recv(Some(peer), &buf, 0..1 << 20, tag, u64::MAX)
+                    .unwrap();
+                tally.recvs += 1;
+                tally.recv_bytes += d.len;
+                assert_eq!(d.len as usize, n, "round {round}: length");
+                ni.send(peer, &buf, 0..n, tag).unwrap();
+                tally.send_bytes += n as u64;
+            }
+            let mut got = vec![0u8; n];
+            buf.read_at(0, &mut got);
+            assert!(got == want, "round {round}: {n} bytes corrupted");
+        }
+        small.write_at(0, &(round as f64 + ni.rank() as f64).to_le_bytes());
+        ni.allreduce::<f64>(ni::ReduceOp::Sum, &small, 0, &small, 8, 1)
+            .unwrap();
+        let mut b = [0u8; 8];
+        small.read_at(8, &mut b);
+        assert_eq!(
+            f64::from_le_bytes(b),
+            2.0 * round as f64 + 1.0,
+            "round {round}: allreduce"
+        );
+        let vtag = u64::MAX - 1;
+        if ni.rank() == 0 {
+            small.write_at(64, &[(t.elapsed() < Duration::from_secs(secs)) as u8]);
+            ni.send(peer, &small, 64..65, vtag).unwrap();
+        } else {
+            ni.recv(Some(peer), &small, 64..65, vtag, u64::MAX).unwrap();
+        }
+        ni.barrier().unwrap();
+        round += 1;
+        if round == 1 {
+            println!("soaking");
+        }
+        let mut go = [0u8];
+        small.read_at(64, &mut go);
+        if go[0] == 0 {
+            break;
+        }
+    }
+    println!(
+        "soak: {round} rounds checked in {:.1} s",
+        t.elapsed().as_secs_f64()
     );
 }
