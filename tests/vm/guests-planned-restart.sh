@@ -67,8 +67,11 @@ expect "the daemon's counters match what the ranks counted across the restarts" 
 expect "each restart completed in the daemon" \
     test "$(grep -c 'planned restart done' "$run_dir/daemon.log")" -eq 4
 expect "the daemon logged no WARN or ERROR" sh -c "! grep -aE ' (WARN|ERROR) ' '$run_dir/daemon.log'"
+# QEMU's log may only hold the refusals of its descriptor-less DMA maps of ROM and BAR ranges
+# (vfio-user command 2), which it sends at boot by design: nothing about a broken
+# connection, a timeout or a reconnect.
 for g in 0 1; do
-    expect "guest $g's QEMU logged nothing about its vfio-user device" \
-        sh -c "! grep -aiE 'vfio|broken pipe' '$LOG/guest$g.log.qemu'"
+    expect "guest $g's QEMU logged nothing but the boot-time map refusals" \
+        sh -c "! grep -avE 'request:? command 2 error Invalid argument' '$LOG/guest$g.log.qemu'"
 done
 vm_finish

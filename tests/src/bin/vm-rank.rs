@@ -996,8 +996,11 @@ fn soak(ni: &Ni, tally: &mut Tally) {
         if ni.rank() == 0 {
             small.write_at(64, &[(t.elapsed() < Duration::from_secs(secs)) as u8]);
             ni.send(peer, &small, 64..65, vtag).unwrap();
+            tally.send_bytes += 1;
         } else {
             ni.recv(Some(peer), &small, 64..65, vtag, u64::MAX).unwrap();
+            tally.recvs += 1;
+            tally.recv_bytes += 1;
         }
         ni.barrier().unwrap();
         round += 1;
