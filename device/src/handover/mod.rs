@@ -372,10 +372,21 @@ pub fn restart(daemon: &Daemon, binary: Option<PathBuf>, reply_to: Option<RawFd>
     daemon.fabric.doorbell.ring();
     let e = match f.wait_parked(daemon.local.clone(), reply_to.is_some()) {
         Err(what) => HandoverError::NotAtRest(what),
-        Ok(parked) => match capture(daemon, &parked, reply_to, began) {
-            Err(e) => HandoverError::Capture(e),
-            Ok((img, mem)) => exec(&binary, img, mem),
-        },
+        Ok(parked) => {
+            let rest = monotonic_ns() - began;
+            match capture(daemon, &parked, reply_to, began) {
+                Err(e) => HandoverError::Capture(e),
+                Ok((img, mem)) => {
+                    tracing::info!(
+                        at_rest_ms = rest as f64 / 1e6,
+                        captured_ms = (monotonic_ns() - began - rest) as f64 / 1e6,
+                        image_bytes = mem.metadata().map(|m| m.len()).unwrap_or(0),
+                        "planned restart: state captured"
+                    );
+                    exec(&binary, img, mem)
+                }
+            }
+        }
     };
     f.thaw();
     daemon.fabric.doorbell.ring();
@@ -440,7 +451,9 @@ fn capture(
     )
     .map_err(|e| format!("memfd: {e}"))?;
     let mut mem = File::from(mem);
-    serde_json::to_writer(&mut mem, &img).map_err(|e| format!("writing the image: {e}"))?;
+    let bytes = serde_json::to_vec(&img).map_err(|e| format!("writing the image: {e}"))?;
+    mem.write_all(&bytes)
+        .map_err(|e| format!("writing the image: {e}"))?;
     mem.rewind().map_err(|e| e.to_string())?;
     Ok((img, mem))
 }
