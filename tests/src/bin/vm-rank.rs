@@ -551,6 +551,12 @@ fn main() {
         "onesided" => onesided(&ni),
         "scribble" => scribble(&ni, &mut tally),
         "soak" => soak(&ni, &mut tally),
+        "wake" => {
+            let n = args.next().and_then(|s| s.parse().ok()).unwrap_or(200);
+            wake(&ni, n, "polled");
+            hello(&ni, &scratch, 20, Duration::from_secs(60), &mut tally);
+            wake(&ni, n, "blocked");
+        }
         other => panic!("unknown scenario {other}"),
     }
     println!(
@@ -1017,4 +1023,55 @@ fn soak(ni: &Ni, tally: &mut Tally) {
         "soak: {round} rounds checked in {:.1} s",
         t.elapsed().as_secs_f64()
     );
+}
+
+/// Issue 16, "blocking receives in guests": the cost of waking a receiver that sleeps on its
+/// MSI-X. Rank 0 pauses 3 ms before each 8 B ping (long past libni's 1 ms of backoff, so a
+/// blocking receiver is asleep on the interrupt), then spins for the pong; rank 1 either
+/// spins on its receive (`polled`) or waits the way libni waits (`blocked`: spin, back off,
+/// arm the completion interrupt and sleep; the ping's sender sees it asleep and asks the
+/// device to WAKE it). Prints the full round trip, so the difference is the wake-up chain:
+/// doorbell trap, the device, MSI-X through QEMU, the guest's vfio-pci handler, the eventfd.
+fn wake(ni: &Ni, iters: usize, mode: &str) {
+    const GAP: Duration = Duration::from_millis(3);
+    let spin = |op: ni::Op| loop {
+        if ni.test(&op).unwrap().is_some() {
+            break;
+        }
+        std::hint::spin_loop();
+    };
+    let buf = ni.alloc(4096).unwrap();
+    let mut rt = Vec::with_capacity(iters);
+    for i in 0..iters + 10 {
+        if ni.rank() == 0 {
+            std::thread::sleep(GAP);
+            let t = Instant::now();
+            let r = ni.irecv(Some(1), &buf, 64..72, 2, u64::MAX).unwrap();
+            spin(ni.isend(1, &buf, 0..8, 1).unwrap());
+            spin(r);
+            if i >= 10 {
+                rt.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        } else if ni.rank() == 1 {
+            let r = ni.irecv(Some(0), &buf, 0..8, 1, u64::MAX).unwrap();
+            match mode {
+                "polled" => spin(r),
+                _ => {
+                    ni.wait(r).unwrap();
+                }
+            }
+            spin(ni.isend(0, &buf, 64..72, 2).unwrap());
+        }
+    }
+    if ni.rank() == 0 {
+        rt.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let q = |f: f64| rt[((rt.len() - 1) as f64 * f) as usize];
+        println!(
+            "wake {mode} rtt_us median={:.1} p10={:.1} p90={:.1} n={}",
+            q(0.5),
+            q(0.1),
+            q(0.9),
+            rt.len()
+        );
+    }
 }
