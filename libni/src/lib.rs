@@ -473,11 +473,7 @@ impl Inner {
         // Pairs with the poller's store of DEV_SLEEPING, fence, last look at SQ_TAIL.
         fence(Ordering::SeqCst);
         if self.sram_u32(ctrl::DEV_SLEEPING).load(Ordering::Acquire) != 0 {
-            self.dev.region_write(
-                pci::BAR0_REGION,
-                fp::PAGE + fp::DOORBELL,
-                &1u32.to_le_bytes(),
-            )?;
+            self.dev.ring_doorbell()?;
         }
         Ok(r.user)
     }

@@ -19,6 +19,14 @@ pub(crate) trait Transport: Send {
     /// A trapped read of a region (VFIO region index: BAR0 = 0, config = 7, ...).
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<()>;
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<()>;
+    /// Write the fast path's `DOORBELL` (the poller sleeps; fastpath.md).
+    fn ring_doorbell(&mut self) -> Result<()> {
+        self.region_write(
+            ni_abi::pci::BAR0_REGION,
+            ni_abi::fastpath::regs::PAGE + ni_abi::fastpath::regs::DOORBELL,
+            &1u32.to_le_bytes(),
+        )
+    }
     /// Let the NI reach `mem` at IOVA = its address in this process.
     fn dma_map(&mut self, mem: &Mem) -> Result<()>;
     fn dma_unmap(&mut self, iova: u64, len: u64) -> Result<()>;

@@ -42,13 +42,18 @@ const REGION_MMAP: u32 = 1 << 2;
 /// `VFIO_PCI_REQ_IRQ_INDEX`: the device request (the kernel wants the device back).
 const VFIO_PCI_REQ_IRQ_INDEX: u32 = 4;
 
-/// An NI opened through VFIO. Fields drop in order: the eventfds, then the device (which
+/// An NI opened through VFIO. Fields drop in order: the eventfds and the doorbell's page, then the device (which
 /// releases its group), then the container (which drops every DMA mapping).
 pub struct Device {
     irq_fds: Vec<EventFd>,
     /// vfio-pci's device request: signalled when the kernel wants the function back (PCI
     /// hot-unplug) and waits for every descriptor and mapping of it to be released.
     req: Option<EventFd>,
+    /// BAR0's trapped fast-path page, mapped: a store to `DOORBELL` traps from user space
+    /// straight to the VMM (a posted vfio-user write) instead of a `pwrite` system call
+    /// into vfio-pci first, which costs a guest under TCG ~170 µs more. Mapped on first use;
+    /// `None` after a failed try (then `pwrite`).
+    doorbell: Option<Option<Mem>>,
     device: VfioDevice,
     container: Arc<VfioContainer>,
     addr: String,
@@ -241,6 +246,7 @@ impl Device {
             device,
             container,
             addr: addr.to_string(),
+            doorbell: None,
         })
     }
 
@@ -443,6 +449,38 @@ impl Transport for Device {
             )));
         }
         Ok(())
+    }
+
+    fn ring_doorbell(&mut self) -> Result<()> {
+        use ni_abi::fastpath::regs as fp;
+        if self.doorbell.is_none() {
+            let bar0 = ni_abi::pci::BAR0_REGION;
+            // SAFETY: dup of the device descriptor we hold; the result is checked and owned.
+            let fd = unsafe { libc::dup(self.device.as_raw_fd()) };
+            let page = (fd >= 0 && self.device.get_region_flags(bar0) & REGION_MMAP != 0)
+                .then(|| {
+                    // SAFETY: fd is a fresh descriptor we own.
+                    let file = unsafe { File::from_raw_fd(fd) };
+                    Mem::map_fd(file, self.device.get_region_offset(bar0) + fp::PAGE, 4096).ok()
+                })
+                .flatten();
+            self.doorbell = Some(page);
+        }
+        match self.doorbell.as_ref().and_then(|m| m.as_ref()) {
+            Some(page) => {
+                // SAFETY: DOORBELL is inside the mapped 4 KiB page and 4-aligned; a volatile
+                // store is one MMIO write of 4 bytes.
+                unsafe {
+                    std::ptr::write_volatile(page.ptr().add(fp::DOORBELL as usize) as *mut u32, 1)
+                };
+                Ok(())
+            }
+            None => self.region_write(
+                ni_abi::pci::BAR0_REGION,
+                fp::PAGE + fp::DOORBELL,
+                &1u32.to_le_bytes(),
+            ),
+        }
     }
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<()> {

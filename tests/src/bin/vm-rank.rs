@@ -556,6 +556,9 @@ fn main() {
             wake(&ni, n, "polled");
             hello(&ni, &scratch, 20, Duration::from_secs(60), &mut tally);
             wake(&ni, n, "blocked");
+            if ni.rank() == 0 {
+                local_wake(n);
+            }
         }
         other => panic!("unknown scenario {other}"),
     }
@@ -1042,15 +1045,20 @@ fn wake(ni: &Ni, iters: usize, mode: &str) {
     };
     let buf = ni.alloc(4096).unwrap();
     let mut rt = Vec::with_capacity(iters);
+    let mut calls = Vec::with_capacity(iters);
     for i in 0..iters + 10 {
         if ni.rank() == 0 {
             std::thread::sleep(GAP);
             let t = Instant::now();
             let r = ni.irecv(Some(1), &buf, 64..72, 2, u64::MAX).unwrap();
-            spin(ni.isend(1, &buf, 0..8, 1).unwrap());
+            let s = Instant::now();
+            let op = ni.isend(1, &buf, 0..8, 1).unwrap();
+            let call = s.elapsed();
+            spin(op);
             spin(r);
             if i >= 10 {
                 rt.push(t.elapsed().as_secs_f64() * 1e6);
+                calls.push(call.as_secs_f64() * 1e6);
             }
         } else if ni.rank() == 1 {
             let r = ni.irecv(Some(0), &buf, 0..8, 1, u64::MAX).unwrap();
@@ -1066,12 +1074,58 @@ fn wake(ni: &Ni, iters: usize, mode: &str) {
     if ni.rank() == 0 {
         rt.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let q = |f: f64| rt[((rt.len() - 1) as f64 * f) as usize];
+        calls.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(
-            "wake {mode} rtt_us median={:.1} p10={:.1} p90={:.1} n={}",
+            "wake {mode} rtt_us median={:.1} p10={:.1} p90={:.1} n={} (the send call: median {:.1})",
             q(0.5),
             q(0.1),
             q(0.9),
-            rt.len()
+            rt.len(),
+            calls[calls.len() / 2]
         );
     }
+}
+
+/// The guest kernel's own part of a wake-up, no device involved: a thread asleep in `poll` on
+/// an eventfd is woken by another thread of the same guest writing it, 3 ms later. The
+/// floor under `wake blocked` (which adds the interrupt's way in: QEMU, the guest's IRQ
+/// entry and vfio-pci's handler).
+fn local_wake(iters: usize) {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd returns a new descriptor or -1 (checked).
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor, owned here.
+    let ev = std::sync::Arc::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    let (tx, rx) = std::sync::mpsc::channel::<Instant>();
+    let waker = {
+        let ev = ev.clone();
+        std::thread::spawn(move || {
+            for _ in 0..iters + 10 {
+                std::thread::sleep(Duration::from_millis(3));
+                tx.send(Instant::now()).unwrap();
+                (&*ev).write_all(&1u64.to_ne_bytes()).unwrap();
+            }
+        })
+    };
+    let mut us = Vec::new();
+    for i in 0..iters + 10 {
+        let mut b = [0u8; 8];
+        (&*ev).read_exact(&mut b).unwrap();
+        let sent = rx.recv().unwrap();
+        if i >= 10 {
+            us.push(sent.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    waker.join().unwrap();
+    us.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let q = |f: f64| us[((us.len() - 1) as f64 * f) as usize];
+    println!(
+        "wake local-eventfd us median={:.1} p10={:.1} p90={:.1} n={}",
+        q(0.5),
+        q(0.1),
+        q(0.9),
+        us.len()
+    );
 }
