@@ -490,6 +490,9 @@ impl Daemon {
     ) -> Result<Arc<Daemon>> {
         let mut fds = crate::handover::Fds::new();
         if let Some(img) = &handover {
+            // Every descriptor the image names is owned from here: what nothing claims
+            // (a session that is not resumed) is closed, not leaked.
+            fds = crate::handover::Fds::of(img);
             if span.is_some() {
                 bail!("a handover into a daemon of a fabric that spans hosts is not supported");
             }
@@ -568,7 +571,14 @@ impl Daemon {
             let mut ni =
                 Ni::new(i, doorbell.clone()).with_context(|| format!("creating NI {i}"))?;
             if let Some(img) = handed.remove(&i) {
-                ni.restore(img, |fd| fds.file(fd))?;
+                // One NI that cannot be taken back costs its own client the session (it
+                // sees the connection close, as after a crash), not the others theirs.
+                if let Err(e) = ni.restore(img, |fd| fds.file(fd)) {
+                    tracing::error!(ni = i, "not carried over, its client is let go: {e}");
+                    sessions.remove(&i);
+                    ni =
+                        Ni::new(i, doorbell.clone()).with_context(|| format!("creating NI {i}"))?;
+                }
             }
             slots.push(Arc::new(Slot {
                 ni: Mutex::new(ni),

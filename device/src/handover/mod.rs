@@ -332,8 +332,8 @@ fn set_cloexec(fd: RawFd, on: bool) -> std::io::Result<()> {
 }
 
 /// The descriptors an image names (each once).
-fn fds_of(img: &Image, image_fd: RawFd) -> Vec<RawFd> {
-    let mut v = vec![img.lock_fd, img.control_fd, image_fd];
+fn fds_of(img: &Image) -> Vec<RawFd> {
+    let mut v = vec![img.lock_fd, img.control_fd];
     v.extend(img.reply_to);
     v.extend(img.listeners.iter().map(|l| l.1));
     v.extend(img.sessions.iter().map(|s| s.fd));
@@ -459,7 +459,8 @@ fn capture(
 }
 
 fn exec(binary: &Path, img: Image, mem: File) -> HandoverError {
-    let fds = fds_of(&img, mem.as_raw_fd());
+    let mut fds = fds_of(&img);
+    fds.push(mem.as_raw_fd());
     let exec_err = |e| HandoverError::Exec(binary.to_path_buf(), e);
     for &fd in &fds {
         if let Err(e) = set_cloexec(fd, false) {
@@ -538,6 +539,16 @@ impl Fds {
         Fds {
             held: BTreeMap::new(),
         }
+    }
+
+    /// Own every descriptor `img` names (those still open), so that what nothing claims is
+    /// closed with the pool.
+    pub fn of(img: &Image) -> Fds {
+        let mut f = Fds::new();
+        for fd in fds_of(img) {
+            let _ = f.file(fd);
+        }
+        f
     }
 
     /// A duplicate (close-on-exec) of inherited descriptor `fd`.
