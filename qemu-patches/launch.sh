@@ -23,6 +23,8 @@
 #                     (e.g. 64M; an NI's BARs need 50 MiB) or R=default (the firmware's small
 #                     window, too small for an NI: its BARs stay unassigned) (repeatable)
 #   -q, --quiet       do not copy the guest command's output to stdout
+# NI_QEMU_TRACE=EVENTS (e.g. vfio_msi_interrupt): QEMU trace events into the QEMU log, with
+# wall-clock timestamps (-msg timestamp=on), to line up with the daemon's.
 # Exit status: the guest command's; 124 on timeout; 125 when no exit marker was seen (boot
 # failure, QEMU error, guest crash). On any non-zero status the console log is printed to stderr.
 set -euo pipefail
@@ -136,6 +138,7 @@ for r in "${hotplug[@]}"; do
 done
 [[ -z $qmp ]] || args+=(-qmp "unix:$qmp,server=on,wait=off")
 args+=("${qemu_extra[@]}")
+[[ -z ${NI_QEMU_TRACE:-} ]] || args+=(-trace "$NI_QEMU_TRACE" -msg timestamp=on)
 
 t0=$SECONDS
 qrc=0
