@@ -115,3 +115,44 @@ fn a_checked_exchange_runs_through_ten_restarts_isolated_window() {
 fn a_checked_exchange_runs_through_ten_restarts_shared_window() {
     soak("shared");
 }
+
+/// Copies over 1 MiB move in pieces between the poller's passes (`transfer.rs`): a restart
+/// in the middle of one carries how far it got. The integrity scenario (0 B to 64 MiB,
+/// checked both ways, a truncation) runs on the fabric path while the daemon is restarted
+/// every 50 ms until it is done.
+#[test]
+fn large_copies_in_progress_cross_restarts() {
+    let d = Daemon::start_with(2, Some("direct = \"off\"\n"));
+    let ranks: Vec<_> = (0..2).map(|n| d.rank(rank_bin(), n, "integrity")).collect();
+    let mut restarts = 0u64;
+    let t = Instant::now();
+    while status(&d)["attached"] != 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "ranks attach");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut ranks: Vec<_> = ranks.into_iter().map(Some).collect();
+    let mut outs = Vec::new();
+    while ranks.iter().any(|r| r.is_some()) {
+        for r in ranks.iter_mut() {
+            if r.as_mut().is_some_and(|c| c.try_wait().unwrap().is_some()) {
+                outs.push(finish(r.take().unwrap(), Duration::from_secs(1)));
+            }
+        }
+        let r = d.control(r#"{"version":1,"request":"daemon_restart"}"#);
+        assert_eq!(r["result"], "status", "{r}");
+        restarts += 1;
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "integrity under restarts"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for out in &outs {
+        assert_ok(out, "integrity", &d);
+    }
+    assert!(
+        restarts >= 3,
+        "only {restarts} restarts happened during the copies"
+    );
+    println!("integrity: {restarts} restarts while 0 B..64 MiB were checked both ways");
+}
