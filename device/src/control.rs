@@ -125,11 +125,7 @@ fn wait_for(fd: i32, timeout: Option<Duration>) -> Wait {
                 events: libc::POLLIN,
                 revents: 0,
             },
-            libc::pollfd {
-                fd: crate::handover::freeze().fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            crate::handover::freeze().pollfd(),
         ];
         // SAFETY: two valid pollfds.
         let r = unsafe { libc::poll(pfd.as_mut_ptr(), 2, ms) };

@@ -119,11 +119,7 @@ impl<'a> Session<'a> {
                         events: libc::POLLIN,
                         revents: 0,
                     },
-                    libc::pollfd {
-                        fd: crate::handover::freeze().fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
+                    crate::handover::freeze().pollfd(),
                 ];
                 // SAFETY: three valid pollfds.
                 let r = unsafe { libc::poll(pfd.as_mut_ptr(), 3, -1) };
@@ -692,11 +688,7 @@ fn wait_readable(listener: &UnixListener) -> io::Result<bool> {
             events: libc::POLLIN,
             revents: 0,
         },
-        libc::pollfd {
-            fd: crate::handover::freeze().fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
+        crate::handover::freeze().pollfd(),
     ];
     loop {
         // SAFETY: two valid pollfds.

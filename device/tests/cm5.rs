@@ -15,23 +15,6 @@ use ni_abi::pci;
 use vfio_bindings::bindings::vfio::*;
 use vfio_user::Client;
 
-/// Wait for rec_ok, then read the message: (tag, words).
-fn receive(c: &mut Client) -> (u32, Vec<u32>) {
-    let t = Instant::now();
-    let st = loop {
-        let st = cm5_read(c, false, LDR_STATUS);
-        if st & status::REC_OK != 0 {
-            break st;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "nothing arrived");
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    let len = (st >> 11) & 0xF;
-    let tag = (st >> 15) & 0xF;
-    let words = (0..len).map(|_| cm5_read(c, false, LDR_RECV)).collect();
-    (tag, words)
-}
-
 /// §2.3, §2.4, §3.2, App. A.3: a relative send from NI 0 to relative address 1 arrives whole,
 /// words in order, with its tag; rec_length stays while rec_length_left counts down (§2.5.3);
 /// a read of an empty FIFO is a Bus Error with ni_bad_address latched (§2.4, §6.6).

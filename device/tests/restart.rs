@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::cm5_driver::*;
 use common::*;
-use ni_abi::cm5::{self, green, level, private, status};
+use ni_abi::cm5::{self, green, level, private};
 use ni_abi::pci;
 use vfio_bindings::bindings::vfio::*;
-use vfio_user::Client;
 
 fn restart(d: &Daemon, binary: Option<&str>) -> serde_json::Value {
     let req = match binary {
@@ -23,18 +22,6 @@ fn restart(d: &Daemon, binary: Option<&str>) -> serde_json::Value {
         Some(b) => format!(r#"{{"version":1,"request":"daemon_restart","binary":{b:?}}}"#),
     };
     d.control(&req)
-}
-
-fn receive(c: &mut Client) -> (u32, Vec<u32>) {
-    let mut st = 0;
-    poll_until("a message in the LDR receive FIFO", || {
-        st = cm5_read(c, false, LDR_STATUS);
-        st & status::REC_OK != 0
-    });
-    let len = (st >> 11) & 0xF;
-    let tag = (st >> 15) & 0xF;
-    let words = (0..len).map(|_| cm5_read(c, false, LDR_RECV)).collect();
-    (tag, words)
 }
 
 /// CM-5 NI §2.3, §2.7.1, §5.4 across a restart: a message that arrived before it waits in

@@ -288,6 +288,21 @@ pub mod check {
     }
 
     /// Panic unless `r` failed with `want`.
+    /// One round's allreduce of the restart soaks (`rank.rs`, `vm-rank.rs`): each of two
+    /// ranks adds `round + rank` (in `buf` at 0, the sum at 8), which must be `2 round + 1`.
+    pub fn soak_allreduce(ni: &ni::Ni, buf: &ni::Region, round: u64) {
+        buf.write_at(0, &(round as f64 + ni.rank() as f64).to_le_bytes());
+        ni.allreduce::<f64>(ni::ReduceOp::Sum, buf, 0, buf, 8, 1)
+            .unwrap();
+        let mut b = [0u8; 8];
+        buf.read_at(8, &mut b);
+        assert_eq!(
+            f64::from_le_bytes(b),
+            2.0 * round as f64 + 1.0,
+            "round {round}: allreduce"
+        );
+    }
+
     pub fn expect_status<T: std::fmt::Debug>(r: Result<T, Error>, want: Status) {
         match r {
             Err(e) if status_of(&e) == Some(want) => {}

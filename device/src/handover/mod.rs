@@ -121,6 +121,15 @@ impl Freeze {
         self.fd.as_raw_fd()
     }
 
+    /// The entry a thread that can park adds to the `poll` it blocks in.
+    pub fn pollfd(&self) -> libc::pollfd {
+        libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }
+    }
+
     pub fn on(&self) -> bool {
         self.flag.load(std::sync::atomic::Ordering::Acquire)
     }

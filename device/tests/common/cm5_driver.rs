@@ -108,3 +108,16 @@ pub fn clear_causes(c: &mut Client) {
         cause::ALL & !cause::BC_OR_COM_COLLISION,
     );
 }
+
+/// Wait for rec_ok on LDR, then read the message: (tag, words).
+pub fn receive(c: &mut Client) -> (u32, Vec<u32>) {
+    let mut st = 0;
+    poll_until("a message in the LDR receive FIFO", || {
+        st = cm5_read(c, false, LDR_STATUS);
+        st & status::REC_OK != 0
+    });
+    let len = (st >> 11) & 0xF;
+    let tag = (st >> 15) & 0xF;
+    let words = (0..len).map(|_| cm5_read(c, false, LDR_RECV)).collect();
+    (tag, words)
+}

@@ -707,16 +707,7 @@ fn restart_soak(ni: &Ni) {
             got == want,
             "round {round}: put/get through the peer's region"
         );
-        sums.write_at(0, &(round as f64 + ni.rank() as f64).to_le_bytes());
-        ni.allreduce::<f64>(ni::ReduceOp::Sum, &sums, 0, &sums, 8, 1)
-            .unwrap();
-        let mut b = [0u8; 8];
-        sums.read_at(8, &mut b);
-        assert_eq!(
-            f64::from_le_bytes(b),
-            2.0 * round as f64 + 1.0,
-            "round {round}: allreduce"
-        );
+        ni_tests::check::soak_allreduce(ni, &sums, round);
         // Rank 0 decides whether to go on; the verdict is a message, so both stop together.
         let verdict = ni.alloc(64).unwrap();
         if ni.rank() == 0 {

@@ -991,16 +991,7 @@ fn soak(ni: &Ni, tally: &mut Tally) {
             buf.read_at(0, &mut got);
             assert!(got == want, "round {round}: {n} bytes corrupted");
         }
-        small.write_at(0, &(round as f64 + ni.rank() as f64).to_le_bytes());
-        ni.allreduce::<f64>(ni::ReduceOp::Sum, &small, 0, &small, 8, 1)
-            .unwrap();
-        let mut b = [0u8; 8];
-        small.read_at(8, &mut b);
-        assert_eq!(
-            f64::from_le_bytes(b),
-            2.0 * round as f64 + 1.0,
-            "round {round}: allreduce"
-        );
+        ni_tests::check::soak_allreduce(ni, &small, round);
         let vtag = u64::MAX - 1;
         if ni.rank() == 0 {
             small.write_at(64, &[(t.elapsed() < Duration::from_secs(secs)) as u8]);
