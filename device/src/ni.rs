@@ -778,9 +778,9 @@ pub struct NiImage {
     pub mlink: serde_json::Value,
     /// Port 0's link, which the Lanai registers and the fabric share.
     pub port: crate::fabric::port::PortImage,
-    /// The CM-5 timer's deadline, as nanoseconds from the capture (the monotonic clock the
-    /// deadline is kept in starts again with the new process).
-    pub cm5_timer_in_ns: Option<i64>,
+    /// The CM-5 timer's deadline on the system's `CLOCK_MONOTONIC` (the process-relative
+    /// clock it is kept in starts again with the new process).
+    pub cm5_timer_at: Option<u64>,
     pub dma: Vec<crate::dma::MapImage>,
     pub counters: Counters,
     pub lines: u32,
@@ -824,7 +824,10 @@ impl Ni {
             t3e: serde_json::to_value(&self.t3e)?,
             mlink: serde_json::to_value(&self.mlink)?,
             port: self.lanai.link.image(),
-            cm5_timer_in_ns: (timer != 0).then(|| timer as i64 - crate::cm5::monotonic_ns() as i64),
+            cm5_timer_at: (timer != 0).then(|| {
+                let left = timer as i64 - crate::cm5::monotonic_ns() as i64;
+                (crate::handover::monotonic_ns() as i64 + left).max(0) as u64
+            }),
             dma: read_dma(&self.dma).image(),
             counters: self.counters.clone(),
             lines: self.lines,
@@ -886,8 +889,11 @@ impl Ni {
         self.cm5 = cm5;
         self.t3e = t3e;
         self.mlink = mlink;
-        if let Some(r) = img.cm5_timer_in_ns {
-            let at = (crate::cm5::monotonic_ns() as i64).saturating_add(r.max(1));
+        if let Some(at) = img.cm5_timer_at {
+            let left = at as i64 - crate::handover::monotonic_ns() as i64;
+            let at = (crate::cm5::monotonic_ns() as i64)
+                .saturating_add(left)
+                .max(1);
             self.cm5.timer.store(at as u64, Ordering::Release);
         }
         for flag in [

@@ -747,6 +747,7 @@ pub struct Torus {
     /// R_NET_LUT entries software wrote by SPUT, by (router index, entry): they read back
     /// and route as written until the administrator's tooling reprograms the LUTs (a
     /// map-out). Entries nobody wrote hold what that tooling computes ([`Torus::routing_tag`]).
+    #[serde(with = "crate::handover::serde_with::pairs")]
     lut_written: BTreeMap<(usize, u32), u64>,
     /// R_LUT_OVERRIDE (mode `<41:40>`, tag `<37:0>`) of the routers where it is not 0, by
     /// router index: so whether any is set is known without a walk over every router.
@@ -1454,6 +1455,19 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A planned restart carries the torus as JSON (`crate::handover`): entries software
+    /// wrote by SPUT (keyed by router and entry, not a string) and map-outs come back.
+    #[test]
+    fn the_torus_crosses_a_handover_with_its_lut_writes() {
+        let mut t = Torus::for_nodes(8).unwrap();
+        let r = t.lut()[3];
+        t.write_lut(r, 5, 0x1234).unwrap();
+        let back: Torus = serde_json::from_value(serde_json::to_value(&t).unwrap()).unwrap();
+        assert_eq!(back.lut_entry(r, 5).unwrap(), 0x1234);
+        assert_eq!(back.written_lut(), t.written_lut());
+        assert_eq!(back.lut(), t.lut());
+    }
 
     fn pe(s: &str) -> PhysPe {
         s.parse().unwrap()

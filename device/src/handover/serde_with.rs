@@ -22,20 +22,46 @@ pub mod array {
     }
 }
 
-/// An `Instant` as the nanoseconds since it: the old process's clock means nothing to the
-/// new one, but the time elapsed carries over (the monotonic clock does not stop at exec).
+/// An `Instant` as the system's `CLOCK_MONOTONIC` at that instant, which the exec does not
+/// reset: time keeps running through the pause (a timer due during it is due after it).
 pub mod instant {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::{Duration, Instant};
 
     pub fn serialize<S: Serializer>(t: &Instant, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(t.elapsed().as_nanos().min(u64::MAX as u128) as u64)
+        let ago = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        s.serialize_u64(crate::handover::monotonic_ns().saturating_sub(ago))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Instant, D::Error> {
-        let ago = Duration::from_nanos(u64::deserialize(d)?);
+        let at = u64::deserialize(d)?;
+        let ago = Duration::from_nanos(crate::handover::monotonic_ns().saturating_sub(at));
         let now = Instant::now();
         Ok(now.checked_sub(ago).unwrap_or(now))
+    }
+}
+
+/// A map whose keys are not strings (JSON's only keys), as a sequence of pairs.
+pub mod pairs {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer, K: Serialize, V: Serialize>(
+        m: &BTreeMap<K, V>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_seq(m.iter())
+    }
+
+    pub fn deserialize<
+        'de,
+        D: Deserializer<'de>,
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+    >(
+        d: D,
+    ) -> Result<BTreeMap<K, V>, D::Error> {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
     }
 }
 
