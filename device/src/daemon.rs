@@ -674,20 +674,36 @@ impl Daemon {
                 .unwrap_or_else(|e| e.into_inner()) = Attachment {
                 attached: true,
                 client_pid: s.client_pid,
+                stream_fd: None,
             };
         }
         if let Some(img) = fabric_img {
-            fabric.lock().restore(img, |fd| fds.file(fd))?;
+            // The image was checked by this binary before the exec; should the fabric still
+            // not come back, every NI is presented as reset (clients see EPOCH move and
+            // attach again) rather than anyone's session ending.
+            if let Err(e) = fabric.lock().restore(img, |fd| fds.file(fd)) {
+                tracing::error!("the fabric's state was not carried over, every NI is reset: {e}");
+                for slot in &slots {
+                    server::lock(&slot.ni).attached();
+                }
+            }
         }
         // After the remote part: partitions that span hosts get no window.
         fabric.set_direct(direct);
         let mut resumed = HashMap::new();
         for (i, s) in sessions {
-            let stream = UnixStream::from(std::os::fd::OwnedFd::from(inherited(
-                &mut fds,
-                s.fd,
-                "client session",
-            )?));
+            let stream = match inherited(&mut fds, s.fd, "client session") {
+                Ok(f) => UnixStream::from(std::os::fd::OwnedFd::from(f)),
+                Err(e) => {
+                    tracing::error!(ni = i, "session not carried over: {e:#}");
+                    *slots[i as usize]
+                        .attachment
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Attachment::default();
+                    server::lock(&slots[i as usize].ni).detach();
+                    continue;
+                }
+            };
             let slot = &slots[i as usize];
             let window = slot
                 .window
@@ -697,16 +713,12 @@ impl Daemon {
             server::lock(&slot.ni).window = window;
             resumed.insert(i, stream);
         }
-        let reply_to = reply_to
-            .map(|fd| inherited(&mut fds, fd, "control connection"))
-            .transpose()?;
-        let controls = controls
+        let reply_to = reply_to.and_then(|fd| inherited(&mut fds, fd, "control connection").ok());
+        let controls: Vec<UnixStream> = controls
             .into_iter()
-            .map(|fd| {
-                inherited(&mut fds, fd, "control connection")
-                    .map(|f| UnixStream::from(std::os::fd::OwnedFd::from(f)))
-            })
-            .collect::<Result<Vec<_>>>()?;
+            .filter_map(|fd| inherited(&mut fds, fd, "control connection").ok())
+            .map(|f| UnixStream::from(std::os::fd::OwnedFd::from(f)))
+            .collect();
         // Every inherited descriptor is duplicated where it is used; the originals go.
         drop(fds);
         let listener_fds = listeners.iter().map(|(i, l)| (*i, l.as_raw_fd())).collect();

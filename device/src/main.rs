@@ -58,6 +58,9 @@ struct Args {
     /// Print the handover image format this binary reads and exit.
     #[arg(long, hide = true)]
     handover_format: bool,
+    /// Check that this binary can take the handover image at this descriptor, and exit.
+    #[arg(long, hide = true)]
+    handover_check_fd: Option<i32>,
 }
 
 /// `--direct`'s value (a newtype: clap reads `Option<Option<_>>` as an optional value).
@@ -93,14 +96,22 @@ fn main() -> Result<()> {
         println!("{}", ni_device::handover::FORMAT);
         return Ok(());
     }
+    if let Some(fd) = args.handover_check_fd {
+        let img = ni_device::handover::load(fd)?;
+        ni_device::handover::validate(&img)?;
+        println!("ok");
+        return Ok(());
+    }
     let handover = args
         .handover_fd
         .map(ni_device::handover::load)
         .transpose()
         .context("taking over from the previous process")?;
-    let file = match &args.config {
-        Some(p) => ConfigFile::load(p)?,
-        None => ConfigFile::default(),
+    // Taking over: how the daemon was started comes with the image, not from a config file
+    // that may have changed since.
+    let file = match (&args.config, &handover) {
+        (Some(p), None) => ConfigFile::load(p)?,
+        _ => ConfigFile::default(),
     };
     let span = match (&args.fabric, &args.host) {
         (Some(path), Some(host)) => Some(ni_device::daemon::Span::load(path, host)?),
@@ -132,10 +143,23 @@ fn main() -> Result<()> {
             total
         }
     };
-    let run_dir = args
+    let mut run_dir = args
         .run_dir
         .or(file.run_dir)
         .unwrap_or_else(default_run_dir);
+    let mut nodes = nodes;
+    let mut direct_taken = None;
+    if let Some(img) = &handover {
+        let st = &img.startup;
+        nodes = st.nodes;
+        run_dir = st.run_dir.clone();
+        torus = Some(st.torus.clone());
+        collective_timeout = Some(st.collective_timeout_ms as f64 / 1000.0);
+        direct_taken = Some(match &st.direct {
+            None => None,
+            Some(d) => ni_device::daemon::parse_direct(d).map_err(anyhow::Error::msg)?,
+        });
+    }
 
     // Block the shutdown and restart signals in every thread; the main thread waits for
     // them.
@@ -148,9 +172,10 @@ fn main() -> Result<()> {
     let timeout = collective_timeout
         .map(std::time::Duration::from_secs_f64)
         .unwrap_or(ni_device::fabric::collective::DEFAULT_TIMEOUT);
-    let direct = match args.direct {
-        Some(Direct(d)) => d,
-        None => file
+    let direct = match (direct_taken, args.direct) {
+        (Some(d), _) => d,
+        (None, Some(Direct(d))) => d,
+        (None, None) => file
             .direct
             .as_ref()
             .map(|d| d.kind())

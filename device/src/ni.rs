@@ -806,6 +806,15 @@ pub enum RestoreError {
 }
 
 impl Ni {
+    /// Whether `img`'s models parse for this build (`crate::handover::validate`).
+    pub fn check_image(img: &NiImage) -> Result<(), serde_json::Error> {
+        serde_json::from_value::<Lanai>(img.lanai.clone())?;
+        serde_json::from_value::<Cm5>(img.cm5.clone())?;
+        serde_json::from_value::<crate::t3e::ereg::Ereg>(img.t3e.clone())?;
+        serde_json::from_value::<crate::mlink::Mlink>(img.mlink.clone())?;
+        Ok(())
+    }
+
     /// What a handover carries of this NI (descriptors stay open in this process until the
     /// exec; `crate::handover` clears their close-on-exec flag).
     pub fn image(&self) -> Result<NiImage, serde_json::Error> {

@@ -38,6 +38,10 @@ pub fn lock(ni: &Mutex<Ni>) -> MutexGuard<'_, Ni> {
 pub struct Attachment {
     pub attached: bool,
     pub client_pid: Option<i32>,
+    /// The session's socket while it is open: a planned restart that cannot bring this
+    /// session to rest shuts it down (`crate::handover`). Cleared, under this lock, before
+    /// the socket is closed, so the number never names another socket.
+    pub stream_fd: Option<RawFd>,
 }
 
 pub struct Slot {
@@ -578,6 +582,10 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener, mut resumed: Option<UnixSt
     loop {
         let (mut stream, window) = match resumed.take() {
             Some(stream) => {
+                slot.attachment
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .stream_fd = Some(stream.as_raw_fd());
                 // The NI, its window and its attachment are as the old process left them.
                 let mut ni = lock(&slot.ni);
                 if let Err(e) = ni.reserve_next_sram() {
@@ -622,6 +630,7 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener, mut resumed: Option<UnixSt
                 *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment {
                     attached: true,
                     client_pid: None,
+                    stream_fd: Some(stream.as_raw_fd()),
                 };
                 let window = slot
                     .window
@@ -661,8 +670,8 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener, mut resumed: Option<UnixSt
             }
             Ok(Err(e)) => tracing::info!(ni = index, "client session ended: {e}"),
         }
-        drop(stream);
         *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
+        drop(stream);
         let mut ni = lock(&slot.ni);
         ni.window = None;
         ni.detach();

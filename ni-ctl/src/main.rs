@@ -95,8 +95,9 @@ enum DaemonCommand {
     /// their sessions, memory, DMA maps, interrupts), every NI's state and the fabric's to
     /// a new process of BINARY in its place, same pid; clients carry on without an error.
     /// Refused, with the daemon carrying on, when BINARY cannot take it (another handover
-    /// format), or a client does not come to rest within 2 s. The same as SIGHUP without
-    /// --binary.
+    /// format, or it cannot parse the state); a client that does not come to rest within 2 s
+    /// is let go (its connection ends) and the others carried over. The same as SIGHUP
+    /// without --binary.
     Restart {
         /// The new binary [default: the path the daemon was started from, which an upgrade
         /// replaced].

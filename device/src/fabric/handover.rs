@@ -36,7 +36,32 @@ pub enum FabricRestoreError {
     Window(String, String),
 }
 
+impl FabricImage {
+    /// Whether every part parses for this build (`crate::handover::validate`).
+    pub fn check(&self) -> Result<(), serde_json::Error> {
+        use serde_json::from_value as v;
+        v::<Vec<Node>>(self.nodes.clone())?;
+        v::<super::partition::Partitions>(self.partitions.clone())?;
+        v::<HashMap<String, super::collective::PartitionColl>>(self.colls.clone())?;
+        v::<super::topology::Torus>(self.torus.clone())?;
+        v::<std::collections::VecDeque<super::transfer::Transfer>>(self.transfers.clone())?;
+        v::<std::collections::VecDeque<super::mlink::Flight>>(self.mlink_flights.clone())?;
+        v::<Vec<super::router::RouterRegs>>(self.routers.clone())?;
+        Ok(())
+    }
+}
+
 impl State {
+    /// How the fabric was started: the torus's dimensions, the window kind, the collective
+    /// timeout (`crate::handover::Startup`).
+    pub fn startup(&self) -> (String, Option<ni_abi::window::Kind>, std::time::Duration) {
+        (
+            self.torus_initial.dims().to_string(),
+            self.direct,
+            self.collective_timeout,
+        )
+    }
+
     /// What a handover carries of the fabric; the windows' descriptors stay open here.
     pub fn image(&self) -> Result<FabricImage, serde_json::Error> {
         Ok(FabricImage {

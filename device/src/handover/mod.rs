@@ -47,6 +47,46 @@ pub const FORMAT: u32 = 1;
 
 /// How long the threads have to come to rest.
 pub const FREEZE_WAIT: Duration = Duration::from_secs(2);
+/// How long the threads of sessions that were let go (they did not come to rest) have to
+/// end and rest.
+const LET_GO_WAIT: Duration = Duration::from_secs(1);
+
+/// Shut down the sockets of the client sessions that did not come to rest — one stuck in a
+/// message it never finishes, or in a reply it never reads — so that one client cannot hold
+/// everyone's restart up. Returns whether there were any.
+fn let_go_of_unrested(daemon: &Daemon) -> bool {
+    let parked: Vec<u32> = freeze()
+        .lock()
+        .parked
+        .iter()
+        .filter_map(|w| match w {
+            Who::Listener(n) | Who::Session(n, _) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    let mut any = false;
+    for i in daemon.local.clone().filter(|i| !parked.contains(i)) {
+        let shut = {
+            let a = daemon.slots[i as usize]
+                .attachment
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            // SAFETY: shutdown of the session's socket, which stays open while `stream_fd`
+            // names it (cleared under this lock before it is closed).
+            a.stream_fd
+                .map(|fd| unsafe { libc::shutdown(fd, libc::SHUT_RDWR) })
+                .is_some()
+        };
+        if shut {
+            tracing::warn!(ni = i, "its client's session did not come to rest: let go");
+            lock(&daemon.slots[i as usize].ni)
+                .counters
+                .malformed_sessions += 1;
+            any = true;
+        }
+    }
+    any
+}
 
 /// Why a planned restart did not happen (the daemon carries on as it was).
 #[derive(Debug, thiserror::Error)]
@@ -176,8 +216,13 @@ impl Freeze {
     /// Wait until the poller, every NI of `local`, the control socket and its connections
     /// (all but `asking`, the one that asked for the restart) parked; what parked, or what
     /// did not.
-    fn wait_parked(&self, local: std::ops::Range<u32>, asking: bool) -> Result<Vec<Who>, String> {
-        let deadline = Instant::now() + FREEZE_WAIT;
+    fn wait_parked(
+        &self,
+        local: std::ops::Range<u32>,
+        asking: bool,
+        wait: Duration,
+    ) -> Result<Vec<Who>, String> {
+        let deadline = Instant::now() + wait;
         let mut s = self.lock();
         loop {
             let controls = s
@@ -235,10 +280,24 @@ pub struct SessionImage {
     pub client_pid: Option<i32>,
 }
 
+/// How the daemon was started, as it resolved its arguments and config file: the new
+/// process takes these instead of reading a config file that may have changed since.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Startup {
+    pub nodes: u32,
+    pub run_dir: PathBuf,
+    /// The torus's dimensions, `XxYxZ`.
+    pub torus: String,
+    /// The partitions' window kind (`isolated`, `shared`), or none.
+    pub direct: Option<String>,
+    pub collective_timeout_ms: u64,
+}
+
 /// Everything that crosses the exec.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Image {
     pub format: u32,
+    pub startup: Startup,
     /// The version of the binary that wrote it (for the log).
     pub from_version: String,
     pub lock_fd: RawFd,
@@ -297,21 +356,51 @@ pub fn default_binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/proc/self/exe"))
 }
 
-fn preflight(binary: &Path) -> Result<(), HandoverError> {
-    let bad = |why: String| HandoverError::Binary(binary.to_path_buf(), why);
-    let out = std::process::Command::new(binary)
-        .arg("--handover-format")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| bad(e.to_string()))?;
-    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+/// How long a child of the new binary (`--handover-format`, `--handover-check-fd`) may take.
+const CHILD_WAIT: Duration = Duration::from_secs(5);
+
+/// Run the new binary (`exe`, opened once, so the file checked is the file executed) with
+/// `args`, bounded by [`CHILD_WAIT`]; what it printed, or why it failed.
+fn run_child(exe: &File, args: &[OsString]) -> Result<String, String> {
+    use std::process::{Command, Stdio};
+    // The parent's descriptor, by path: a child can open it whatever its own flags are.
+    let path = format!("/proc/{}/fd/{}", std::process::id(), exe.as_raw_fd());
+    let mut child = Command::new(&path)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if t.elapsed() < CHILD_WAIT => std::thread::sleep(Duration::from_millis(1)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("did not answer within {CHILD_WAIT:?}"));
+            }
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() {
-        return Err(bad(format!(
-            "cannot take a handover ({}; it said {:?})",
+        return Err(format!(
+            "{} ({}: {})",
+            stdout,
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        ));
     }
+    Ok(stdout)
+}
+
+fn preflight(binary: &Path, exe: &File) -> Result<(), HandoverError> {
+    let bad = |why: String| HandoverError::Binary(binary.to_path_buf(), why);
+    let said = run_child(exe, &["--handover-format".into()])
+        .map_err(|e| bad(format!("cannot take a handover: {e}")))?;
     match said.parse::<u32>() {
         Ok(FORMAT) => Ok(()),
         Ok(f) => Err(bad(format!(
@@ -319,6 +408,23 @@ fn preflight(binary: &Path) -> Result<(), HandoverError> {
         ))),
         Err(_) => Err(bad(format!("answered {said:?} to --handover-format"))),
     }
+}
+
+/// The new binary, with this daemon's arguments, reads the real image (`--handover-check-fd`)
+/// before anything is executed: an argument it no longer takes, or state it cannot parse,
+/// refuses the restart instead of ending every session after the exec.
+fn check_image(binary: &Path, exe: &File, mem: &mut File) -> Result<(), HandoverError> {
+    let mut args: Vec<OsString> = INVOCATION.get().map(|i| i.args.clone()).unwrap_or_default();
+    args.push("--handover-check-fd".into());
+    args.push(mem.as_raw_fd().to_string().into());
+    set_cloexec(mem.as_raw_fd(), false)
+        .map_err(|e| HandoverError::Capture(format!("the image's descriptor: {e}")))?;
+    let r = run_child(exe, &args);
+    // The child read through the same open file: back to the start for the exec.
+    let _ = mem.rewind();
+    r.map(|_| ()).map_err(|e| {
+        HandoverError::Binary(binary.to_path_buf(), format!("cannot take this image: {e}"))
+    })
 }
 
 fn set_cloexec(fd: RawFd, on: bool) -> std::io::Result<()> {
@@ -365,11 +471,28 @@ fn fds_of(img: &Image) -> Vec<RawFd> {
 /// Restart into `binary` (default: the one this process was started from), handing every
 /// client over. Returns only when the restart did not happen; the daemon then carries on.
 pub fn restart(daemon: &Daemon, binary: Option<PathBuf>, reply_to: Option<RawFd>) -> HandoverError {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static RESTARTING: AtomicBool = AtomicBool::new(false);
     if daemon.span.is_some() {
         return HandoverError::Spanning;
     }
-    let binary = binary.unwrap_or_else(default_binary);
-    if let Err(e) = preflight(&binary) {
+    // One at a time, from the first step: a second one's children must never be spawned
+    // while the first has cleared close-on-exec on clients' descriptors.
+    if RESTARTING.swap(true, Ordering::AcqRel) {
+        return HandoverError::Busy;
+    }
+    let e = restart_once(daemon, binary.unwrap_or_else(default_binary), reply_to);
+    RESTARTING.store(false, Ordering::Release);
+    tracing::warn!("planned restart refused, the daemon carries on: {e}");
+    e
+}
+
+fn restart_once(daemon: &Daemon, binary: PathBuf, reply_to: Option<RawFd>) -> HandoverError {
+    let exe = match File::open(&binary) {
+        Ok(f) => f,
+        Err(e) => return HandoverError::Binary(binary, e.to_string()),
+    };
+    if let Err(e) = preflight(&binary, &exe) {
         return e;
     }
     let f = freeze();
@@ -379,27 +502,40 @@ pub fn restart(daemon: &Daemon, binary: Option<PathBuf>, reply_to: Option<RawFd>
     let began = monotonic_ns();
     tracing::info!(binary = %binary.display(), "planned restart: bringing the daemon to rest");
     daemon.fabric.doorbell.ring();
-    let e = match f.wait_parked(daemon.local.clone(), reply_to.is_some()) {
+    let mut waited = f.wait_parked(daemon.local.clone(), reply_to.is_some(), FREEZE_WAIT);
+    if waited.is_err() && let_go_of_unrested(daemon) {
+        // Those sessions end (their clients see the connection close, as after a crash);
+        // their threads detach the NIs and rest as accept threads.
+        waited = f.wait_parked(daemon.local.clone(), reply_to.is_some(), LET_GO_WAIT);
+    }
+    let e = match waited {
         Err(what) => HandoverError::NotAtRest(what),
         Ok(parked) => {
             let rest = monotonic_ns() - began;
             match capture(daemon, &parked, reply_to, began) {
                 Err(e) => HandoverError::Capture(e),
-                Ok((img, mem)) => {
-                    tracing::info!(
-                        at_rest_ms = rest as f64 / 1e6,
-                        captured_ms = (monotonic_ns() - began - rest) as f64 / 1e6,
-                        image_bytes = mem.metadata().map(|m| m.len()).unwrap_or(0),
-                        "planned restart: state captured"
-                    );
-                    exec(&binary, img, mem)
+                Ok((img, mut mem)) => {
+                    let captured = monotonic_ns() - began - rest;
+                    match check_image(&binary, &exe, &mut mem) {
+                        Err(e) => e,
+                        Ok(()) => {
+                            tracing::info!(
+                                at_rest_ms = rest as f64 / 1e6,
+                                captured_ms = captured as f64 / 1e6,
+                                checked_ms =
+                                    (monotonic_ns() - began - rest - captured) as f64 / 1e6,
+                                image_bytes = mem.metadata().map(|m| m.len()).unwrap_or(0),
+                                "planned restart: state captured and checked by the new binary"
+                            );
+                            exec(&binary, &exe, img, mem)
+                        }
+                    }
                 }
             }
         }
     };
     f.thaw();
     daemon.fabric.doorbell.ring();
-    tracing::warn!("planned restart refused, the daemon carries on: {e}");
     e
 }
 
@@ -418,6 +554,17 @@ fn capture(
         .collect();
     let state = daemon.fabric.lock();
     let fabric = state.image().map_err(|e| e.to_string())?;
+    let (torus, direct, timeout) = state.startup();
+    let startup = Startup {
+        nodes: daemon.slots.len() as u32,
+        run_dir: daemon.run_dir.clone(),
+        torus,
+        direct: direct.map(|k| match k {
+            ni_abi::window::Kind::Isolated => "isolated".to_string(),
+            ni_abi::window::Kind::Shared => "shared".to_string(),
+        }),
+        collective_timeout_ms: timeout.as_millis() as u64,
+    };
     let mut nis = Vec::new();
     let mut sess = Vec::new();
     for (i, slot) in daemon.slots.iter().enumerate() {
@@ -435,6 +582,7 @@ fn capture(
     drop(state);
     let img = Image {
         format: FORMAT,
+        startup,
         from_version: env!("CARGO_PKG_VERSION").to_string(),
         lock_fd: daemon.lock_fd(),
         control_fd: daemon.control_fd(),
@@ -467,7 +615,7 @@ fn capture(
     Ok((img, mem))
 }
 
-fn exec(binary: &Path, img: Image, mem: File) -> HandoverError {
+fn exec(binary: &Path, exe: &File, img: Image, mem: File) -> HandoverError {
     let mut fds = fds_of(&img);
     fds.push(mem.as_raw_fd());
     let exec_err = |e| HandoverError::Exec(binary.to_path_buf(), e);
@@ -489,15 +637,22 @@ fn exec(binary: &Path, img: Image, mem: File) -> HandoverError {
     }
     argv.push(c"--handover-fd".to_owned());
     argv.push(CString::new(mem.as_raw_fd().to_string()).unwrap_or_default());
-    let path = CString::new(binary.as_os_str().as_bytes()).unwrap_or_default();
+    let env: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
     tracing::info!(
         sessions = img.sessions.len(),
         descriptors = fds.len(),
         "planned restart: executing {}",
         binary.display()
     );
-    // Only returns on failure.
-    let e = nix::unistd::execv(&path, &argv).unwrap_err();
+    // The file that was checked, not whatever the path names now. Only returns on failure.
+    let e = nix::unistd::fexecve(exe.as_raw_fd(), &argv, &env).unwrap_err();
     for &fd in &fds {
         let _ = set_cloexec(fd, true);
     }
@@ -515,6 +670,23 @@ pub fn monotonic_ns() -> u64 {
         return 0;
     }
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Whether this binary can take `img` back: every NI's and the fabric's state parse.
+pub fn validate(img: &Image) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if img.nis.len() != img.startup.nodes as usize {
+        anyhow::bail!(
+            "{} NIs for a daemon of {}",
+            img.nis.len(),
+            img.startup.nodes
+        );
+    }
+    for n in &img.nis {
+        crate::ni::Ni::check_image(n).with_context(|| format!("NI {}", n.index))?;
+    }
+    img.fabric.check().context("the fabric")?;
+    Ok(())
 }
 
 /// Read the image the old process left at `fd`.
