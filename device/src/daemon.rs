@@ -541,6 +541,7 @@ impl Daemon {
             None => take_lock(&run_dir)?,
         };
         let mut handed: HashMap<u32, crate::ni::NiImage> = HashMap::new();
+        let mut bound_windows: HashMap<u32, crate::fabric::window::WindowImage> = HashMap::new();
         let mut sockets: HashMap<u32, std::os::fd::RawFd> = HashMap::new();
         let mut sessions: HashMap<u32, crate::handover::SessionImage> = HashMap::new();
         let mut control_fd = None;
@@ -570,7 +571,10 @@ impl Daemon {
         for i in 0..nodes {
             let mut ni =
                 Ni::new(i, doorbell.clone()).with_context(|| format!("creating NI {i}"))?;
-            if let Some(img) = handed.remove(&i) {
+            if let Some(mut img) = handed.remove(&i) {
+                if let Some(w) = img.window.take() {
+                    bound_windows.insert(i, w);
+                }
                 // One NI that cannot be taken back costs its own client the session (it
                 // sees the connection close, as after a crash), not the others theirs.
                 if let Err(e) = ni.restore(img, |fd| fds.file(fd)) {
@@ -705,11 +709,35 @@ impl Daemon {
                 }
             };
             let slot = &slots[i as usize];
-            let window = slot
+            let mut window = slot
                 .window
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
+            // The session keeps the window it was handed, even one its partition no longer
+            // has: its client mapped that one.
+            let bound = bound_windows.remove(&i);
+            if window.as_ref().map(|w| w.serial) != bound.as_ref().map(|b| b.serial) {
+                window = bound.and_then(|b| {
+                    let files = b
+                        .fds
+                        .iter()
+                        .map(|&fd| fds.file(fd))
+                        .collect::<std::io::Result<Vec<_>>>();
+                    match files.map_err(|e| e.to_string()).and_then(|f| {
+                        crate::fabric::window::Window::adopt(&b, f).map_err(|e| e.to_string())
+                    }) {
+                        Ok(w) => Some(Arc::new(w)),
+                        Err(e) => {
+                            tracing::error!(
+                                ni = i,
+                                "its session's window was not carried over: {e}"
+                            );
+                            None
+                        }
+                    }
+                });
+            }
             server::lock(&slot.ni).window = window;
             resumed.insert(i, stream);
         }

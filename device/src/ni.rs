@@ -790,6 +790,10 @@ pub struct NiImage {
     pub size: u32,
     pub generation: u64,
     pub engines: bool,
+    /// The window this NI's session was handed: its partition's, or one its partition no
+    /// longer has (deleted and made again while the client stayed attached).
+    #[serde(default)]
+    pub window: Option<crate::fabric::window::WindowImage>,
 }
 
 /// A handed-over NI that cannot be taken back.
@@ -846,6 +850,7 @@ impl Ni {
             size: self.size,
             generation: self.generation.load(Ordering::SeqCst),
             engines: self.engines.load(Ordering::Acquire),
+            window: self.window.as_ref().map(|w| w.image()),
         })
     }
 

@@ -20,6 +20,9 @@ pub struct FabricImage {
     pub colls: serde_json::Value,
     pub torus: serde_json::Value,
     pub windows: Vec<(String, WindowImage)>,
+    /// The serial the next window gets.
+    #[serde(default)]
+    pub next_window_serial: u32,
     pub transfers: serde_json::Value,
     pub mlink_flights: serde_json::Value,
     pub routers: serde_json::Value,
@@ -74,6 +77,7 @@ impl State {
                 .iter()
                 .map(|(n, w)| (n.clone(), w.image()))
                 .collect(),
+            next_window_serial: super::window::next_serial(),
             transfers: serde_json::to_value(&self.transfers)?,
             mlink_flights: serde_json::to_value(&self.mlink_flights)?,
             routers: serde_json::to_value(&self.routers)?,
@@ -105,6 +109,7 @@ impl State {
         self.transfers = serde_json::from_value(img.transfers)?;
         self.mlink_flights = serde_json::from_value(img.mlink_flights)?;
         self.routers = serde_json::from_value(img.routers)?;
+        super::window::keep_serials_above(img.next_window_serial);
         let mut windows = HashMap::new();
         for (name, w) in img.windows {
             let files = w

@@ -20,6 +20,15 @@ use crate::sram::{sealed_memfd, SharedMemError};
 
 static NEXT_SERIAL: AtomicU32 = AtomicU32::new(1);
 
+/// The serial the next window gets (a handover carries it: serials never repeat).
+pub fn next_serial() -> u32 {
+    NEXT_SERIAL.load(Ordering::Relaxed)
+}
+
+pub fn keep_serials_above(serial: u32) {
+    NEXT_SERIAL.fetch_max(serial, Ordering::Relaxed);
+}
+
 pub type WindowError = SharedMemError;
 
 /// One file of a window: the descriptor the device writes through, and a read-only one

@@ -459,6 +459,7 @@ fn fds_of(img: &Image) -> Vec<RawFd> {
         v.extend(n.dma.iter().map(|m| m.fd));
         v.extend(n.irqs.msix.iter().flatten());
         v.extend(n.irqs.intx.iter().chain(&n.irqs.err).chain(&n.irqs.req));
+        v.extend(n.window.iter().flat_map(|w| w.fds.iter()));
     }
     for (_, w) in &img.fabric.windows {
         v.extend(&w.fds);
