@@ -257,3 +257,51 @@ fn a_config_file_edited_since_the_start_does_not_matter() {
     assert!(d.alive());
     assert_eq!(cfg_read16(&mut a, 0x04) & 0x2, 0x2, "carried over");
 }
+
+/// HMM-148-0 "Messaging Components", SSD-T90 "Special Routing" across a restart: E register
+/// values and states, the segment table, an R_NET_LUT entry written by SPUT (a router
+/// register only the fabric holds) and the DMA mapping and segment a remote GET and PUT go
+/// through are all there after it, on the same connections.
+#[test]
+fn e_registers_router_writes_and_remote_access_cross_a_planned_restart() {
+    use common::t3e_driver::*;
+    use ni_abi::t3e::{ers, gva, op};
+    let d = Daemon::start(2);
+    let mut a = Pe::attach(&d, 0);
+    let b = Pe::attach(&d, 1);
+    for e in 40..48u32 {
+        ereg_store(&mut a.c, e, 0x1000 + e as u64);
+    }
+    let tag = tag_plus(1, 0, 0);
+    router_write(&mut a.c, HERE, lut(3), tag);
+    let ers_before = ers_words(&mut a.c);
+
+    let r = restart(&d, None);
+    assert_eq!(r["result"], "status", "{r}");
+
+    for e in 40..48u32 {
+        assert_eq!(ereg_load(&mut a.c, e), 0x1000 + e as u64, "E[{e}]");
+    }
+    assert_eq!(ers_words(&mut a.c), ers_before, "every E register's state");
+    assert_eq!(
+        router_read(&mut a.c, HERE, lut(3)),
+        tag,
+        "the SPUT-written LUT entry"
+    );
+    b.write64(0x20, 0xFEED);
+    assert_eq!(
+        remote(&mut a.c, op::GET, 1, 1, gva::make(SEG, 0x20)),
+        ers::FULL
+    );
+    assert_eq!(
+        ereg_load(&mut a.c, 1),
+        0xFEED,
+        "GET through B's mapping and segment"
+    );
+    ereg_store(&mut a.c, 2, 0xBEEF);
+    assert_eq!(
+        remote(&mut a.c, op::PUT, 2, 1, gva::make(SEG, 0x28)),
+        ers::FULL
+    );
+    assert_eq!(b.read64(0x28), 0xBEEF, "PUT into B's memory");
+}
