@@ -288,6 +288,34 @@ pub mod check {
     }
 
     /// Panic unless `r` failed with `want`.
+    /// One round's ping-pongs of the restart soaks (`rank.rs`, `vm-rank.rs`) between ranks 0
+    /// and 1: 8 B, 4000 B, 64 KiB and 1 MiB (`buf` holds 1 MiB), each payload checked.
+    /// Returns what this rank received (messages, bytes) and sent (bytes).
+    pub fn soak_pingpong(ni: &ni::Ni, buf: &ni::Region, round: u64) -> (u64, u64, u64) {
+        let peer = 1 - ni.rank();
+        let (mut recvs, mut recv_bytes, mut send_bytes) = (0, 0, 0);
+        for (k, &n) in [8usize, 4000, 65536, 1 << 20].iter().enumerate() {
+            let tag = round * 8 + k as u64;
+            let want = pattern(n, tag);
+            if ni.rank() == 0 {
+                buf.write_at(0, &want);
+                ni.send(peer, buf, 0..n, tag).unwrap();
+            }
+            let d = ni.recv(Some(peer), buf, 0..1 << 20, tag, u64::MAX).unwrap();
+            assert_eq!(d.len as usize, n, "round {round}: length");
+            if ni.rank() == 1 {
+                ni.send(peer, buf, 0..n, tag).unwrap();
+            }
+            recvs += 1;
+            recv_bytes += d.len;
+            send_bytes += n as u64;
+            let mut got = vec![0u8; n];
+            buf.read_at(0, &mut got);
+            assert!(got == want, "round {round}: {n} bytes corrupted");
+        }
+        (recvs, recv_bytes, send_bytes)
+    }
+
     /// One round's allreduce of the restart soaks (`rank.rs`, `vm-rank.rs`): each of two
     /// ranks adds `round + rank` (in `buf` at 0, the sum at 8), which must be `2 round + 1`.
     pub fn soak_allreduce(ni: &ni::Ni, buf: &ni::Region, round: u64) {

@@ -673,27 +673,7 @@ fn restart_soak(ni: &Ni) {
     let peer = 1 - ni.rank();
     let mut round = 0u64;
     loop {
-        for (k, &n) in [8usize, 4000, 65536, 1 << 20].iter().enumerate() {
-            let tag = round * 8 + k as u64;
-            let want = pattern(n, tag);
-            if ni.rank() == 0 {
-                buf.write_at(0, &want);
-                ni.send(peer, &buf, 0..n, tag).unwrap();
-                let d = ni
-                    .recv(Some(peer), &buf, 0..2 << 20, tag, u64::MAX)
-                    .unwrap();
-                assert_eq!(d.len as usize, n, "round {round}: echo length");
-            } else {
-                let d = ni
-                    .recv(Some(peer), &buf, 0..2 << 20, tag, u64::MAX)
-                    .unwrap();
-                assert_eq!(d.len as usize, n, "round {round}: length");
-                ni.send(peer, &buf, 0..n, tag).unwrap();
-            }
-            let mut got = vec![0u8; n];
-            buf.read_at(0, &mut got);
-            assert!(got == want, "round {round}: {n} bytes corrupted");
-        }
+        ni_tests::check::soak_pingpong(ni, &buf, round);
         // One-sided: each writes a pattern into the peer's region, then reads it back.
         let want = pattern(8192, round + 1000 + ni.rank() as u64);
         local.write_at(0, &want);

@@ -964,33 +964,10 @@ fn soak(ni: &Ni, tally: &mut Tally) {
     let t = Instant::now();
     let mut round = 0u64;
     loop {
-        for (k, &n) in [8usize, 4000, 65536, 1 << 20].iter().enumerate() {
-            let tag = round * 8 + k as u64;
-            let want = pattern(n, tag);
-            if ni.rank() == 0 {
-                buf.write_at(0, &want);
-                ni.send(peer, &buf, 0..n, tag).unwrap();
-                tally.send_bytes += n as u64;
-                let d = ni
-                    .recv(Some(peer), &buf, 0..1 << 20, tag, u64::MAX)
-                    .unwrap();
-                tally.recvs += 1;
-                tally.recv_bytes += d.len;
-                assert_eq!(d.len as usize, n, "round {round}: echo length");
-            } else {
-                let d = ni
-                    .recv(Some(peer), &buf, 0..1 << 20, tag, u64::MAX)
-                    .unwrap();
-                tally.recvs += 1;
-                tally.recv_bytes += d.len;
-                assert_eq!(d.len as usize, n, "round {round}: length");
-                ni.send(peer, &buf, 0..n, tag).unwrap();
-                tally.send_bytes += n as u64;
-            }
-            let mut got = vec![0u8; n];
-            buf.read_at(0, &mut got);
-            assert!(got == want, "round {round}: {n} bytes corrupted");
-        }
+        let (r, rb, sb) = ni_tests::check::soak_pingpong(ni, &buf, round);
+        tally.recvs += r;
+        tally.recv_bytes += rb;
+        tally.send_bytes += sb;
         ni_tests::check::soak_allreduce(ni, &small, round);
         let vtag = u64::MAX - 1;
         if ni.rank() == 0 {
