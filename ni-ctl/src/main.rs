@@ -93,7 +93,8 @@ enum Command {
 enum DaemonCommand {
     /// Planned restart or upgrade: the daemon hands every client (QEMU guests and processes,
     /// their sessions, memory, DMA maps, interrupts), every NI's state and the fabric's to
-    /// a new process of BINARY in its place, same pid; clients carry on without an error.
+    /// BINARY, which it executes in its own process (same pid); clients carry on without an
+    /// error. A daemon that is one host of a fabric spanning hosts refuses.
     /// Refused, with the daemon carrying on, when BINARY cannot take it (another handover
     /// format, or it cannot parse the state); a client that does not come to rest within 2 s
     /// is let go (its connection ends) and the others carried over. The same as SIGHUP
