@@ -6,13 +6,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use std::os::fd::AsRawFd;
-
 use common::cm5_driver::*;
 use common::*;
 use ni_abi::cm5::{self, bad_address, cause, green, hodgepodge, iface, level, private, status};
 use ni_abi::pci;
-use vfio_bindings::bindings::vfio::*;
 use vfio_user::Client;
 
 /// §2.3, §2.4, §3.2, App. A.3: a relative send from NI 0 to relative address 1 arrives whole,
@@ -288,17 +285,7 @@ fn the_timer_interrupt_fires_when_ni_time_reaches_interrupt_now() {
     let d = Daemon::start(1);
     let mut c = d.client(0);
     enable(&mut c);
-    enable_msix(&mut c);
-    let orange = eventfd();
-    let flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
-    c.set_irqs(
-        pci::MSIX_IRQ_INDEX,
-        flags,
-        pci::vector::ORANGE as u32,
-        1,
-        &[orange.as_raw_fd()],
-    )
-    .unwrap();
+    let orange = msix_vector(&mut c, pci::vector::ORANGE);
     cm5_write(&mut c, true, cm5::NI_INTERRUPT_LEVEL, level::ORANGE);
     // Without timer_ie nothing happens.
     cm5_write(&mut c, true, cm5::NI_TIME, 0);
@@ -336,17 +323,7 @@ fn an_arrival_fires_the_green_vector() {
     let mut b = d.client(1);
     ready(&mut a, 2);
     ready(&mut b, 2);
-    enable_msix(&mut b);
-    let ev = eventfd();
-    let flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
-    b.set_irqs(
-        pci::MSIX_IRQ_INDEX,
-        flags,
-        pci::vector::GREEN as u32,
-        1,
-        &[ev.as_raw_fd()],
-    )
-    .unwrap();
+    let ev = msix_vector(&mut b, pci::vector::GREEN);
     cm5_write(&mut b, true, cm5::NI_INTERRUPT_LEVEL, level::GREEN);
     cm5_write(&mut b, true, LDR_PRIVATE, private::REC_OK_IE);
     assert_eq!(wait_event(&ev, 100), 0, "nothing yet");

@@ -16,7 +16,6 @@
 mod common;
 
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::mlink_driver::*;
@@ -28,7 +27,6 @@ use ni_abi::lanai::{self, isr, port_reg, rpd as rd, rpl_config as rc};
 use ni_abi::mlink::{command as cmd, link as ml, reason, rx, status, status_byte0 as s0};
 use ni_abi::pci;
 use ni_abi::t3e::{self, ers, gva, op, seg, Error};
-use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
 use vfio_user::Client;
 
 /// NIs per host: host a serves NIs 0 and 1, host b NIs 2 and 3.
@@ -374,16 +372,7 @@ fn message_queue(f: &Fabric, a: &mut Pe, t: &mut Pe, pe: u32) {
         std::array::from_fn(word)
     };
     // The receiver's interrupt: MSI-X vector MQ on an eventfd, IR_STATUS's enable.
-    enable_msix(&mut t.c);
-    let ev = eventfd();
-    t.c.set_irqs(
-        pci::MSIX_IRQ_INDEX,
-        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-        pci::vector::MQ as u32,
-        1,
-        &[ev.as_raw_fd()],
-    )
-    .expect("MSI-X vector MQ on an eventfd");
+    let ev = msix_vector(&mut t.c, pci::vector::MQ);
     fp_write(&mut t.c, regs::IR_STATUS, regs::IR_ENABLE);
     let stored = f.counter(pe, "mq_stored");
     let rejected = f.counter(pe, "mq_rejected");

@@ -15,7 +15,6 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::lanai_driver::{sram_read, sram_write};
@@ -28,7 +27,6 @@ use ni_abi::mlink::{
     QUEUE_DATA_MAX, QUEUE_ENTRIES,
 };
 use ni_abi::pci;
-use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
 use vfio_user::Client;
 
 // ---- where tests keep things in SRAM (clear of the fast path's control page and rings) ----
@@ -1312,16 +1310,7 @@ fn a_launch_while_busy_is_ignored() {
 fn completion_fires_the_mlink_vector_only_when_asked() {
     let d = Daemon::start(2);
     let [mut a, _b] = nis::<2>(&d);
-    enable_msix(&mut a);
-    let ev = eventfd();
-    a.set_irqs(
-        pci::MSIX_IRQ_INDEX,
-        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-        pci::vector::MLINK as u32,
-        1,
-        &[ev.as_raw_fd()],
-    )
-    .unwrap();
+    let ev = msix_vector(&mut a, pci::vector::MLINK);
     let noop = Op {
         target: 1,
         remote: 0,

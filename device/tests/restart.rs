@@ -7,14 +7,12 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::cm5_driver::*;
 use common::*;
 use ni_abi::cm5::{self, green, level, private};
 use ni_abi::pci;
-use vfio_bindings::bindings::vfio::*;
 
 fn restart(d: &Daemon, binary: Option<&str>) -> serde_json::Value {
     let req = match binary {
@@ -36,16 +34,7 @@ fn registers_held_messages_and_interrupts_cross_a_planned_restart() {
     let mut b = d.client(1);
     ready(&mut a, 2);
     ready(&mut b, 2);
-    enable_msix(&mut b);
-    let ev = eventfd();
-    b.set_irqs(
-        pci::MSIX_IRQ_INDEX,
-        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-        pci::vector::GREEN as u32,
-        1,
-        &[ev.as_raw_fd()],
-    )
-    .unwrap();
+    let ev = msix_vector(&mut b, pci::vector::GREEN);
     cm5_write(&mut b, true, cm5::NI_INTERRUPT_LEVEL, level::GREEN);
     cm5_write(&mut b, true, LDR_PRIVATE, private::REC_OK_IE);
     assert!(send(&mut a, 1, 5, &[1, 2, 3]));

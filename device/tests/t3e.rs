@@ -18,15 +18,12 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
-
 use common::t3e_driver::*;
 use common::*;
 use ni_abi::fastpath::{mqcw, regs};
 use ni_abi::pci;
 use ni_abi::t3e::{self, delta, ers, gva, op, router as r, seg, Error};
 use serde_json::{json, Value};
-use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
 use vfio_user::Client;
 
 // ---- small helpers of this file ----
@@ -1030,16 +1027,7 @@ fn a_second_dateline_on_vc2_is_a_violation_at_the_node_it_leaves() {
     let mut a = Pe::attach(&d, 0);
     let mut b = Pe::attach(&d, 1);
     let z = Pe::attach(&d, 2);
-    enable_msix(&mut b.c);
-    let ev = eventfd();
-    b.c.set_irqs(
-        pci::MSIX_IRQ_INDEX,
-        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-        pci::vector::ROUTER as u32,
-        1,
-        &[ev.as_raw_fd()],
-    )
-    .unwrap();
+    let ev = msix_vector(&mut b.c, pci::vector::ROUTER);
 
     dateline(&d, "X", None);
     dateline(&d, "X", Some(0));

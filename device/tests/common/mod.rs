@@ -247,6 +247,24 @@ pub fn enable_msix(c: &mut Client) {
     }
 }
 
+/// MSI-X on, and `vector` delivered to a fresh eventfd: a driver's first step towards one
+/// interrupt.
+pub fn msix_vector(c: &mut Client, vector: u16) -> File {
+    use std::os::fd::AsRawFd;
+    use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
+    enable_msix(c);
+    let ev = eventfd();
+    c.set_irqs(
+        pci::MSIX_IRQ_INDEX,
+        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+        vector as u32,
+        1,
+        &[ev.as_raw_fd()],
+    )
+    .expect("an MSI-X vector on an eventfd");
+    ev
+}
+
 pub fn eventfd() -> File {
     // SAFETY: eventfd returns a new descriptor or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
