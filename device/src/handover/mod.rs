@@ -500,6 +500,21 @@ fn restart_once(daemon: &Daemon, binary: PathBuf, reply_to: Option<RawFd>) -> Ha
     if let Err(e) = f.start() {
         return e;
     }
+    let Err(e) = hand_over(daemon, &binary, &exe, reply_to);
+    f.thaw();
+    daemon.fabric.doorbell.ring();
+    e
+}
+
+/// With the freeze begun: bring everyone to rest, capture, have the new binary check the
+/// image, execute it. Returns only why it did not happen.
+fn hand_over(
+    daemon: &Daemon,
+    binary: &Path,
+    exe: &File,
+    reply_to: Option<RawFd>,
+) -> Result<std::convert::Infallible, HandoverError> {
+    let f = freeze();
     let began = monotonic_ns();
     tracing::info!(binary = %binary.display(), "planned restart: bringing the daemon to rest");
     daemon.fabric.doorbell.ring();
@@ -509,35 +524,20 @@ fn restart_once(daemon: &Daemon, binary: PathBuf, reply_to: Option<RawFd>) -> Ha
         // their threads detach the NIs and rest as accept threads.
         waited = f.wait_parked(daemon.local.clone(), reply_to.is_some(), LET_GO_WAIT);
     }
-    let e = match waited {
-        Err(what) => HandoverError::NotAtRest(what),
-        Ok(parked) => {
-            let rest = monotonic_ns() - began;
-            match capture(daemon, &parked, reply_to, began) {
-                Err(e) => HandoverError::Capture(e),
-                Ok((img, mut mem)) => {
-                    let captured = monotonic_ns() - began - rest;
-                    match check_image(&binary, &exe, &mut mem) {
-                        Err(e) => e,
-                        Ok(()) => {
-                            tracing::info!(
-                                at_rest_ms = rest as f64 / 1e6,
-                                captured_ms = captured as f64 / 1e6,
-                                checked_ms =
-                                    (monotonic_ns() - began - rest - captured) as f64 / 1e6,
-                                image_bytes = mem.metadata().map(|m| m.len()).unwrap_or(0),
-                                "planned restart: state captured and checked by the new binary"
-                            );
-                            exec(&binary, &exe, img, mem)
-                        }
-                    }
-                }
-            }
-        }
-    };
-    f.thaw();
-    daemon.fabric.doorbell.ring();
-    e
+    let parked = waited.map_err(HandoverError::NotAtRest)?;
+    let rest = monotonic_ns() - began;
+    let (img, mut mem) =
+        capture(daemon, &parked, reply_to, began).map_err(HandoverError::Capture)?;
+    let captured = monotonic_ns() - began - rest;
+    check_image(binary, exe, &mut mem)?;
+    tracing::info!(
+        at_rest_ms = rest as f64 / 1e6,
+        captured_ms = captured as f64 / 1e6,
+        checked_ms = (monotonic_ns() - began - rest - captured) as f64 / 1e6,
+        image_bytes = mem.metadata().map(|m| m.len()).unwrap_or(0),
+        "planned restart: state captured and checked by the new binary"
+    );
+    Err(exec(binary, exe, img, mem))
 }
 
 fn capture(
@@ -728,14 +728,19 @@ impl Fds {
     pub fn of(img: &Image) -> Fds {
         let mut f = Fds::new();
         for fd in fds_of(img) {
-            let _ = f.file(fd);
+            let _ = f.hold(fd);
         }
         f
     }
 
     /// A duplicate (close-on-exec) of inherited descriptor `fd`.
     pub fn file(&mut self, fd: RawFd) -> std::io::Result<File> {
-        let f = match self.held.entry(fd) {
+        self.hold(fd)?.try_clone()
+    }
+
+    /// Inherited descriptor `fd`, owned by the pool from now on.
+    fn hold(&mut self, fd: RawFd) -> std::io::Result<&File> {
+        Ok(match self.held.entry(fd) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
                 // SAFETY: F_GETFD only checks that the number is open.
@@ -748,8 +753,7 @@ impl Fds {
                 // in this process; `held` takes it once.
                 e.insert(unsafe { File::from_raw_fd(fd) })
             }
-        };
-        f.try_clone()
+        })
     }
 }
 
