@@ -245,14 +245,17 @@ fn mq(ni: &Ni, tally: &mut Tally) {
     }
 }
 
-fn summary(what: &str, mut v: Vec<f64>) {
+/// Median, 10th and 90th percentile of `v` (sorted in place).
+fn quantiles(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize];
+    (q(0.5), q(0.1), q(0.9))
+}
+
+fn summary(what: &str, mut v: Vec<f64>) {
+    let (m, p10, p90) = quantiles(&mut v);
     println!(
-        "lat {what} half_rtt_us median={:.2} p10={:.2} p90={:.2} n={}",
-        q(0.5),
-        q(0.1),
-        q(0.9),
+        "lat {what} half_rtt_us median={m:.2} p10={p10:.2} p90={p90:.2} n={}",
         v.len()
     );
 }
@@ -1040,14 +1043,10 @@ fn wake(ni: &Ni, iters: usize, mode: &str) {
         }
     }
     if ni.rank() == 0 {
-        rt.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        let q = |f: f64| rt[((rt.len() - 1) as f64 * f) as usize];
+        let (m, p10, p90) = quantiles(&mut rt);
         calls.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(
-            "wake {mode} rtt_us median={:.1} p10={:.1} p90={:.1} n={} (the send call: median {:.1})",
-            q(0.5),
-            q(0.1),
-            q(0.9),
+            "wake {mode} rtt_us median={m:.1} p10={p10:.1} p90={p90:.1} n={} (the send call: median {:.1})",
             rt.len(),
             calls[calls.len() / 2]
         );
@@ -1087,13 +1086,9 @@ fn local_wake(iters: usize) {
         }
     }
     waker.join().unwrap();
-    us.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let q = |f: f64| us[((us.len() - 1) as f64 * f) as usize];
+    let (m, p10, p90) = quantiles(&mut us);
     println!(
-        "wake local-eventfd us median={:.1} p10={:.1} p90={:.1} n={}",
-        q(0.5),
-        q(0.1),
-        q(0.9),
+        "wake local-eventfd us median={m:.1} p10={p10:.1} p90={p90:.1} n={}",
         us.len()
     );
 }
