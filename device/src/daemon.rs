@@ -428,28 +428,6 @@ impl Daemon {
         torus: Option<&str>,
         direct: Option<Kind>,
     ) -> Result<Arc<Daemon>> {
-        Self::start_span(
-            run_dir,
-            nodes,
-            partitions,
-            collective_timeout,
-            torus,
-            direct,
-            None,
-        )
-    }
-
-    /// As [`Daemon::start`], as one host of a fabric that spans hosts (`span`: `nodes` is
-    /// then the whole fabric's).
-    pub fn start_span(
-        run_dir: &Path,
-        nodes: u32,
-        partitions: &[PartitionConfig],
-        collective_timeout: std::time::Duration,
-        torus: Option<&str>,
-        direct: Option<Kind>,
-        span: Option<Span>,
-    ) -> Result<Arc<Daemon>> {
         Self::start_or_resume(
             run_dir,
             nodes,
@@ -457,7 +435,7 @@ impl Daemon {
             collective_timeout,
             torus,
             direct,
-            span,
+            None,
             None,
         )
     }
@@ -474,7 +452,8 @@ impl Daemon {
         self.listener_fds.clone()
     }
 
-    /// As [`Daemon::start_span`]; with `handover`, take over what an earlier process of this
+    /// As [`Daemon::start`]; with `span`, as one host of a fabric that spans hosts (`nodes`
+    /// is then the whole fabric's); with `handover`, take over what an earlier process of this
     /// daemon handed over (`crate::handover`) instead of starting empty: its sockets, its
     /// clients' sessions, memory and eventfds, its NIs' and fabric's state.
     #[allow(clippy::too_many_arguments)]

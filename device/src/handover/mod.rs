@@ -20,7 +20,7 @@
 //! 3. Capture: each NI's models by value, its client's memory (SRAM, DMA maps) and
 //!    eventfds by descriptor; the fabric's state; the windows' files; the sockets.
 //! 4. `execve`. If it fails, everything thaws and the restart is refused; after it, the
-//!    new process adopts the image (`Daemon::start_span`) and resumes the same sessions.
+//!    new process adopts the image (`Daemon::start_or_resume`) and resumes the same sessions.
 //!
 //! The heartbeat keeps beating until the exec, and the new process starts it before
 //! anything else, so no client takes the pause for a dead daemon.
