@@ -323,9 +323,7 @@ fn an_arrival_fires_the_green_vector() {
     let mut b = d.client(1);
     ready(&mut a, 2);
     ready(&mut b, 2);
-    let ev = msix_vector(&mut b, pci::vector::GREEN);
-    cm5_write(&mut b, true, cm5::NI_INTERRUPT_LEVEL, level::GREEN);
-    cm5_write(&mut b, true, LDR_PRIVATE, private::REC_OK_IE);
+    let ev = green_on_arrival(&mut b);
     assert_eq!(wait_event(&ev, 100), 0, "nothing yet");
     assert!(send(&mut a, 1, 0, &[1]));
     assert_eq!(wait_event(&ev, 3000), 1, "the Green vector fired");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::cm5_driver::*;
 use common::*;
-use ni_abi::cm5::{self, green, level, private};
+use ni_abi::cm5::{self, green, level};
 use ni_abi::pci;
 
 fn restart(d: &Daemon, binary: Option<&str>) -> serde_json::Value {
@@ -34,9 +34,7 @@ fn registers_held_messages_and_interrupts_cross_a_planned_restart() {
     let mut b = d.client(1);
     ready(&mut a, 2);
     ready(&mut b, 2);
-    let ev = msix_vector(&mut b, pci::vector::GREEN);
-    cm5_write(&mut b, true, cm5::NI_INTERRUPT_LEVEL, level::GREEN);
-    cm5_write(&mut b, true, LDR_PRIVATE, private::REC_OK_IE);
+    let ev = green_on_arrival(&mut b);
     assert!(send(&mut a, 1, 5, &[1, 2, 3]));
     assert_eq!(wait_event(&ev, 3000), 1, "the Green vector fired");
     let command = cfg_read16(&mut b, 0x04);

@@ -121,3 +121,12 @@ pub fn receive(c: &mut Client) -> (u32, Vec<u32>) {
     let words = (0..len).map(|_| cm5_read(c, false, LDR_RECV)).collect();
     (tag, words)
 }
+
+/// §2.7.1, §5.4: the Green MSI-X vector on a fresh eventfd, raised when a message becomes the
+/// head of the LDR receive FIFO (`level_green`, `rec_ok_ie`).
+pub fn green_on_arrival(c: &mut Client) -> std::fs::File {
+    let ev = super::msix_vector(c, ni_abi::pci::vector::GREEN);
+    cm5_write(c, true, cm5::NI_INTERRUPT_LEVEL, cm5::level::GREEN);
+    cm5_write(c, true, LDR_PRIVATE, cm5::private::REC_OK_IE);
+    ev
+}
