@@ -379,7 +379,7 @@ fn fastpath_requests() {
 /// sender writes (`Header::decode`), and never a length past what the ring can hold.
 #[test]
 fn window_ring_headers() {
-    use ni_abi::window::{kind, Header as WHeader, EAGER_MAX, INLINE};
+    use ni_abi::window::{kind, Header as WHeader, EAGER_MAX, SLOT};
     let corpus: Vec<Vec<u8>> = [
         WHeader {
             kind: kind::EAGER,
@@ -404,10 +404,10 @@ fn window_ring_headers() {
         },
     ]
     .iter()
-    .map(|h| h.encode().to_vec())
+    .map(|h| h.encode(&[0x11; 48]).to_vec())
     .collect();
     fuzz("window ring headers", 4, corpus, |input| {
-        let mut b = [0u8; INLINE as usize];
+        let mut b = [0u8; SLOT as usize];
         let n = input.len().min(b.len());
         b[..n].copy_from_slice(&input[..n]);
         if let Some(h) = WHeader::decode(&b) {

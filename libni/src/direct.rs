@@ -90,10 +90,7 @@ pub(crate) struct DirectState {
     pub coll_round: u64,
     /// Next rendezvous id per destination (the fabric tag of a large message's payload).
     pub next_rndv: Vec<u64>,
-    /// `w_progress`'s arrivals, kept between calls with their capacity: a progress that
-    /// finds messages allocates nothing for the list.
-    pub arrived: Vec<(u32, u64, Arrived)>,
-    /// `Window::flush`'s outputs, likewise.
+    /// `Window::flush`'s outputs, kept between calls with their capacity.
     pub wake: Vec<u32>,
     pub done: Vec<Completion>,
 }
@@ -196,9 +193,7 @@ impl Inner {
 
     /// A tagged send on the direct path. Returns the operation's id.
     pub(crate) fn w_send(&mut self, dest: u32, addr: u64, len: u64, tag: u64) -> Result<u64> {
-        // Fresh member states (after taking what arrived, so nothing a departed peer sent
-        // before leaving is lost).
-        self.w_progress()?;
+        self.w_sync()?;
         let win = self.win.as_ref().expect("direct path");
         if dest >= win.size {
             return Ok(self.fail_now(op::SEND, Status::OutOfPartition, dest, len, tag));
@@ -269,7 +264,7 @@ impl Inner {
         tag: u64,
         mask: u64,
     ) -> Result<u64> {
-        self.w_progress()?;
+        self.w_sync()?;
         let size = self.win.as_ref().unwrap().size;
         if src != ANY_RANK && src >= size {
             return Ok(self.fail_now(op::RECV, Status::OutOfPartition, src, 0, tag));
@@ -301,37 +296,44 @@ impl Inner {
         Ok(user)
     }
 
+    /// Finish a matched eager receive of a `len`-byte message: `copy` fills the receive
+    /// buffer with the message's first bytes (as many as the slice it is given holds).
+    fn deliver_eager(
+        &mut self,
+        p: Posted,
+        src: u32,
+        tag: u64,
+        len: u64,
+        copy: impl FnOnce(&mut Self, &mut [u8]),
+    ) {
+        let n = len.min(p.cap);
+        let status = if !self.registered(p.addr, n) {
+            Status::NotRegistered
+        } else {
+            // SAFETY: the buffer lies in a region this process still holds (checked just
+            // above, under the lock a region's drop takes), n ≤ its length.
+            let buf = unsafe { std::slice::from_raw_parts_mut(p.addr as *mut u8, n as usize) };
+            copy(self, buf);
+            if let Some(win) = self.win.as_ref() {
+                win.count(w::stats::RECVS);
+                win.add(w::stats::RECV_BYTES, n);
+            }
+            if len > p.cap {
+                Status::Truncated
+            } else {
+                Status::Ok
+            }
+        };
+        self.finish_lib(completion(op::RECV, p.user, status, src, len, tag));
+    }
+
     /// Hand a message to a matched receive.
     fn deliver(&mut self, p: Posted, src: u32, tag: u64, what: Arrived) -> Result<()> {
         match what {
             Arrived::Eager(data) => {
-                let n = (data.len() as u64).min(p.cap);
-                let status = if !self.registered(p.addr, n) {
-                    Status::NotRegistered
-                } else {
-                    // SAFETY: the buffer lies in a region this process still holds (checked
-                    // just above, under the lock a region's drop takes), n ≤ its length.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(data.as_ptr(), p.addr as *mut u8, n as usize)
-                    };
-                    if let Some(win) = self.win.as_ref() {
-                        win.count(w::stats::RECVS);
-                        win.add(w::stats::RECV_BYTES, n);
-                    }
-                    if (data.len() as u64) > p.cap {
-                        Status::Truncated
-                    } else {
-                        Status::Ok
-                    }
-                };
-                self.finish_lib(completion(
-                    op::RECV,
-                    p.user,
-                    status,
-                    src,
-                    data.len() as u64,
-                    tag,
-                ));
+                self.deliver_eager(p, src, tag, data.len() as u64, |_, buf| {
+                    buf.copy_from_slice(&data[..buf.len()])
+                });
             }
             Arrived::Rts { id } => {
                 // The fabric moves the payload: sender's region straight into this buffer.
@@ -362,9 +364,7 @@ impl Inner {
             }
             if !ch.up || ch.new_incarnation {
                 // Messages still waiting for room toward a client that left are not sent.
-                let dropped: Vec<_> = self.win.as_mut().unwrap().backlog[ch.rank as usize]
-                    .drain(..)
-                    .collect();
+                let dropped = self.win.as_mut().unwrap().drop_backlog(ch.rank);
                 for (_, _, c) in dropped {
                     if let Some(mut c) = c {
                         c.status = Status::PeerDown as u16;
@@ -438,32 +438,14 @@ impl Inner {
             }
         };
         let size = self.win.as_ref().unwrap().size;
-        let mut arrived = std::mem::take(&mut self.d.arrived);
-        for src in 0..size {
-            self.win.as_mut().unwrap().drain(src, |h, payload| {
-                let what = match h.kind {
-                    kind::EAGER => Arrived::Eager(payload),
-                    _ => Arrived::Rts { id: h.id },
-                };
-                arrived.push((src, h.tag, what));
-            });
-        }
         let mut failed = Ok(());
-        // (a failed delivery drops the rest, as returning at once did; drain empties the list)
-        for (src, tag, what) in arrived.drain(..) {
-            let hit = self.d.posted.iter().position(|p| p.matches(src, tag));
-            match hit {
-                Some(i) => {
-                    let p = self.d.posted.remove(i).unwrap();
-                    failed = self.deliver(p, src, tag, what);
-                    if failed.is_err() {
-                        break;
-                    }
-                }
-                None => self.d.unexpected.push_back(Unexpected { src, tag, what }),
+        for src in 0..size {
+            failed = self.w_take(src);
+            self.win.as_mut().unwrap().publish_head(src);
+            if failed.is_err() {
+                break;
             }
         }
-        self.d.arrived = arrived;
         failed?;
         self.w_states(changes)?;
         let (mut wake, mut done) = (
@@ -480,6 +462,63 @@ impl Inner {
         self.d.wake = wake;
         woken?;
         self.w_coll_poll();
+        Ok(())
+    }
+
+    /// Take every message `src` published toward this rank, oldest first: an eager one a
+    /// posted receive wants goes straight from the ring into its buffer (one copy), others
+    /// wait in `unexpected`. The caller publishes `HEAD`.
+    fn w_take(&mut self, src: u32) -> Result<()> {
+        while let Some(h) = self.win.as_mut().unwrap().next(src) {
+            let hit = self.d.posted.iter().position(|p| p.matches(src, h.tag));
+            let p = hit.map(|i| self.d.posted.remove(i).unwrap());
+            match (h.kind, p) {
+                (kind::EAGER, Some(p)) => {
+                    self.deliver_eager(p, src, h.tag, h.len as u64, |me, buf| {
+                        me.win.as_ref().unwrap().payload(src, &h, buf)
+                    });
+                    self.win.as_mut().unwrap().consume(src, &h);
+                }
+                (kind::EAGER, None) => {
+                    let win = self.win.as_mut().unwrap();
+                    let mut data = vec![0u8; h.len as usize];
+                    win.payload(src, &h, &mut data);
+                    win.consume(src, &h);
+                    self.d.unexpected.push_back(Unexpected {
+                        src,
+                        tag: h.tag,
+                        what: Arrived::Eager(data),
+                    });
+                }
+                (_, p) => {
+                    self.win.as_mut().unwrap().consume(src, &h);
+                    let what = Arrived::Rts { id: h.id };
+                    match p {
+                        Some(p) => self.deliver(p, src, h.tag, what)?,
+                        None => self.d.unexpected.push_back(Unexpected {
+                            src,
+                            tag: h.tag,
+                            what,
+                        }),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a send or a receive: the members' states as they are now (`w_progress` when
+    /// they moved, after taking what arrived, so nothing a departed peer sent before
+    /// leaving is lost). Arrivals otherwise wait for the next progress: a receive posted
+    /// before they are taken matches them just as it would have matched them taken.
+    fn w_sync(&mut self) -> Result<()> {
+        let moved = match self.win.as_mut() {
+            Some(w) => !w.live() || w.gen_moved() || !self.d.deferred.is_empty(),
+            None => false,
+        };
+        if moved {
+            self.w_progress()?;
+        }
         Ok(())
     }
 

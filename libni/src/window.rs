@@ -26,13 +26,17 @@ pub(crate) struct Window {
     /// `GEN` when this rank last looked at the members' states, and those states.
     gen: u32,
     pub states: Vec<u32>,
-    /// Our copies of the ring cursors we own: `TAIL` of (rank → peer), `HEAD` of (peer →
-    /// rank).
+    /// Next slot index to write in ring (rank → peer), and the peer's `HEAD` of that ring
+    /// when we last read it: room is known without a load until the ring looks full.
     out_tail: Vec<u32>,
+    out_head: Vec<u32>,
+    /// Next slot index to read in ring (peer → rank), and what `HEAD` says.
     in_head: Vec<u32>,
+    in_published: Vec<u32>,
     /// Messages for a peer whose ring was full, in order, with the completion each send
-    /// gets once its message is in the ring.
-    pub backlog: Vec<VecDeque<Waiting>>,
+    /// gets once its message is in the ring; `backlogged` counts them all.
+    backlog: Vec<VecDeque<Waiting>>,
+    backlogged: usize,
     pub coll_timeout_ms: u32,
     /// Our own incarnation when we opened the window, and whether we have seen the next.
     opened_incarnation: u32,
@@ -63,8 +67,11 @@ impl Window {
             gen: 0,
             states: vec![0; size as usize],
             out_tail: vec![0; size as usize],
+            out_head: vec![0; size as usize],
             in_head: vec![0; size as usize],
+            in_published: vec![0; size as usize],
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
+            backlogged: 0,
             coll_timeout_ms: 0,
             opened_incarnation: 0,
             live: false,
@@ -100,11 +107,6 @@ impl Window {
         debug_assert!(off + 8 <= w::WINDOW_SIZE && off.is_multiple_of(8));
         // SAFETY: as for `u32`, 8-aligned.
         unsafe { &*(self.mem.ptr().add(off as usize) as *const AtomicU64) }
-    }
-
-    /// `TAIL` of ring (src → dst), in src's zone.
-    fn tail(&self, src: u32, dst: u32) -> &AtomicU32 {
-        self.u32(w::ring_tail(src, dst))
     }
 
     /// `HEAD` of ring (src → dst), in dst's zone.
@@ -145,7 +147,9 @@ impl Window {
         if state::up(now) && state::incarnation(now) > self.opened_incarnation {
             // The device emptied every ring to and from us just before publishing this.
             self.out_tail.iter_mut().for_each(|t| *t = 0);
+            self.out_head.iter_mut().for_each(|t| *t = 0);
             self.in_head.iter_mut().for_each(|h| *h = 0);
+            self.in_published.iter_mut().for_each(|h| *h = 0);
             self.states[self.rank as usize] = now;
             self.live = true;
         }
@@ -169,7 +173,9 @@ impl Window {
             }
             if new_incarnation && state::up(now) {
                 self.out_tail[r as usize] = 0;
+                self.out_head[r as usize] = 0;
                 self.in_head[r as usize] = 0;
+                self.in_published[r as usize] = 0;
             }
             self.states[r as usize] = now;
             out.push(Change {
@@ -185,45 +191,58 @@ impl Window {
         w::ring_data(src, dst) + (index % w::RING_SLOTS) as u64 * w::SLOT
     }
 
+    fn seq(&self, src: u32, dst: u32, index: u32) -> &AtomicU32 {
+        self.u32(self.slot_ptr(src, dst, index) + w::SEQ)
+    }
+
     /// Write one message into (rank → dst) if it fits now.
     fn try_put(&mut self, dst: u32, h: &Header, payload: &[u8]) -> bool {
+        let d = dst as usize;
         let need = h.slots();
-        let tail = self.out_tail[dst as usize];
-        let head = self.head(self.rank, dst).load(Ordering::Acquire);
-        let used = tail.wrapping_sub(head);
-        // A receiver's HEAD past our TAIL is a lie: treat the ring as full.
-        if used > w::RING_SLOTS || w::RING_SLOTS - used < need {
-            return false;
+        let tail = self.out_tail[d];
+        let fits = |head: u32| {
+            let used = tail.wrapping_sub(head);
+            // A receiver's HEAD past our tail is a lie: the ring counts as full.
+            used <= w::RING_SLOTS && w::RING_SLOTS - used >= need
+        };
+        if !fits(self.out_head[d]) {
+            let head = self.head(self.rank, dst).load(Ordering::Acquire);
+            if !fits(head) {
+                return false;
+            }
+            self.out_head[d] = head;
         }
-        let first = self.slot_ptr(self.rank, dst, tail);
-        self.mem.write_at(first as usize, &h.encode());
         let inline = payload.len().min(w::INLINE as usize);
-        self.mem
-            .write_at((first + w::INLINE) as usize, &payload[..inline]);
         let mut at = inline;
         let mut i = tail.wrapping_add(1);
         while at < payload.len() {
-            let n = (payload.len() - at).min(w::SLOT as usize);
+            let n = (payload.len() - at).min(w::CONT as usize);
             let p = self.slot_ptr(self.rank, dst, i);
-            self.mem.write_at(p as usize, &payload[at..at + n]);
+            // Ordered before the header's SEQ by its release.
+            self.u32(p + w::SEQ).store(w::seq_for(i), Ordering::Relaxed);
+            self.mem
+                .write_at((p + w::CONT_DATA) as usize, &payload[at..at + n]);
             at += n;
             i = i.wrapping_add(1);
         }
-        let tail = tail.wrapping_add(need);
-        self.out_tail[dst as usize] = tail;
-        self.tail(self.rank, dst).store(tail, Ordering::Release);
+        let first = self.slot_ptr(self.rank, dst, tail);
+        let b = h.encode(&payload[..inline]);
+        self.mem.write_at((first + 4) as usize, &b[4..]);
+        self.u32(first + w::SEQ)
+            .store(w::seq_for(tail), Ordering::Release);
+        self.out_tail[d] = tail.wrapping_add(need);
         true
     }
 
-    /// Publish one raw slot as the next message to `dst`, whatever it says (conformance
-    /// tests: a peer that writes what no sender writes).
+    /// Publish one raw slot as the next message to `dst`, whatever it says after its `SEQ`
+    /// (conformance tests: a peer that writes what no sender writes).
     pub fn inject(&mut self, dst: u32, raw: &[u8; 64]) {
         let tail = self.out_tail[dst as usize];
         let at = self.slot_ptr(self.rank, dst, tail);
-        self.mem.write_at(at as usize, raw);
-        let tail = tail.wrapping_add(1);
-        self.out_tail[dst as usize] = tail;
-        self.tail(self.rank, dst).store(tail, Ordering::Release);
+        self.mem.write_at((at + 4) as usize, &raw[4..]);
+        self.u32(at + w::SEQ)
+            .store(w::seq_for(tail), Ordering::Release);
+        self.out_tail[dst as usize] = tail.wrapping_add(1);
     }
 
     /// Send a message to `dst`: into its ring, or behind what waits for room, where `done`
@@ -238,6 +257,7 @@ impl Window {
     ) -> Result<bool, ()> {
         if !self.backlog[dst as usize].is_empty() || !self.try_put(dst, &h, payload) {
             self.backlog[dst as usize].push_back((h, payload.to_vec(), done));
+            self.backlogged += 1;
             return Err(());
         }
         if h.kind == w::kind::EAGER {
@@ -246,9 +266,19 @@ impl Window {
         Ok(self.sleeping_after_store(dst))
     }
 
+    /// Take back what waits for room toward `dst` (a peer that left, or came back anew).
+    pub fn drop_backlog(&mut self, dst: u32) -> Vec<Waiting> {
+        let v: Vec<Waiting> = self.backlog[dst as usize].drain(..).collect();
+        self.backlogged -= v.len();
+        v
+    }
+
     /// Move waiting messages into rings with room. Adds the peers to wake to `wake` and the
     /// completions of the sends now in a ring to `done`.
     pub fn flush(&mut self, wake: &mut Vec<u32>, done: &mut Vec<Completion>) {
+        if self.backlogged == 0 {
+            return;
+        }
         for dst in 0..self.size {
             let mut sent = false;
             while let Some((h, p, c)) = self.backlog[dst as usize].pop_front() {
@@ -256,6 +286,7 @@ impl Window {
                     self.backlog[dst as usize].push_front((h, p, c));
                     break;
                 }
+                self.backlogged -= 1;
                 if h.kind == w::kind::EAGER {
                     self.count_send(p.len() as u64);
                 }
@@ -316,51 +347,68 @@ impl Window {
     /// Whether any ring toward this rank holds a message we have not taken.
     pub fn has_arrivals(&self) -> bool {
         (0..self.size).any(|src| {
-            self.tail(src, self.rank).load(Ordering::Acquire) != self.in_head[src as usize]
+            let head = self.in_head[src as usize];
+            self.seq(src, self.rank, head).load(Ordering::Acquire) == w::seq_for(head)
         })
     }
 
-    /// Take every message waiting from `src`, oldest first, handing each to `f` with its
-    /// payload (copied out of the ring, once). A malformed one (a peer writing what no
-    /// sender writes) empties the ring and counts a ring error.
-    pub fn drain(&mut self, src: u32, mut f: impl FnMut(Header, Vec<u8>)) {
-        let tail = self.tail(src, self.rank).load(Ordering::Acquire);
-        let mut head = self.in_head[src as usize];
-        if tail == head {
-            return;
-        }
-        while head != tail {
-            let avail = tail.wrapping_sub(head);
-            let mut hb = [0u8; w::INLINE as usize];
-            let first = self.slot_ptr(src, self.rank, head);
-            self.mem.read_at(first as usize, &mut hb);
-            let h = match Header::decode(&hb) {
-                Some(h) if avail <= w::RING_SLOTS && h.slots() <= avail => h,
-                _ => {
-                    self.count_ring_error();
-                    head = tail;
-                    break;
-                }
-            };
-            let len = h.len as usize;
-            let mut payload = vec![0u8; len];
-            let inline = len.min(w::INLINE as usize);
-            self.mem
-                .read_at((first + w::INLINE) as usize, &mut payload[..inline]);
-            let mut at = inline;
-            let mut i = head.wrapping_add(1);
-            while at < len {
-                let k = (len - at).min(w::SLOT as usize);
-                let p = self.slot_ptr(src, self.rank, i);
-                self.mem.read_at(p as usize, &mut payload[at..at + k]);
-                at += k;
-                i = i.wrapping_add(1);
+    /// The next message `src` published toward this rank, if any, left in the ring until
+    /// [`Window::consume`]. A header slot no honest sender writes is skipped and counted
+    /// (one slot: the liar's ring resynchronises on its next honest header).
+    pub fn next(&mut self, src: u32) -> Option<Header> {
+        loop {
+            let head = self.in_head[src as usize];
+            if self.seq(src, self.rank, head).load(Ordering::Acquire) != w::seq_for(head) {
+                return None;
             }
-            head = head.wrapping_add(h.slots());
-            f(h, payload);
+            let mut b = [0u8; w::SLOT as usize];
+            self.mem
+                .read_at(self.slot_ptr(src, self.rank, head) as usize, &mut b);
+            match Header::decode(&b) {
+                Some(h) => return Some(h),
+                None => {
+                    self.count_ring_error();
+                    self.in_head[src as usize] = head.wrapping_add(1);
+                }
+            }
         }
-        self.in_head[src as usize] = head;
-        self.head(src, self.rank).store(head, Ordering::Release);
+    }
+
+    /// Copy the first `out.len()` bytes (at most `h.len`) of the payload of the message
+    /// [`Window::next`] returned.
+    pub fn payload(&self, src: u32, h: &Header, out: &mut [u8]) {
+        let len = out.len().min(h.len as usize);
+        let head = self.in_head[src as usize];
+        let first = self.slot_ptr(src, self.rank, head);
+        let inline = len.min(w::INLINE as usize);
+        self.mem
+            .read_at((first + w::HEADER) as usize, &mut out[..inline]);
+        let mut at = inline;
+        let mut i = head.wrapping_add(1);
+        while at < len {
+            let k = (len - at).min(w::CONT as usize);
+            let p = self.slot_ptr(src, self.rank, i) + w::CONT_DATA;
+            self.mem.read_at(p as usize, &mut out[at..at + k]);
+            at += k;
+            i = i.wrapping_add(1);
+        }
+    }
+
+    /// Done with the message [`Window::next`] returned; its slots go back to `src` at the
+    /// next [`Window::publish_head`].
+    pub fn consume(&mut self, src: u32, h: &Header) {
+        let head = &mut self.in_head[src as usize];
+        *head = head.wrapping_add(h.slots());
+    }
+
+    /// Tell `src` how far this rank has read, if that moved.
+    pub fn publish_head(&mut self, src: u32) {
+        let s = src as usize;
+        if self.in_published[s] != self.in_head[s] {
+            self.in_published[s] = self.in_head[s];
+            self.head(src, self.rank)
+                .store(self.in_head[s], Ordering::Release);
+        }
     }
 
     /// Publish this rank's contribution to collective round `round`.

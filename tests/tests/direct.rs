@@ -92,18 +92,16 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     let d = Daemon::start(2);
     let (a, b) = d.attach_pair();
     let rbuf = b.alloc(8192).unwrap();
-    // Lies a receiver must not follow: unknown kind; an eager length far past the ring;
-    // a length that disagrees with the header's own total.
+    // Lies a receiver must not follow (`ni_abi::window::Header`: kind @4, len @6): unknown
+    // kind; an eager length far past the ring; a ready-to-send that claims ring payload.
     let mut lies = vec![[0xA5u8; 64]];
     let mut long = [0u8; 64];
-    long[0] = ni_abi::window::kind::EAGER;
-    long[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-    long[24..32].copy_from_slice(&(u32::MAX as u64).to_le_bytes());
+    long[4] = ni_abi::window::kind::EAGER;
+    long[6..8].copy_from_slice(&u16::MAX.to_le_bytes());
     lies.push(long);
     let mut odd = [0u8; 64];
-    odd[0] = ni_abi::window::kind::EAGER;
-    odd[4..8].copy_from_slice(&16u32.to_le_bytes());
-    odd[24..32].copy_from_slice(&17u64.to_le_bytes());
+    odd[4] = ni_abi::window::kind::RTS;
+    odd[6..8].copy_from_slice(&16u16.to_le_bytes());
     lies.push(odd);
     for (i, lie) in lies.iter().enumerate() {
         assert!(a.window_inject(1, lie));

@@ -1891,13 +1891,13 @@ fn a_member_scribbling_on_everything_it_can_map_cannot_touch_its_peers_traffic()
     let targets: Vec<(u32, u64)> = vec![
         (w::DEVICE_REGION, 0),
         (w::DEVICE_REGION, w::state_word(0)),
-        (w::zone_region(0), w::ring_tail(0, 1) - w::zone(0)),
+        (w::zone_region(0), w::ring_head(1, 0) - w::zone(0)),
         (w::zone_region(0), w::ring_data(0, 1) - w::zone(0)),
         (w::zone_region(1), w::ring_head(0, 1) - w::zone(1)),
         (w::zone_region(1), w::ring_data(1, 0) - w::zone(1)),
         (w::zone_region(1), w::sleeping(1) - w::zone(1)),
         (pci::BAR4_REGION, w::WINDOW_OFFSET + w::ring_data(1, 0)),
-        (pci::BAR4_REGION, w::WINDOW_OFFSET + w::ring_tail(1, 0)),
+        (pci::BAR4_REGION, w::WINDOW_OFFSET + w::ring_head(0, 1)),
         (pci::BAR4_REGION, w::WINDOW_OFFSET + w::state_word(1)),
         (pci::BAR4_REGION, w::WINDOW_OFFSET + w::hdr::GEN),
     ];
@@ -1914,15 +1914,23 @@ fn a_member_scribbling_on_everything_it_can_map_cannot_touch_its_peers_traffic()
         )
     });
 
-    // Its own zone it may fill with anything, for seconds, while its peers run.
+    // Its own zone it may fill with anything, for seconds, while its peers run. Every ring
+    // slot gets the `SEQ` of the ring's first lap, so its peers take the garbage after it
+    // as published messages (`ni_abi::window::SEQ`) and must refuse it.
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut passes = 0u64;
     let t = Instant::now();
     if let Some((p, len)) = own_zone {
         while t.elapsed() < Duration::from_secs(3) {
             for i in 0..(len / 8) as usize {
+                let off = i as u64 * 8;
+                let mut v = junk(&mut rng);
+                if off >= w::zone::RINGS && (off - w::zone::RINGS).is_multiple_of(w::SLOT) {
+                    let index = ((off - w::zone::RINGS) % w::RING_BYTES / w::SLOT) as u32;
+                    v = (v & !0xFFFF_FFFF) | w::seq_for(index) as u64;
+                }
                 // SAFETY: inside the attacker's own zone mapping, 8-aligned.
-                unsafe { (p as *mut u64).add(i).write_volatile(junk(&mut rng)) };
+                unsafe { (p as *mut u64).add(i).write_volatile(v) };
             }
             passes += 1;
         }

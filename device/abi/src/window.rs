@@ -10,8 +10,8 @@
 //!
 //! **One writer per page.** The window is laid out by writer: the device page (header,
 //! `STATE`, `REACH`) is written by the device alone, and rank `r`'s [`zone`] holds every word
-//! rank `r` writes — its `SLEEPING` line, its counters, the `TAIL` of each ring it sends on and
-//! the `HEAD` of each ring it receives on, its collective slots, its outgoing rings. Each part
+//! rank `r` writes — its `SLEEPING` line, its counters, the `HEAD` of each ring it receives on,
+//! its collective slots, its outgoing rings. Each part
 //! is page-aligned, so the MMU can hand every member its own zone writable and everything
 //! else read-only ([`Kind`]). Everything is little-endian. Readers never trust a peer's words
 //! for an index or a length beyond what they check here.
@@ -59,7 +59,8 @@ pub mod hdr {
     pub const MAGIC: u64 = 0x00;
     pub const MAGIC_VALUE: u32 = 0x4E57_494E; // "NIWN"
     pub const VERSION: u64 = 0x04;
-    pub const VERSION_VALUE: u32 = 2;
+    /// 3: ring slots carry their own sequence ([`super::SEQ`]); no `TAIL` words.
+    pub const VERSION_VALUE: u32 = 3;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -109,9 +110,8 @@ pub mod zone {
     pub const SLEEPING: u64 = 0x0;
     /// The rank's counters, [`super::stats`].
     pub const STATS: u64 = 0x100;
-    /// `TAIL` of ring (this rank → `d`) at `+ 64·d`: u32, free-running slot count.
-    pub const TAILS: u64 = 0x1000;
-    /// `HEAD` of ring (`s` → this rank) at `+ 64·s`.
+    /// `HEAD` of ring (`s` → this rank) at `+ 64·s`: u32, free-running count of the slots
+    /// this rank has taken. (`0x1000..0x1400` held version 2's `TAIL`s; unused since.)
     pub const HEADS: u64 = 0x1400;
     /// Collective slots, `COLL_SLOT` per parity.
     pub const COLL: u64 = 0x2000;
@@ -183,10 +183,8 @@ pub fn coll_meta(kind: u8, dtype: u32, op: u32, root: u32, count: u64) -> u64 {
         | ((count & 0xFFFF_FFFF) << 32)
 }
 
-/// Ring cursors: `TAIL` in the sender's zone, `HEAD` in the receiver's.
-pub fn ring_tail(src: u32, dst: u32) -> u64 {
-    zone(src) + zone::TAILS + dst as u64 * LINE
-}
+/// The ring's one cursor, `HEAD`, in the receiver's zone. What the sender published needs no
+/// cursor: every slot carries its [`SEQ`].
 pub fn ring_head(src: u32, dst: u32) -> u64 {
     zone(dst) + zone::HEADS + src as u64 * LINE
 }
@@ -210,11 +208,30 @@ pub mod kind {
 
 /// The largest payload carried in the ring itself.
 pub const EAGER_MAX: u64 = 4096;
-/// Payload bytes in the header slot.
-pub const INLINE: u64 = 32;
 
-/// A ring message's header slot: `kind` u8 @0, `len` u32 @4 (payload bytes in the ring),
-/// `tag` u64 @8, `id` u64 @16 (RTS), `full` u64 @24 (the message's length), payload @32.
+/// Every slot of a ring starts with `SEQ` (u32): its free-running index in the ring plus one
+/// ([`seq_for`]). The sender stores a message's continuation slots, then its header slot's
+/// other bytes, then the header's `SEQ` with release; the receiver polls the `SEQ` of the slot
+/// at its `HEAD`, so a message costs the receiver one cache line, not a cursor and then the
+/// line. Continuation slots carry their `SEQ` too, so stale bytes of an earlier lap never read
+/// as the header the receiver waits for.
+pub const SEQ: u64 = 0;
+/// Header slot: `SEQ` u32 @0, `kind` u8 @4, `len` u16 @6 (payload bytes in the ring), `tag`
+/// u64 @8, then the first [`INLINE`] payload bytes (a `RTS`: `id` u64 @16, `full` u64 @24).
+pub const HEADER: u64 = 16;
+pub const INLINE: u64 = SLOT - HEADER;
+/// Continuation slot: `SEQ` u32 @0, 4 bytes unused, [`CONT`] payload bytes from @8.
+pub const CONT_DATA: u64 = 8;
+pub const CONT: u64 = SLOT - CONT_DATA;
+
+/// The `SEQ` of the slot with free-running index `index`.
+pub const fn seq_for(index: u32) -> u32 {
+    index.wrapping_add(1)
+}
+
+/// A ring message's header: `kind`, `len` (payload bytes in the ring), `tag`, and for a
+/// `RTS` the fabric tag `id` of its payload and its length `full` (an eager message's `full`
+/// is its `len`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Header {
     pub kind: u8,
@@ -225,31 +242,47 @@ pub struct Header {
 }
 
 impl Header {
-    pub fn encode(&self) -> [u8; INLINE as usize] {
-        let mut b = [0u8; INLINE as usize];
-        b[0] = self.kind;
-        b[4..8].copy_from_slice(&self.len.to_le_bytes());
+    /// The header slot as the sender stores it, `SEQ` left 0 (stored last, on its own), with
+    /// the first `inline` bytes of an eager payload (at most [`INLINE`]).
+    pub fn encode(&self, inline: &[u8]) -> [u8; SLOT as usize] {
+        let mut b = [0u8; SLOT as usize];
+        b[4] = self.kind;
+        b[6..8].copy_from_slice(&(self.len as u16).to_le_bytes());
         b[8..16].copy_from_slice(&self.tag.to_le_bytes());
-        b[16..24].copy_from_slice(&self.id.to_le_bytes());
-        b[24..32].copy_from_slice(&self.full.to_le_bytes());
+        if self.kind == kind::RTS {
+            b[16..24].copy_from_slice(&self.id.to_le_bytes());
+            b[24..32].copy_from_slice(&self.full.to_le_bytes());
+        } else {
+            let n = inline.len().min(INLINE as usize);
+            b[HEADER as usize..HEADER as usize + n].copy_from_slice(&inline[..n]);
+        }
         b
     }
 
-    /// Decode and check what a peer wrote: `None` if no honest sender writes it.
-    pub fn decode(b: &[u8; INLINE as usize]) -> Option<Header> {
-        let h = Header {
-            kind: b[0],
-            len: u32::from_le_bytes(b[4..8].try_into().unwrap()),
-            tag: u64::from_le_bytes(b[8..16].try_into().unwrap()),
-            id: u64::from_le_bytes(b[16..24].try_into().unwrap()),
-            full: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+    /// Decode and check a header slot a peer wrote (`SEQ` aside): `None` if no honest sender
+    /// writes it.
+    pub fn decode(b: &[u8; SLOT as usize]) -> Option<Header> {
+        let kind = b[4];
+        let len = u16::from_le_bytes([b[6], b[7]]) as u32;
+        let tag = u64::from_le_bytes(b[8..16].try_into().unwrap());
+        let h = match kind {
+            kind::EAGER if len as u64 <= EAGER_MAX && b[5] == 0 => Header {
+                kind,
+                len,
+                tag,
+                id: 0,
+                full: len as u64,
+            },
+            kind::RTS if len == 0 && b[5] == 0 => Header {
+                kind,
+                len,
+                tag,
+                id: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+                full: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+            },
+            _ => return None,
         };
-        let ok = match h.kind {
-            kind::EAGER => h.len as u64 <= EAGER_MAX && h.full == h.len as u64,
-            kind::RTS => h.len == 0 && h.full <= crate::fastpath::MAX_TRANSFER,
-            _ => false,
-        };
-        ok.then_some(h)
+        (h.kind == kind::EAGER || h.full <= crate::fastpath::MAX_TRANSFER).then_some(h)
     }
 
     /// Ring slots the message takes, header included.
@@ -259,7 +292,7 @@ impl Header {
 }
 
 pub fn slots_for(len: u64) -> u32 {
-    1 + len.saturating_sub(INLINE).div_ceil(SLOT) as u32
+    1 + len.saturating_sub(INLINE).div_ceil(CONT) as u32
 }
 
 // The layout fits, does not overlap, and puts every writer on pages of its own, checked when
@@ -274,14 +307,15 @@ const _: () = {
             && ZONE_SIZE.is_multiple_of(PAGE)
     );
     assert!(zone::SLEEPING + 4 <= zone::STATS);
-    assert!(zone::STATS + stats::LEN <= zone::TAILS);
-    assert!(zone::TAILS + MAX_RANKS as u64 * LINE <= zone::HEADS);
+    assert!(zone::STATS + stats::LEN <= zone::HEADS);
     assert!(zone::HEADS + MAX_RANKS as u64 * LINE <= zone::COLL);
     assert!(zone::COLL + 2 * COLL_SLOT <= zone::RINGS);
     assert!(zone(MAX_RANKS) <= WINDOW_SIZE);
     assert!(WINDOW_OFFSET + WINDOW_SIZE <= crate::pci::BAR4_SIZE);
     assert!(ZONE_SIZE <= crate::pci::BAR3_SIZE);
     assert!(MAX_RANKS <= 32, "REACH is a 32-bit mask");
+    assert!(EAGER_MAX <= u16::MAX as u64, "len is a u16");
+    assert!(1 + (EAGER_MAX - INLINE).div_ceil(CONT) < RING_SLOTS as u64 / 4);
 };
 
 #[cfg(test)]
@@ -297,23 +331,41 @@ mod tests {
             id: 0,
             full: 100,
         };
-        assert_eq!(Header::decode(&h.encode()), Some(h));
-        assert_eq!(h.slots(), 1 + 2);
-        assert!(slots_for(EAGER_MAX) < RING_SLOTS / 4);
+        let payload = [7u8; 100];
+        let b = h.encode(&payload);
+        assert_eq!(Header::decode(&b), Some(h));
+        assert_eq!(&b[HEADER as usize..], &payload[..INLINE as usize]);
+        assert_eq!(h.slots(), 1 + 1);
         assert_eq!(slots_for(0), 1);
-        assert_eq!(slots_for(32), 1);
-        assert_eq!(slots_for(33), 2);
+        assert_eq!(slots_for(48), 1);
+        assert_eq!(slots_for(49), 2);
+        assert_eq!(slots_for(48 + 56), 2);
+        assert_eq!(slots_for(48 + 57), 3);
+        let rts = Header {
+            kind: kind::RTS,
+            len: 0,
+            tag: 9,
+            id: 3,
+            full: 1 << 20,
+        };
+        assert_eq!(Header::decode(&rts.encode(&[])), Some(rts));
         let too_long = Header {
             len: EAGER_MAX as u32 + 1,
             full: EAGER_MAX + 1,
             ..h
         };
-        assert_eq!(Header::decode(&too_long.encode()), None);
-        let mismatched = Header { full: 5, ..h };
-        assert_eq!(Header::decode(&mismatched.encode()), None);
-        let mut junk = [0xFFu8; 32];
+        assert_eq!(Header::decode(&too_long.encode(&[])), None);
+        let mut rts_with_len = rts.encode(&[]);
+        rts_with_len[6] = 1;
+        assert_eq!(Header::decode(&rts_with_len), None);
+        let huge = Header {
+            full: crate::fastpath::MAX_TRANSFER + 1,
+            ..rts
+        };
+        assert_eq!(Header::decode(&huge.encode(&[])), None);
+        let mut junk = [0xFFu8; SLOT as usize];
         assert_eq!(Header::decode(&junk), None);
-        junk[0] = kind::RTS;
+        junk[4] = kind::RTS;
         assert_eq!(Header::decode(&junk), None);
     }
 
@@ -329,7 +381,6 @@ mod tests {
             mine(coll_slot(0, r), COLL_SLOT);
             mine(coll_slot(1, r), COLL_SLOT);
             for p in 0..MAX_RANKS {
-                mine(ring_tail(r, p), 4);
                 mine(ring_head(p, r), 4);
                 mine(ring_data(r, p), RING_BYTES);
             }

@@ -19,6 +19,7 @@ use vm_memory::{Bytes, MmapRegion, VolatileMemory};
 use crate::sram::{sealed_memfd, SharedMemError};
 
 static NEXT_SERIAL: AtomicU32 = AtomicU32::new(1);
+static ZEROS: [u8; 4096] = [0; 4096];
 
 /// The serial the next window gets (a handover carries it: serials never repeat).
 pub fn next_serial() -> u32 {
@@ -394,10 +395,15 @@ impl Window {
     }
 
     fn zero(&self, off: u64, len: u64) {
-        let _ = self
-            .map
-            .as_volatile_slice()
-            .write_slice(&vec![0u8; len as usize], off as usize);
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(ZEROS.len() as u64);
+            let _ = self
+                .map
+                .as_volatile_slice()
+                .write_slice(&ZEROS[..n as usize], (off + at) as usize);
+            at += n;
+        }
     }
 
     pub fn rank_of(&self, node: u32) -> Option<u32> {
@@ -407,15 +413,16 @@ impl Window {
             .map(|r| r as u32)
     }
 
-    /// `rank`'s NI has a client ready: give it empty rings to and from every member, empty
-    /// collective slots (the survivors start counting rounds again when they see `GEN`
-    /// move), then publish it up under a new incarnation.
+    /// `rank`'s NI has a client ready: give it empty rings to and from every member (`HEAD`
+    /// 0 and every slot's `SEQ` 0, so nothing of an earlier client reads as published),
+    /// empty collective slots (the survivors start counting rounds again when they see
+    /// `GEN` move), then publish it up under a new incarnation.
     pub fn member_up(&self, rank: u32) {
         let p = self.members.len() as u32;
         for peer in 0..p {
             for (s, d) in [(rank, peer), (peer, rank)] {
-                self.u32(w::ring_tail(s, d)).store(0, Ordering::Relaxed);
                 self.u32(w::ring_head(s, d)).store(0, Ordering::Relaxed);
+                self.zero(w::ring_data(s, d), w::RING_BYTES);
             }
             self.zero(w::coll_slot(0, peer), 2 * w::COLL_SLOT);
         }
@@ -512,13 +519,13 @@ mod tests {
             let win = Window::new(kind, vec![3, 5], 1000).unwrap();
             assert_eq!(win.kind(), kind);
             assert_eq!(win.rank_of(5), Some(1));
-            let tail = w::ring_tail(1, 0);
-            win.u32(tail).store(77, Ordering::Relaxed);
+            let slot = w::ring_data(1, 0) + 5 * w::SLOT;
+            win.u32(slot).store(w::seq_for(5), Ordering::Relaxed);
             win.u32(w::ring_head(0, 1)).store(5, Ordering::Relaxed);
             win.u64(w::coll_slot(1, 0)).store(9, Ordering::Relaxed);
             let g = win.u32(hdr::GEN).load(Ordering::Relaxed);
             win.member_up(1);
-            assert_eq!(win.u32(tail).load(Ordering::Relaxed), 0);
+            assert_eq!(win.u32(slot).load(Ordering::Relaxed), 0);
             assert_eq!(win.u32(w::ring_head(0, 1)).load(Ordering::Relaxed), 0);
             assert_eq!(win.u64(w::coll_slot(1, 0)).load(Ordering::Relaxed), 0);
             let s = win.u32(w::state_word(1)).load(Ordering::Relaxed);
@@ -542,12 +549,12 @@ mod tests {
     fn trapped_writes_reach_only_the_writers_own_zone() {
         let win = Window::new(Kind::Isolated, vec![0, 1, 2], 1000).unwrap();
         let one = 7u32.to_le_bytes();
-        assert!(win.write(Some(1), w::ring_tail(1, 0), &one));
-        assert_eq!(win.u32(w::ring_tail(1, 0)).load(Ordering::Relaxed), 7);
+        assert!(win.write(Some(1), w::ring_data(1, 0), &one));
+        assert_eq!(win.u32(w::ring_data(1, 0)).load(Ordering::Relaxed), 7);
         assert!(win.write(Some(0), w::ring_head(1, 0), &one));
         // Someone else's cursor, ring or slot; the device page; a zone nobody has; a write
         // straddling the end of its own zone; a non-member.
-        assert!(!win.write(Some(0), w::ring_tail(1, 0), &[0; 4]));
+        assert!(!win.write(Some(0), w::ring_data(1, 0), &[0; 4]));
         assert!(!win.write(Some(2), w::ring_data(1, 0), &[0; 64]));
         assert!(!win.write(Some(2), w::coll_slot(0, 0), &[0; 8]));
         assert!(!win.write(Some(0), hdr::GEN, &[0; 4]));
@@ -555,7 +562,8 @@ mod tests {
         assert!(!win.write(Some(5), w::sleeping(5), &[0; 4]));
         assert!(!win.write(Some(0), w::zone(1) - 2, &[0; 4]));
         assert!(!win.write(None, w::sleeping(0), &[0; 4]));
-        assert_eq!(win.u32(w::ring_tail(1, 0)).load(Ordering::Relaxed), 7);
+        assert_eq!(win.u32(w::ring_data(1, 0)).load(Ordering::Relaxed), 7);
+        assert!(!win.write(Some(1), w::ring_head(1, 0), &[0; 4]));
         assert_eq!(
             win.u32(hdr::MAGIC).load(Ordering::Relaxed),
             hdr::MAGIC_VALUE

@@ -747,7 +747,7 @@ fn scribble_attack(ni: &Ni) {
     unsafe { (zone.add(w::ZONE_SIZE as usize) as *mut u32).write_volatile(0xBAD) };
     assert_eq!(word(zone, w::ZONE_SIZE), 0, "BAR3's hole kept a write");
     println!("scribbled: {passes} passes over the own zone");
-    let target = w::ring_tail(1, 2);
+    let target = w::ring_head(2, 1);
     let before = word(window, target);
     use std::io::Write as _;
     std::io::stdout().flush().unwrap();
