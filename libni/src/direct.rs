@@ -130,7 +130,7 @@ impl Inner {
         if let (Some(which), Some(win)) = (counter, self.win.as_ref()) {
             win.count(which);
         }
-        if !self.ignored.remove(&c.user) {
+        if self.ignored.is_empty() || !self.ignored.remove(&c.user) {
             self.done.insert(c.user, c);
         }
     }
@@ -147,9 +147,19 @@ impl Inner {
         if len == 0 {
             return true;
         }
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        let (start, rlen) = self.region_hit.get();
+        if start <= addr && end <= start + rlen {
+            return true;
+        }
         match self.regions.range(..=addr).next_back() {
-            Some((&start, &rlen)) => addr.checked_add(len).is_some_and(|end| end <= start + rlen),
-            None => false,
+            Some((&start, &rlen)) if end <= start + rlen => {
+                self.region_hit.set((start, rlen));
+                true
+            }
+            _ => false,
         }
     }
 

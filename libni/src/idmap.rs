@@ -37,6 +37,75 @@ impl Hasher for IdHasher {
 pub type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 pub type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
+/// Finished operations by id, until their owner takes them. Ids are handed out in sequence
+/// and most are taken soon after they finish, so a small table indexed by the id's low bits
+/// holds them with one compare each way; the map takes those whose place is occupied (an
+/// operation nobody has waited for yet). A hash map insert and remove were about a tenth of
+/// an 8-byte round trip's instructions.
+pub struct Finished<V> {
+    slots: [Option<(u64, V)>; 64],
+    /// Bit i: `slots[i]` holds something.
+    used: u64,
+    spill: IdMap<V>,
+}
+
+impl<V> Default for Finished<V> {
+    fn default() -> Self {
+        Finished {
+            slots: std::array::from_fn(|_| None),
+            used: 0,
+            spill: IdMap::default(),
+        }
+    }
+}
+
+impl<V> Finished<V> {
+    pub fn insert(&mut self, id: u64, v: V) {
+        let i = (id % 64) as usize;
+        if self.used & (1 << i) == 0 {
+            self.slots[i] = Some((id, v));
+            self.used |= 1 << i;
+        } else {
+            self.spill.insert(id, v);
+        }
+    }
+
+    pub fn remove(&mut self, id: u64) -> Option<V> {
+        let i = (id % 64) as usize;
+        if self.used & (1 << i) != 0 && self.slots[i].as_ref().is_some_and(|(k, _)| *k == id) {
+            self.used &= !(1 << i);
+            return self.slots[i].take().map(|(_, v)| v);
+        }
+        if self.spill.is_empty() {
+            None
+        } else {
+            self.spill.remove(&id)
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.used.count_ones() as usize + self.spill.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Take everything, in no particular order.
+    pub fn drain(&mut self, mut f: impl FnMut(u64, V)) {
+        while self.used != 0 {
+            let i = self.used.trailing_zeros() as usize;
+            self.used &= !(1 << i);
+            if let Some((k, v)) = self.slots[i].take() {
+                f(k, v);
+            }
+        }
+        for (k, v) in self.spill.drain() {
+            f(k, v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +134,31 @@ mod tests {
             m.insert(v * 3, v);
         }
         assert!((0..10_000).all(|v| m[&(v * 3)] == v));
+    }
+
+    #[test]
+    fn finished_operations_are_found_whatever_slot_they_share() {
+        let mut f: Finished<u64> = Finished::default();
+        // 0 and 64 share a slot; 128 too; 5 alone.
+        for id in [0, 64, 5, 128] {
+            f.insert(id, id * 10);
+        }
+        assert_eq!(f.len(), 4);
+        assert_eq!(f.remove(64), Some(640));
+        assert_eq!(f.remove(64), None);
+        assert_eq!(f.remove(0), Some(0));
+        // The slot is free again; the spilled one is still found.
+        f.insert(192, 1920);
+        assert_eq!(f.remove(1), None);
+        let mut all = vec![];
+        f.drain(|k, v| all.push((k, v)));
+        all.sort();
+        assert_eq!(all, vec![(5, 50), (128, 1280), (192, 1920)]);
+        assert!(f.is_empty());
+        for id in 0..1000 {
+            f.insert(id, id);
+        }
+        assert!((0..1000).rev().all(|id| f.remove(id) == Some(id)));
+        assert!(f.is_empty());
     }
 }

@@ -45,7 +45,7 @@ use std::io::Read;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::path::Path;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
@@ -211,12 +211,15 @@ struct Inner {
     bounce: Mem,
     next_user: u64,
     next_key: u32,
-    done: IdMap<Completion>,
+    done: idmap::Finished<Completion>,
     ignored: IdSet,
     handlers: IdMap<Handler>,
     /// Active messages taken from the ring whose handlers have not run yet (they run with
     /// this lock released: see `Ni::run_handlers`).
     am_arrived: VecDeque<(u64, u32, Vec<u8>)>,
+    /// `!am_arrived.is_empty()` as of the last time this lock was held, readable without it:
+    /// the waits skip the dispatcher when nothing is queued.
+    am_queued: Arc<AtomicBool>,
     /// Active messages that arrived before a handler was registered.
     am_pending: Vec<(u64, u32, Vec<u8>)>,
     /// Times the asynchronous global OR rose (with `GLOBAL_REC_IE`).
@@ -230,6 +233,9 @@ struct Inner {
     /// Regions this process registered (address → length), so the direct path never
     /// touches memory the NI may not.
     regions: BTreeMap<u64, u64>,
+    /// The region `registered` found last (start, length): most operations use the one
+    /// before. Emptied when a region goes.
+    region_hit: std::cell::Cell<(u64, u64)>,
     /// The application's pages made NI memory for `Ni::register` (start → pin): DMA-mapped
     /// once however many regions lie in them, never overlapping.
     pins: BTreeMap<u64, Pin>,
@@ -326,6 +332,8 @@ pub struct Ni {
     backoff: Backoff,
     /// Whether yielding still pays, or a CPU-bound thread holds the core (then block).
     contention: Mutex<ni_abi::fastpath::Contention>,
+    /// `Inner::am_queued`.
+    am_queued: Arc<AtomicBool>,
 }
 
 /// How a waiting libni gives the CPU away after its short spin, before it blocks on the
@@ -516,7 +524,7 @@ impl Inner {
                 self.take_am(&c);
             } else if c.opcode == op::GLOBAL_REC {
                 self.global_rises += 1;
-            } else if !self.ignored.remove(&c.user) {
+            } else if self.ignored.is_empty() || !self.ignored.remove(&c.user) {
                 self.done.insert(c.user, c);
             }
         }
@@ -535,19 +543,25 @@ impl Inner {
         self.sram_u32(ctrl::AM_HEAD)
             .store(self.am_head, Ordering::Release);
         self.am_arrived.push_back((c.tag, c.rank, payload));
+        self.am_queued.store(true, Ordering::Release);
     }
 
     /// The next queued active message whose handler is registered, with the handler taken
     /// out of the table (the caller runs it unlocked and puts it back). Messages for
     /// unregistered handlers move to `am_pending`.
     fn next_am(&mut self) -> Option<(u64, u32, Vec<u8>, Handler)> {
-        while let Some((h, src, payload)) = self.am_arrived.pop_front() {
+        let next = loop {
+            let Some((h, src, payload)) = self.am_arrived.pop_front() else {
+                break None;
+            };
             match self.handlers.remove(&h) {
-                Some(f) => return Some((h, src, payload, f)),
+                Some(f) => break Some((h, src, payload, f)),
                 None => self.am_pending.push((h, src, payload)),
             }
-        }
-        None
+        };
+        self.am_queued
+            .store(!self.am_arrived.is_empty(), Ordering::Release);
+        next
     }
 }
 
@@ -691,6 +705,7 @@ impl Ni {
         for m in [&cq, &am, &bounce] {
             dev.dma_map(m)?;
         }
+        let am_queued = Arc::new(AtomicBool::new(false));
         let inner = Inner {
             dev,
             sram,
@@ -705,10 +720,11 @@ impl Ni {
             bounce,
             next_user: 0,
             next_key: 1,
-            done: IdMap::default(),
+            done: Default::default(),
             ignored: IdSet::default(),
             handlers: IdMap::default(),
             am_arrived: VecDeque::new(),
+            am_queued: am_queued.clone(),
             am_pending: Vec::new(),
             global_rises: 0,
             win,
@@ -718,6 +734,7 @@ impl Ni {
             },
             alias: IdMap::default(),
             regions: BTreeMap::new(),
+            region_hit: Default::default(),
             pins: BTreeMap::new(),
             alive: Liveness::new(),
         };
@@ -732,6 +749,7 @@ impl Ni {
             node,
             backoff: Backoff::from_env(backoff),
             contention: Mutex::new(Default::default()),
+            am_queued,
         };
         // The first request sets up the completion ring; its completion lands in it.
         let (cq_iova, am_iova) = {
@@ -1086,6 +1104,11 @@ impl Ni {
     /// handlers at a time, in arrival order; a handler does not nest: messages that arrive
     /// while it runs (even during its own calls into the `Ni`) run after it returns.
     fn run_handlers(&self) {
+        // Whoever queues a message runs the handlers after it (this thread, or another that
+        // then finds this flag set): a stale `false` here skips nothing that waits.
+        if !self.am_queued.load(Ordering::Acquire) {
+            return;
+        }
         loop {
             let _d = match self.dispatch.try_lock() {
                 Ok(g) => g,
@@ -1117,7 +1140,7 @@ impl Ni {
         let r = {
             let mut i = self.lock();
             i.progress()
-                .map(|_| i.done.remove(&op.user).map(|c| finish(op, c)))
+                .map(|_| i.done.remove(op.user).map(|c| finish(op, c)))
         };
         self.run_handlers();
         r?.transpose()
@@ -1132,11 +1155,8 @@ impl Ni {
             let mut i = self.lock();
             i.progress().map(|_| {
                 let n = i.done.len();
-                out.extend(
-                    i.done
-                        .drain()
-                        .map(|(user, c)| (user, finish_as(c.opcode, c.rank, c))),
-                );
+                i.done
+                    .drain(|user, c| out.push((user, finish_as(c.opcode, c.rank, c))));
                 n
             })
         };
@@ -1159,7 +1179,7 @@ impl Ni {
     /// still carries the operation out: a receive may still fill its buffer).
     pub fn forget(&self, op: Op) {
         let mut i = self.lock();
-        if i.done.remove(&op.user).is_none() {
+        if i.done.remove(op.user).is_none() {
             i.ignored.insert(op.user);
         }
     }
@@ -1180,9 +1200,10 @@ impl Ni {
     }
 
     fn wait_inner(&self, op: Op, timeout: Option<Duration>, handlers: bool) -> Result<Done> {
-        let t = Instant::now();
+        // When the wait began: taken at the first look that finds `op` unfinished.
+        let mut t = None;
         loop {
-            let step = self.wait_step(&op, t, timeout, handlers);
+            let step = self.wait_step(&op, &mut t, timeout, handlers);
             if handlers {
                 self.run_handlers();
             }
@@ -1198,20 +1219,27 @@ impl Ni {
     fn wait_step(
         &self,
         op: &Op,
-        t: Instant,
+        t: &mut Option<Instant>,
         timeout: Option<Duration>,
         handlers: bool,
     ) -> Result<Option<Result<Done>>> {
         {
             let mut i = self.lock();
+            // An operation that finished before the wait (an eager send into the window)
+            // needs no progress first.
+            if t.is_none() {
+                if let Some(c) = i.done.remove(op.user) {
+                    return Ok(Some(finish(op, c)));
+                }
+            }
             let queued = i.am_arrived.len();
             i.progress()?;
             // Handlers to run now: do not sleep first.
             let arrived = handlers && i.am_arrived.len() > queued;
-            if let Some(c) = i.done.remove(&op.user) {
+            if let Some(c) = i.done.remove(op.user) {
                 return Ok(Some(finish(op, c)));
             }
-            let idle = t.elapsed();
+            let idle = t.get_or_insert_with(Instant::now).elapsed();
             if let Some(limit) = timeout {
                 if idle > limit {
                     // Nobody will collect it now.
@@ -1478,6 +1506,8 @@ impl Ni {
             for m in mine.into_iter().rev() {
                 i.am_arrived.push_front(m);
             }
+            let queued = !i.am_arrived.is_empty();
+            i.am_queued.store(queued, Ordering::Release);
         }
         self.run_handlers();
     }
@@ -2116,6 +2146,7 @@ impl Drop for Region {
         let mut i = ni.lock().unwrap_or_else(|e| e.into_inner());
         if self.listed {
             i.regions.remove(&self.mem.iova());
+            i.region_hit.take();
         }
         let r = Request {
             opcode: op::DEREG_MR,

@@ -355,7 +355,16 @@ impl Window {
     /// The next message `src` published toward this rank, if any, left in the ring until
     /// [`Window::consume`]. A header slot no honest sender writes is skipped and counted
     /// (one slot: the liar's ring resynchronises on its next honest header).
+    #[inline]
     pub fn next(&mut self, src: u32) -> Option<Header> {
+        let head = self.in_head[src as usize];
+        if self.seq(src, self.rank, head).load(Ordering::Acquire) != w::seq_for(head) {
+            return None;
+        }
+        self.next_published(src)
+    }
+
+    fn next_published(&mut self, src: u32) -> Option<Header> {
         loop {
             let head = self.in_head[src as usize];
             if self.seq(src, self.rank, head).load(Ordering::Acquire) != w::seq_for(head) {
