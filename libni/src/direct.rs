@@ -608,18 +608,27 @@ impl Inner {
         if !ok {
             return fail(self, Status::NotRegistered);
         }
-        let mut data = vec![0u8; bytes as usize];
-        if kind != coll::BARRIER && (kind != coll::BCAST || root_here) {
-            // SAFETY: inside a registered region this process holds (checked above).
-            unsafe {
-                std::ptr::copy_nonoverlapping(r.addr as *const u8, data.as_mut_ptr(), data.len())
-            };
-        }
+        // What this member contributes (nothing for a barrier or a broadcast it does not
+        // root: its slot's data is never read).
+        let data: &[u8] = if kind != coll::BARRIER && (kind != coll::BCAST || root_here) {
+            // SAFETY: inside a registered region this process holds (checked above, under
+            // the lock a region's drop takes); only read.
+            unsafe { std::slice::from_raw_parts(r.addr as *const u8, bytes as usize) }
+        } else {
+            &[]
+        };
         let round = self.d.coll_round;
         let meta = w::coll_meta(kind, d, o, r.rank, r.len);
         let win = self.win.as_ref().unwrap();
-        win.coll_write(round, meta, &data);
-        let sleepers: Vec<u32> = (0..size).filter(|&m| win.sleeping(m)).collect();
+        win.coll_write(round, meta, data);
+        let mut sleepers = [0u32; w::MAX_RANKS as usize];
+        let mut n_sleepers = 0;
+        for m in 0..size {
+            if win.sleeping(m) {
+                sleepers[n_sleepers] = m;
+                n_sleepers += 1;
+            }
+        }
         let user = self.lib_user();
         self.d.wcoll = Some(WColl {
             user,
@@ -634,7 +643,7 @@ impl Inner {
             bytes: bytes as usize,
             started: Instant::now(),
         });
-        self.wake(&sleepers)?;
+        self.wake(&sleepers[..n_sleepers])?;
         self.w_coll_poll();
         Ok(CollStart::Started(user))
     }
@@ -680,45 +689,46 @@ impl Inner {
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) }
         };
         let n = c.bytes;
-        let mut acc = vec![0u8; n];
-        let mut x = vec![0u8; n];
+        let mut acc_buf = [0u8; w::COLL_MAX as usize];
+        let mut x_buf = [0u8; w::COLL_MAX as usize];
+        let (acc, x) = (&mut acc_buf[..n], &mut x_buf[..n]);
         match c.kind {
             coll::BARRIER => {}
             coll::BCAST => {
                 if me != c.root {
-                    win.coll_read(c.round, c.root, &mut acc);
-                    out(c.recv, &acc);
+                    win.coll_read(c.round, c.root, acc);
+                    out(c.recv, acc);
                 }
             }
             coll::ALLGATHER => {
                 for m in 0..win.size {
-                    win.coll_read(c.round, m, &mut x);
-                    out(c.recv + m as u64 * n as u64, &x);
+                    win.coll_read(c.round, m, x);
+                    out(c.recv + m as u64 * n as u64, x);
                 }
             }
             coll::SCAN | coll::EXSCAN => {
                 let upto = if c.kind == coll::SCAN { me + 1 } else { me };
-                identity(c.dtype, c.op, &mut acc);
+                identity(c.dtype, c.op, acc);
                 for m in 0..upto {
-                    win.coll_read(c.round, m, &mut x);
+                    win.coll_read(c.round, m, x);
                     if m == 0 {
-                        acc.copy_from_slice(&x);
+                        acc.copy_from_slice(x);
                     } else {
-                        apply(c.dtype, c.op, &mut acc, &x);
+                        apply(c.dtype, c.op, acc, x);
                     }
                 }
-                out(c.recv, &acc);
+                out(c.recv, acc);
             }
             _ => {
                 if c.kind == coll::REDUCE && me != c.root {
                     return;
                 }
-                win.coll_read(c.round, 0, &mut acc);
+                win.coll_read(c.round, 0, acc);
                 for m in 1..win.size {
-                    win.coll_read(c.round, m, &mut x);
-                    apply(c.dtype, c.op, &mut acc, &x);
+                    win.coll_read(c.round, m, x);
+                    apply(c.dtype, c.op, acc, x);
                 }
-                out(c.recv, &acc);
+                out(c.recv, acc);
             }
         }
     }
