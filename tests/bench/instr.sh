@@ -27,6 +27,7 @@ SIZE="${2:-8}"
 ITERS_A="${NIB_INSTR_A:-2000}"
 ITERS_B="${NIB_INSTR_B:-4000}"
 T="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$T" in /*) ;; *) T="$ROOT/$T" ;; esac # the provider is linked from elsewhere
 BIN="$T/release"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -143,7 +144,11 @@ undaemon
 
 PROV="$WORK/provider"
 mkdir -p "$PROV"
-[ -e "$BIN/libni_fi.so" ] && ln -s "$BIN/libni_fi.so" "$PROV/libni-fi.so"
+if [ -e "$BIN/libni_fi.so" ]; then
+    ln -s "$BIN/libni_fi.so" "$PROV/libni-fi.so"
+else
+    say "$BIN/libni_fi.so missing: the mpi-ni stack is left out (cargo build --release -p ni-fi)"
+fi
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     mpicc -O2 -o "$WORK/instr" tests/bench/mpi/instr.c
     ompi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 -x NIB_CG_OUT)

@@ -436,6 +436,8 @@ pub struct Engine {
     /// `CTS` answers (to rank, id) waiting for a transmit slot.
     cts_out: VecDeque<(u32, u32)>,
     batch: Vec<(u64, ni::Result<Done>)>,
+    /// `progress`'s arrivals, kept with their capacity: (source, sequence, slot, outcome).
+    arrivals: Vec<(u32, u32, usize, ni::Result<Done>)>,
     pub counters: Counters,
 }
 
@@ -502,6 +504,7 @@ impl Engine {
             cts_ready: VecDeque::new(),
             cts_out: VecDeque::new(),
             batch: Vec::new(),
+            arrivals: Vec::new(),
             counters: Counters::default(),
         }
     }
@@ -579,7 +582,7 @@ impl Engine {
         }
         // Arrivals in (source, sequence) order: a batch holds every completion the NI wrote
         // so far, and libni completes one sender's messages in order.
-        let mut arrivals: Vec<(u32, u32, usize, ni::Result<Done>)> = Vec::new();
+        let mut arrivals = std::mem::take(&mut self.arrivals);
         for (id, r) in batch.drain(..) {
             if let Some(slot) = self.rx_ops.remove(&id) {
                 let (src, seq) = match &r {
@@ -603,7 +606,7 @@ impl Engine {
         self.answer_cts();
         self.flush_cts();
         arrivals.sort_by_key(|a| (a.0, a.1));
-        for (_, _, slot, r) in arrivals {
+        for (_, _, slot, r) in arrivals.drain(..) {
             match r {
                 Ok(d) => self.arrived(slot, d),
                 Err(e) => warn(FI_LOG_EP_DATA, &format!("ni: an eager receive failed: {e}")),
@@ -615,6 +618,7 @@ impl Engine {
                 );
             }
         }
+        self.arrivals = arrivals;
     }
 
     fn slot_bytes(&self, slot: usize, len: usize) -> &[u8] {
@@ -676,6 +680,26 @@ impl Engine {
         }
         self.counters.received += 1;
         let q = if h.tagged() { 0 } else { 1 };
+        if h.kind == KIND_EAGER {
+            if let Some(i) = self.posted[q]
+                .iter()
+                .position(|p| p.matches(src, h.tagged(), h.tag))
+            {
+                // Straight from the slot into the receive: no copy in between.
+                let bytes = &self.slot_bytes(slot, HEADER + h.len as usize)[HEADER..];
+                let (at, n) = (bytes.as_ptr(), bytes.len());
+                let (to, used_up) = piece(&mut self.posted[q][i], src, h, n, self.min_multi_recv);
+                if used_up {
+                    self.posted[q].remove(i);
+                }
+                // SAFETY: the slot's bytes, as `slot_bytes` gave them: the slot is posted
+                // again only after this returns, and delivering writes the receive's
+                // buffers, never the slots.
+                let payload = unsafe { std::slice::from_raw_parts(at, n) };
+                self.deliver(to, payload, n);
+                return;
+            }
+        }
         let payload = (h.kind == KIND_EAGER)
             .then(|| self.slot_bytes(slot, HEADER + h.len as usize)[HEADER..].to_vec());
         let u = Unexpected {
