@@ -156,6 +156,9 @@ counters! {
     window_bytes,
     window_collectives,
     window_ring_errors,
+    /// Active messages this NI's client sent through the window (also counted in `rops`;
+    /// the target's client counts those it took in its `rops_delivered`).
+    window_ams,
     /// WAKE requests this NI sent for window peers that were blocked.
     wakes,
     completions,

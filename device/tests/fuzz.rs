@@ -413,7 +413,8 @@ fn window_ring_headers() {
         if let Some(h) = WHeader::decode(&b) {
             assert!(h.len as u64 <= EAGER_MAX);
             assert!(h.full <= fastpath::MAX_TRANSFER);
-            assert!(h.slots() as u64 <= 1 + EAGER_MAX / 64);
+            assert!(h.slots() <= ni_abi::window::slots_for(EAGER_MAX));
+            assert!(h.slots() < ni_abi::window::RING_SLOTS / 4);
         }
     });
 }

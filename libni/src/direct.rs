@@ -204,15 +204,8 @@ impl Inner {
     /// A tagged send on the direct path. Returns the operation's id.
     pub(crate) fn w_send(&mut self, dest: u32, addr: u64, len: u64, tag: u64) -> Result<u64> {
         self.w_sync()?;
-        let win = self.win.as_ref().expect("direct path");
-        if dest >= win.size {
-            return Ok(self.fail_now(op::SEND, Status::OutOfPartition, dest, len, tag));
-        }
-        if !win.up(dest) {
-            return Ok(self.fail_now(op::SEND, Status::PeerDown, dest, len, tag));
-        }
-        if !win.reaches(dest) {
-            return Ok(self.fail_now(op::SEND, Status::LinkDown, dest, len, tag));
+        if let Some(failed) = self.w_unreachable(op::SEND, dest, len, tag) {
+            return Ok(failed);
         }
         if !self.registered(addr, len) {
             return Ok(self.fail_now(op::SEND, Status::NotRegistered, dest, len, tag));
@@ -261,6 +254,48 @@ impl Inner {
         };
         if let Ok(true) = self.win.as_mut().unwrap().put(dest, h, &[], None) {
             self.wake(&[dest])?;
+        }
+        Ok(user)
+    }
+
+    /// Why `dest` cannot be sent to now, as a failed operation's id; `None` if it can.
+    fn w_unreachable(&mut self, opcode: u8, dest: u32, len: u64, tag: u64) -> Option<u64> {
+        let win = self.win.as_ref().expect("direct path");
+        let status = if dest >= win.size {
+            Status::OutOfPartition
+        } else if !win.up(dest) {
+            Status::PeerDown
+        } else if !win.reaches(dest) {
+            Status::LinkDown
+        } else {
+            return None;
+        };
+        Some(self.fail_now(opcode, status, dest, len, tag))
+    }
+
+    /// An active message on the direct path: into the (me → dest) ring, for `dest`'s libni
+    /// to hand to `handler` when it takes it. Completes once it is in the ring, as the
+    /// fabric's completes once it is in the target's active-message ring.
+    pub(crate) fn w_am_send(&mut self, dest: u32, handler: u64, payload: &[u8]) -> Result<u64> {
+        self.w_sync()?;
+        let len = payload.len() as u64;
+        if let Some(failed) = self.w_unreachable(op::ROP, dest, len, handler) {
+            return Ok(failed);
+        }
+        let h = Header {
+            kind: kind::AM,
+            len: len as u32,
+            tag: handler,
+            id: 0,
+            full: len,
+        };
+        let user = self.lib_user();
+        let done = completion(op::ROP, user, Status::Ok, dest, len, handler);
+        if let Ok(wake) = self.win.as_mut().unwrap().put(dest, h, payload, Some(done)) {
+            if wake {
+                self.wake(&[dest])?;
+            }
+            self.finish_lib(done);
         }
         Ok(user)
     }
@@ -480,6 +515,15 @@ impl Inner {
     /// wait in `unexpected`. The caller publishes `HEAD`.
     fn w_take(&mut self, src: u32) -> Result<()> {
         while let Some(h) = self.win.as_mut().unwrap().next(src) {
+            if h.kind == kind::AM {
+                let win = self.win.as_mut().unwrap();
+                let mut payload = vec![0u8; h.len as usize];
+                win.payload(src, &h, &mut payload);
+                win.consume(src, &h);
+                win.count(w::stats::AMS_TAKEN);
+                self.queue_am(h.tag, src, payload);
+                continue;
+            }
             let hit = self.d.posted.iter().position(|p| p.matches(src, h.tag));
             let p = hit.map(|i| self.d.posted.remove(i).unwrap());
             match (h.kind, p) {

@@ -542,7 +542,12 @@ impl Inner {
         self.am_head = self.am_head.wrapping_add(1);
         self.sram_u32(ctrl::AM_HEAD)
             .store(self.am_head, Ordering::Release);
-        self.am_arrived.push_back((c.tag, c.rank, payload));
+        self.queue_am(c.tag, c.rank, payload);
+    }
+
+    /// An active message for `handler` from `src`, to run at the next dispatch.
+    fn queue_am(&mut self, handler: u64, src: u32, payload: Vec<u8>) {
+        self.am_arrived.push_back((handler, src, payload));
         self.am_queued.store(true, Ordering::Release);
     }
 
@@ -1515,13 +1520,29 @@ impl Ni {
     /// MLINK ROP: run `handler` at `dest` on `payload` (up to 4032 bytes). Returns once the
     /// message is in the target's active-message ring.
     pub fn am_send(&self, dest: u32, handler: u64, payload: &[u8]) -> Result<()> {
-        let _b = self.bounce.lock().unwrap_or_else(|e| e.into_inner());
         if payload.len() as u64 > AM_MAX_PAYLOAD {
             return Err(Error::BadArgument(format!(
                 "active-message payload of {} bytes exceeds {AM_MAX_PAYLOAD}",
                 payload.len()
             )));
         }
+        {
+            // With a window the message goes member to member: into the ring toward `dest`,
+            // whose libni hands it to the handler when it takes it (`direct.rs`).
+            let mut i = self.lock();
+            if i.direct() {
+                let user = i.w_am_send(dest, handler, payload)?;
+                drop(i);
+                let o = Op {
+                    user,
+                    opcode: op::ROP,
+                    rank: dest,
+                };
+                // As below: no handler runs inside, so a handler's own reply never nests.
+                return self.wait_quiet(o).map(|_| ());
+            }
+        }
+        let _b = self.bounce.lock().unwrap_or_else(|e| e.into_inner());
         let addr = {
             let i = self.lock();
             i.bounce.write_at(0, payload);

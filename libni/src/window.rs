@@ -260,9 +260,7 @@ impl Window {
             self.backlogged += 1;
             return Err(());
         }
-        if h.kind == w::kind::EAGER {
-            self.count_send(payload.len() as u64);
-        }
+        self.count_put(&h);
         Ok(self.sleeping_after_store(dst))
     }
 
@@ -287,9 +285,7 @@ impl Window {
                     break;
                 }
                 self.backlogged -= 1;
-                if h.kind == w::kind::EAGER {
-                    self.count_send(p.len() as u64);
-                }
+                self.count_put(&h);
                 done.extend(c);
                 sent = true;
             }
@@ -299,9 +295,16 @@ impl Window {
         }
     }
 
-    fn count_send(&self, bytes: u64) {
-        self.count(w::stats::SENDS);
-        self.add(w::stats::BYTES, bytes);
+    /// Count a message that went into a ring: an eager send's payload, an active message.
+    fn count_put(&self, h: &Header) {
+        match h.kind {
+            w::kind::EAGER => {
+                self.count(w::stats::SENDS);
+                self.add(w::stats::BYTES, h.len as u64);
+            }
+            w::kind::AM => self.count(w::stats::AMS),
+            _ => {}
+        }
     }
 
     pub fn count_collective(&self) {

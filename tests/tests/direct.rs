@@ -93,7 +93,8 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     let (a, b) = d.attach_pair();
     let rbuf = b.alloc(8192).unwrap();
     // Lies a receiver must not follow (`ni_abi::window::Header`: kind @4, len @6): unknown
-    // kind; an eager length far past the ring; a ready-to-send that claims ring payload.
+    // kind; an eager length far past the ring; a ready-to-send that claims ring payload; an
+    // active message past the handlers' limit.
     let mut lies = vec![[0xA5u8; 64]];
     let mut long = [0u8; 64];
     long[4] = ni_abi::window::kind::EAGER;
@@ -103,6 +104,11 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     odd[4] = ni_abi::window::kind::RTS;
     odd[6..8].copy_from_slice(&16u16.to_le_bytes());
     lies.push(odd);
+    // An active message longer than any handler may be given.
+    let mut am = [0u8; 64];
+    am[4] = ni_abi::window::kind::AM;
+    am[6..8].copy_from_slice(&(ni_abi::fastpath::AM_MAX_PAYLOAD as u16 + 1).to_le_bytes());
+    lies.push(am);
     for (i, lie) in lies.iter().enumerate() {
         assert!(a.window_inject(1, lie));
         // Nothing arrives: the receive times out, the receiver lives on. (A timed-out

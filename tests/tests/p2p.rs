@@ -57,6 +57,10 @@ fn put_get_with_bounds_and_keys_checked_by_the_target() {
 fn active_message_handlers_run_in_order() {
     let d = run(2, "am");
     assert_eq!(d.counter(0, "rops_delivered"), 100);
+    assert_eq!(d.counter(1, "rops"), 100);
+    // With a window they go member to member (fastpath.md, "Active messages").
+    let direct = std::env::var("NI_TEST_DIRECT").as_deref() != Ok("off");
+    assert_eq!(d.counter(1, "window_ams"), if direct { 100 } else { 0 });
 }
 
 #[test]

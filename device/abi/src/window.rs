@@ -140,6 +140,9 @@ pub mod stats {
     pub const RECVS: u64 = 64;
     pub const RECV_BYTES: u64 = 72;
     pub const TRUNCATED: u64 = 80;
+    /// Active messages sent through the window, and those taken from it for a handler.
+    pub const AMS: u64 = 88;
+    pub const AMS_TAKEN: u64 = 96;
 }
 
 pub fn stats_line(rank: u32) -> u64 {
@@ -204,6 +207,9 @@ pub mod kind {
     /// Ready to send: the payload waits in the sender's memory for a fabric receive of
     /// tag `id` from the sender (`fastpath.md`: rendezvous).
     pub const RTS: u8 = 2;
+    /// An active message (MLINK ROP): `tag` names the handler, the payload (at most
+    /// [`crate::fastpath::AM_MAX_PAYLOAD`]) follows in the ring as an eager one does.
+    pub const AM: u8 = 3;
 }
 
 /// The largest payload carried in the ring itself.
@@ -266,7 +272,7 @@ impl Header {
         let len = u16::from_le_bytes([b[6], b[7]]) as u32;
         let tag = u64::from_le_bytes(b[8..16].try_into().unwrap());
         let h = match kind {
-            kind::EAGER if len as u64 <= EAGER_MAX && b[5] == 0 => Header {
+            kind::EAGER | kind::AM if len as u64 <= max_len(kind) && b[5] == 0 => Header {
                 kind,
                 len,
                 tag,
@@ -282,12 +288,21 @@ impl Header {
             },
             _ => return None,
         };
-        (h.kind == kind::EAGER || h.full <= crate::fastpath::MAX_TRANSFER).then_some(h)
+        (h.kind != kind::RTS || h.full <= crate::fastpath::MAX_TRANSFER).then_some(h)
     }
 
     /// Ring slots the message takes, header included.
     pub fn slots(&self) -> u32 {
         slots_for(self.len as u64)
+    }
+}
+
+/// The most ring payload a message of `kind` carries.
+pub const fn max_len(kind: u8) -> u64 {
+    match kind {
+        kind::AM => crate::fastpath::AM_MAX_PAYLOAD,
+        kind::EAGER => EAGER_MAX,
+        _ => 0,
     }
 }
 
@@ -315,6 +330,8 @@ const _: () = {
     assert!(ZONE_SIZE <= crate::pci::BAR3_SIZE);
     assert!(MAX_RANKS <= 32, "REACH is a 32-bit mask");
     assert!(EAGER_MAX <= u16::MAX as u64, "len is a u16");
+    assert!(crate::fastpath::AM_MAX_PAYLOAD <= EAGER_MAX);
+    assert!(stats::AMS_TAKEN + 8 <= stats::LEN);
     assert!(1 + (EAGER_MAX - INLINE).div_ceil(CONT) < RING_SLOTS as u64 / 4);
 };
 
@@ -363,6 +380,20 @@ mod tests {
             ..rts
         };
         assert_eq!(Header::decode(&huge.encode(&[])), None);
+        let am = Header {
+            kind: kind::AM,
+            len: crate::fastpath::AM_MAX_PAYLOAD as u32,
+            tag: 7,
+            id: 0,
+            full: crate::fastpath::AM_MAX_PAYLOAD,
+        };
+        assert_eq!(Header::decode(&am.encode(&[1; 48])), Some(am));
+        let long_am = Header {
+            len: am.len + 1,
+            full: am.full + 1,
+            ..am
+        };
+        assert_eq!(Header::decode(&long_am.encode(&[])), None);
         let mut junk = [0xFFu8; SLOT as usize];
         assert_eq!(Header::decode(&junk), None);
         junk[4] = kind::RTS;

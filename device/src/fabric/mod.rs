@@ -299,6 +299,9 @@ impl Fabric {
             c.window_bytes = ws.bytes;
             c.window_collectives = ws.collectives;
             c.window_ring_errors = ws.ring_errors;
+            c.window_ams = ws.ams;
+            c.rops += ws.ams;
+            c.rops_delivered += ws.ams_taken;
             // Messages are messages, whichever path carried them.
             c.sends += ws.sends;
             c.send_bytes += ws.bytes;

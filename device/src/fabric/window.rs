@@ -169,6 +169,8 @@ pub struct WindowStats {
     pub recvs: u64,
     pub recv_bytes: u64,
     pub truncated: u64,
+    pub ams: u64,
+    pub ams_taken: u64,
 }
 
 /// A window across a daemon handover (`crate::handover`): its memfds (device-writable
@@ -467,6 +469,8 @@ impl Window {
             recvs: r(w::stats::RECVS),
             recv_bytes: r(w::stats::RECV_BYTES),
             truncated: r(w::stats::TRUNCATED),
+            ams: r(w::stats::AMS),
+            ams_taken: r(w::stats::AMS_TAKEN),
         }
     }
 

@@ -72,6 +72,9 @@ pub mod cmd {
     pub const BCAST: u64 = 11;
     pub const ALLREDUCE_I64: u64 = 12;
     pub const ALLREDUCE_F64: u64 = 13;
+    /// A 64-byte active message from rank 0 to rank 1, whose handler's count rank 1 waits
+    /// for before sending one back (MLINK ROP).
+    pub const AM_PINGPONG: u64 = 14;
 }
 
 /// One side of a benchmark: control messages plus the patterns.

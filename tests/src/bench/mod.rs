@@ -31,7 +31,7 @@ use spec::{Sizes, Spec};
 
 const USAGE: &str = "usage: ni-bench [MODE...] [OPTIONS]
 
-MODE: latency bw msgrate mq put get barrier bcast allreduce, or all (default)
+MODE: latency bw msgrate mq am put get barrier bcast allreduce, or all (default)
 
   --quick             a few sizes, 3 short batches, split placement, P=2 (smoke test)
   --ranks LIST        rank counts for msgrate and the collectives (default 2,4,8)

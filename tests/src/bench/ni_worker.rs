@@ -1,6 +1,8 @@
 //! The ni side: one rank under `nirun`, driving libni. Rank 0 measures and prints `NIB`
 //! lines; the others obey its control messages.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use ni::{MessageQueue, MqAddr, MqOutcome, Ni, Op, ReduceOp, Region, Request};
@@ -20,6 +22,8 @@ const MQ_LIMIT: u64 = 4096;
 /// Free slots a queue keeps between iterations of any pattern: the largest MQ window + 1
 /// (a queue left nearly full by one point must still take the next point's first window).
 const MQ_ROOM: u64 = 1024;
+/// The active-message handler every rank registers: it counts what it ran for.
+const AM_HANDLER: u64 = 1;
 
 fn e(x: ni::Error) -> String {
     x.to_string()
@@ -35,6 +39,11 @@ pub struct NiLink {
     /// Collectives' receive buffer (allocated last, only when collectives run).
     rbuf: Option<Region>,
     ops: Vec<Op>,
+    /// Active messages this rank's handler ran for, and those it was sent so far (the
+    /// handler may run for one before its pattern starts: it counts from this, not from
+    /// what it finds).
+    ams: Arc<AtomicU64>,
+    ams_due: u64,
 }
 
 impl NiLink {
@@ -49,7 +58,12 @@ impl NiLink {
         } else {
             None
         };
-        // Every rank's regions exist before anyone puts or gets into them.
+        let ams = Arc::new(AtomicU64::new(0));
+        let count = ams.clone();
+        ni.am_register(AM_HANDLER, move |_, _| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        // Every rank's regions (and handler) exist before anyone uses them.
         ni.barrier().map_err(e)?;
         Ok(NiLink {
             ni,
@@ -59,6 +73,8 @@ impl NiLink {
             mq_src,
             rbuf,
             ops: Vec::new(),
+            ams,
+            ams_due: 0,
         })
     }
 
@@ -126,6 +142,17 @@ impl NiLink {
             self.mq.swap(mqcw::make(false, 1, MQ_LIMIT, 0));
             self.mq.set_head(1);
         }
+    }
+
+    /// Wait until the handler has run for the next active message sent to this rank.
+    fn am_wait(&mut self) -> R<()> {
+        self.ams_due += 1;
+        let t = Instant::now();
+        while self.ams.load(Ordering::Relaxed) < self.ams_due {
+            self.ni.progress().map_err(e)?;
+            spin_then_yield(t);
+        }
+        Ok(())
     }
 
     fn mq_send(&self, dest: u32) -> R<()> {
@@ -274,6 +301,22 @@ impl Link for NiLink {
                         self.mq_take(1)?;
                         self.mq_reset_if_full();
                         self.mq_send(0)?;
+                    }
+                    if let Some(v) = iters.as_deref_mut() {
+                        v.push(t.elapsed().as_secs_f64());
+                    }
+                }
+            }
+            cmd::AM_PINGPONG => {
+                let msg = [0xA7u8; 64];
+                for _ in 0..c.n {
+                    let t = Instant::now();
+                    if me == 0 {
+                        self.ni.am_send(1, AM_HANDLER, &msg).map_err(e)?;
+                        self.am_wait()?;
+                    } else if me == 1 {
+                        self.am_wait()?;
+                        self.ni.am_send(0, AM_HANDLER, &msg).map_err(e)?;
                     }
                     if let Some(v) = iters.as_deref_mut() {
                         v.push(t.elapsed().as_secs_f64());

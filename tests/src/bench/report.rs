@@ -77,6 +77,9 @@ fn describe(metric: &str) -> &'static str {
             "64-byte T3E message-queue ping-pong, half round trip (sockets, MPI: 64-byte ping-pong)"
         }
         "mq-rate" => "64-byte T3E messages, 64 in flight (sockets, MPI: 64-byte stream)",
+        "am-latency" => {
+            "64-byte active message to a handler that answers with one, half round trip (sockets, MPI: 64-byte ping-pong)"
+        }
         "put-latency" => {
             "one put, wait for completion (sockets: send + 0-byte ack; MPI: Put + Win_flush)"
         }

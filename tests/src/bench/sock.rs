@@ -154,7 +154,7 @@ impl<S: Read + Write> Link for SockLink<S> {
         let s = c.size as usize;
         match c.cmd {
             cmd::PINGPONG => self.pingpong(c.n, s, s, it),
-            cmd::MQ_PINGPONG => self.pingpong(c.n, 64, 64, it),
+            cmd::MQ_PINGPONG | cmd::AM_PINGPONG => self.pingpong(c.n, 64, 64, it),
             cmd::PUT => self.pingpong(c.n, s, 0, it),
             cmd::GET => self.pingpong(c.n, 0, s, it),
             cmd::STREAM | cmd::MSGRATE | cmd::PUT_STREAM => self.stream(c.n, s, c.window, false),

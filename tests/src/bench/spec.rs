@@ -10,6 +10,7 @@ pub const MODES: &[&str] = &[
     "bw",
     "msgrate",
     "mq",
+    "am",
     "put",
     "get",
     "barrier",
@@ -161,7 +162,11 @@ impl Spec {
 
 /// Which transports run a mode at `ranks`, besides ni: the socket baselines are two-process.
 pub fn socket_mode(mode: &str, ranks: u32) -> bool {
-    ranks == 2 && matches!(mode, "latency" | "bw" | "msgrate" | "mq" | "put" | "get")
+    ranks == 2
+        && matches!(
+            mode,
+            "latency" | "bw" | "msgrate" | "mq" | "am" | "put" | "get"
+        )
 }
 
 /// The Rust transports' points of `mode` with `ranks` ranks.
@@ -196,6 +201,7 @@ pub fn specs(mode: &str, ranks: u32, s: &Sizes) -> Vec<Spec> {
             v.push(Spec::new("mq-latency", cmd::MQ_PINGPONG, 64, 1, 2.0, true));
             v.push(Spec::new("mq-rate", cmd::MQ_STREAM, 64, w, w as f64, false));
         }
+        "am" => v.push(Spec::new("am-latency", cmd::AM_PINGPONG, 64, 1, 2.0, true)),
         "put" | "get" => {
             let (one, many) = if mode == "put" {
                 (cmd::PUT, cmd::PUT_STREAM)
@@ -264,6 +270,7 @@ pub fn mpi_runs(mode: &str, s: &Sizes) -> Vec<MpiRun> {
             mpi("pt2pt", "pingpong", "mq-latency", "1", &[64]),
             mpi("pt2pt", "stream", "mq-rate", &w, &[64]),
         ],
+        "am" => vec![mpi("pt2pt", "pingpong", "am-latency", "1", &[64])],
         "put" | "get" => vec![
             mpi("rma", mode, &format!("{mode}-latency"), "1", &s.rma()),
             mpi(
