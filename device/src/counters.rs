@@ -159,6 +159,13 @@ counters! {
     /// Active messages this NI's client sent through the window (also counted in `rops`;
     /// the target's client counts those it took in its `rops_delivered`).
     window_ams,
+    /// MLINK WRITEs and READs this NI's client did itself in peers' exported regions (also
+    /// counted in `puts`, `gets` and their bytes).
+    window_puts,
+    window_gets,
+    /// Mappings of peers' exported regions this NI's client was handed, and refused.
+    exports,
+    exports_refused,
     /// WAKE requests this NI sent for window peers that were blocked.
     wakes,
     completions,

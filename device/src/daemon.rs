@@ -758,9 +758,10 @@ impl Daemon {
         for (i, l) in listeners {
             let slot = daemon.slots[i as usize].clone();
             let stream = resumed.remove(&i);
+            let fabric = daemon.fabric.clone();
             std::thread::Builder::new()
                 .name(format!("ni{i}"))
-                .spawn(move || server::serve(slot, l, stream))?;
+                .spawn(move || server::serve(slot, l, stream, fabric))?;
         }
         if daemon.span.as_ref().is_some_and(|s| s.me == s.manager) {
             // The partition manager's changes of an earlier life, before anyone can ask.

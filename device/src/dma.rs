@@ -281,6 +281,27 @@ impl DmaSpace {
         Ok(dropped)
     }
 
+    /// The memory file behind `[iova, iova + len)` and the region's offset in it, if one
+    /// read-write mapping of a file holds exactly that range's pages, from the file's start
+    /// to its end: what a peer may map then is that region and nothing else.
+    pub fn export(&self, iova: u64, len: u64) -> Option<(File, u64)> {
+        let i = self
+            .maps
+            .partition_point(|m| m.region.start_addr().0 <= iova);
+        let m = &self.maps[i.checked_sub(1)?];
+        let f = m.region.file_offset()?;
+        let whole = m.region.len();
+        let file_len = f.file().metadata().ok()?.len();
+        let exact = m.region.start_addr().0 == iova
+            && len.div_ceil(4096) * 4096 == whole
+            && f.start() == 0
+            && file_len == whole;
+        if !(exact && m.readable && m.writable) {
+            return None;
+        }
+        Some((f.file().try_clone().ok()?, 0))
+    }
+
     /// Walk `[iova, iova + len)` mapping by mapping; every byte must be mapped with the
     /// permission asked for before `f` sees any piece.
     fn chunks(

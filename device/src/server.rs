@@ -25,6 +25,7 @@ use vfio_bindings::bindings::vfio::{
 };
 
 use crate::fabric::window::Window;
+use crate::fabric::Fabric;
 use crate::ni::{region_size, Ni};
 
 /// Lock an NI, recovering it if a panicking session poisoned the lock: the NI's state is
@@ -86,6 +87,8 @@ pub struct Session<'a> {
     index: u32,
     regions: Vec<RegionDesc>,
     irqs: Vec<IrqDesc>,
+    /// Where peers' exported regions come from (`ni_abi::window::PEER_REGIONS`).
+    fabric: Option<Arc<Fabric>>,
 }
 
 fn invalid(e: impl std::fmt::Display) -> io::Error {
@@ -93,13 +96,19 @@ fn invalid(e: impl std::fmt::Display) -> io::Error {
 }
 
 impl<'a> Session<'a> {
-    pub fn new(slot: &'a Slot, sram_fd: RawFd, window: Option<&Window>) -> Session<'a> {
+    pub fn new(
+        slot: &'a Slot,
+        sram_fd: RawFd,
+        window: Option<&Window>,
+        fabric: Option<Arc<Fabric>>,
+    ) -> Session<'a> {
         let index = lock(&slot.ni).index;
         Session {
             slot,
             index,
             regions: regions(sram_fd, window, index),
             irqs: irqs(),
+            fabric,
         }
     }
 
@@ -195,6 +204,8 @@ impl<'a> Session<'a> {
     ) -> Result<(), SessionEnd> {
         let mut out: Vec<u8> = Vec::new();
         let mut out_fd: Option<RawFd> = None;
+        // A peer's exported region's file, held until the reply carried its descriptor.
+        let mut exported: Option<std::fs::File> = None;
         let result: io::Result<()> = match req {
             Request::Version {
                 major,
@@ -245,6 +256,36 @@ impl<'a> Session<'a> {
                 out.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
                 out.extend_from_slice(&(self.irqs.len() as u32).to_le_bytes());
                 Ok(())
+            }
+            Request::GetRegionInfo { argsz, index }
+                if ni_abi::window::peer_region_of(index).is_some() =>
+            {
+                let (rank, key) = ni_abi::window::peer_region_of(index).unwrap();
+                match self
+                    .fabric
+                    .as_ref()
+                    .map(|f| f.export(self.index, rank, key))
+                {
+                    Some(Ok(x)) => {
+                        let r = RegionDesc {
+                            size: x.len,
+                            flags: VFIO_REGION_INFO_FLAG_READ
+                                | VFIO_REGION_INFO_FLAG_WRITE
+                                | VFIO_REGION_INFO_FLAG_MMAP,
+                            sparse: vec![(0, x.len.div_ceil(4096) * 4096)],
+                            mmap_fd: Some(x.file.as_raw_fd()),
+                            fd_offset: x.offset,
+                        };
+                        out_fd = region_info(&mut out, index, argsz, &r);
+                        exported = Some(x.file);
+                        Ok(())
+                    }
+                    Some(Err(status)) => Err(invalid(format!(
+                        "rank {rank}'s region {key} is not exported to this NI: {}",
+                        status.describe()
+                    ))),
+                    None => Err(invalid("no peer regions here")),
+                }
             }
             Request::GetRegionInfo { argsz, index } => match self.regions.get(index as usize) {
                 None => Err(invalid(format!("no region {index}"))),
@@ -314,7 +355,10 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         match result {
-            Ok(()) => reply(stream, h, &out, out_fd)?,
+            Ok(()) => {
+                reply(stream, h, &out, out_fd)?;
+                drop(exported);
+            }
             Err(e) => reply_error(stream, h, e.raw_os_error().unwrap_or(libc::EINVAL))?,
         }
         Ok(())
@@ -577,7 +621,12 @@ fn irqs() -> Vec<IrqDesc> {
 
 /// Serve `slot` on `listener` forever: one client session after another, starting with
 /// `resumed`, a session an earlier process of this daemon handed over (`crate::handover`).
-pub fn serve(slot: Arc<Slot>, listener: UnixListener, mut resumed: Option<UnixStream>) {
+pub fn serve(
+    slot: Arc<Slot>,
+    listener: UnixListener,
+    mut resumed: Option<UnixStream>,
+    fabric: Arc<Fabric>,
+) {
     let index = lock(&slot.ni).index;
     loop {
         let (mut stream, window) = match resumed.take() {
@@ -648,7 +697,7 @@ pub fn serve(slot: Arc<Slot>, listener: UnixListener, mut resumed: Option<UnixSt
         };
         // Each client is handed the current SRAM memfd and its partition's window.
         let sram_fd = lock(&slot.ni).sram.fd();
-        let mut session = Session::new(&slot, sram_fd, window.as_deref());
+        let mut session = Session::new(&slot, sram_fd, window.as_deref(), Some(fabric.clone()));
         // Defence in depth: the session is written (and fuzzed) not to panic on anything a
         // client sends; if it ever does, that client's session ends, not the daemon.
         let ended = catch_unwind(AssertUnwindSafe(|| session.run(&mut stream)));

@@ -249,7 +249,7 @@ fn vfio_user_sessions() {
         let s2 = slot.clone();
         let session = std::thread::spawn(move || {
             lock(&s2.ni).reserve_next_sram().unwrap();
-            let r = Session::new(&s2, sram_fd, None).run(&mut server);
+            let r = Session::new(&s2, sram_fd, None, None).run(&mut server);
             lock(&s2.ni).detach();
             r.is_ok()
         });

@@ -90,6 +90,11 @@ pub(crate) struct DirectState {
     pub coll_round: u64,
     /// Next rendezvous id per destination (the fabric tag of a large message's payload).
     pub next_rndv: Vec<u64>,
+    /// Peers' exported regions this process mapped, by (rank, key); `None`: refused (asked
+    /// again once the peer's `REGIONS` word moves, as the mappings are then dropped).
+    pub peer_maps: std::collections::HashMap<(u32, u32), Option<crate::mem::Mem>>,
+    /// Each peer's `REGIONS` word when its entries in `peer_maps` were made.
+    pub peer_gen: Vec<Option<u32>>,
     /// `Window::flush`'s outputs, kept between calls with their capacity.
     pub wake: Vec<u32>,
     pub done: Vec<Completion>,
@@ -256,6 +261,77 @@ impl Inner {
             self.wake(&[dest])?;
         }
         Ok(user)
+    }
+
+    /// An MLINK WRITE (`op::PUT`) or READ of `len` bytes between `addr` and `dest`'s region
+    /// `key` at `offset`, done here with a copy when `dest`'s client exported that region
+    /// (`access::EXPORT`) and the daemon let this process map it: the same permission the
+    /// target's NI would check, enforced by what the mapping covers. `None`: anything else
+    /// (not exported, out of bounds, a peer down...) — the fabric's path does it, or fails
+    /// it with its cause and counts it.
+    pub(crate) fn w_one_sided(
+        &mut self,
+        opcode: u8,
+        dest: u32,
+        addr: u64,
+        len: u64,
+        key: u32,
+        offset: u64,
+    ) -> Result<Option<u64>> {
+        self.w_sync()?;
+        let Some(win) = self.win.as_ref() else {
+            return Ok(None);
+        };
+        if dest >= win.size || !win.up(dest) || !win.reaches(dest) {
+            return Ok(None);
+        }
+        if len == 0 || !self.registered(addr, len) {
+            return Ok(None);
+        }
+        let g = win.regions(dest);
+        let d = dest as usize;
+        if self.d.peer_gen.len() != win.size as usize {
+            self.d.peer_gen = vec![None; win.size as usize];
+        }
+        if self.d.peer_gen[d] != Some(g) {
+            // What it exports changed (or its client is new): map again when used.
+            self.d.peer_maps.retain(|&(r, _), _| r != dest);
+            self.d.peer_gen[d] = Some(g);
+        }
+        if !self.d.peer_maps.contains_key(&(dest, key)) {
+            let m = self.dev.map_peer_region(dest, key);
+            self.d.peer_maps.insert((dest, key), m);
+        }
+        let Some(Some(m)) = self.d.peer_maps.get(&(dest, key)) else {
+            return Ok(None);
+        };
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > m.len() as u64)
+        {
+            return Ok(None);
+        }
+        // SAFETY: `[offset, offset + len)` lies in the peer's mapping (checked just above),
+        // and `[addr, addr + len)` in a region this process registered and holds (checked
+        // under the lock a region's drop takes); the two may be the same memory (a rank
+        // putting into its own region), hence `copy`.
+        unsafe {
+            let remote = m.ptr().add(offset as usize);
+            if opcode == op::PUT {
+                std::ptr::copy(addr as *const u8, remote, len as usize);
+            } else {
+                std::ptr::copy(remote as *const u8, addr as *mut u8, len as usize);
+            }
+        }
+        // The data is in place before the completion says so.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.win
+            .as_ref()
+            .unwrap()
+            .count_one_sided(opcode == op::PUT, len);
+        let user = self.lib_user();
+        self.finish_lib(completion(opcode, user, Status::Ok, dest, len, offset));
+        Ok(Some(user))
     }
 
     /// Why `dest` cannot be sent to now, as a failed operation's id; `None` if it can.

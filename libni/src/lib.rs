@@ -831,7 +831,8 @@ impl Ni {
             addr: mem.iova(),
             len: mem.len() as u64,
             key,
-            access: access::ALL,
+            // A memory file of its own: partition peers may map it (`access::EXPORT`).
+            access: access::ALL | access::EXPORT,
             ..Default::default()
         };
         let region = Region {
@@ -1447,6 +1448,18 @@ impl Ni {
         offset: u64,
     ) -> Result<Op> {
         let (addr, len) = Self::range_req(local, &range)?;
+        {
+            let mut i = self.lock();
+            if i.direct() {
+                if let Some(user) = i.w_one_sided(opcode, dest, addr, len, key, offset)? {
+                    return Ok(Op {
+                        user,
+                        opcode,
+                        rank: dest,
+                    });
+                }
+            }
+        }
         self.start(Request {
             opcode,
             rank: dest,

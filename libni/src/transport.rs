@@ -16,6 +16,12 @@ pub(crate) trait Transport: Send {
     /// zone (`ni_abi::window::Kind`); `None`: this NI has no window (the fabric path carries
     /// everything).
     fn map_window(&mut self, rank: u32) -> Result<Option<Mem>>;
+    /// Map partition peer `rank`'s region `key` if its client exported it
+    /// (`ni_abi::window::PEER_REGIONS`); `None` when it is not offered (not exported, not
+    /// up, no window, or a path that cannot map another client's memory, as a guest's).
+    fn map_peer_region(&mut self, _rank: u32, _key: u32) -> Option<Mem> {
+        None
+    }
     /// A trapped read of a region (VFIO region index: BAR0 = 0, config = 7, ...).
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<()>;
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<()>;

@@ -127,6 +127,11 @@ impl Window {
         self.u32(w::reach_word(self.rank)).load(Ordering::Acquire) & (1 << dst) != 0
     }
 
+    /// Member `r`'s `REGIONS` word: moves when what it exports changes.
+    pub fn regions(&self, r: u32) -> u32 {
+        self.u32(w::regions_word(r)).load(Ordering::Acquire)
+    }
+
     pub fn all_up(&self) -> bool {
         (0..self.size).all(|r| self.up(r))
     }
@@ -296,6 +301,17 @@ impl Window {
     }
 
     /// Count a message that went into a ring: an eager send's payload, an active message.
+    /// Count an MLINK WRITE (`put`) or READ done in a peer's exported region.
+    pub fn count_one_sided(&self, put: bool, bytes: u64) {
+        if put {
+            self.count(w::stats::PUTS);
+            self.add(w::stats::PUT_BYTES, bytes);
+        } else {
+            self.count(w::stats::GETS);
+            self.add(w::stats::GET_BYTES, bytes);
+        }
+    }
+
     fn count_put(&self, h: &Header) {
         match h.kind {
             w::kind::EAGER => {

@@ -159,3 +159,68 @@ fn a_partition_created_with_a_member_attached_stays_on_the_fabric() {
     let c = Ni::attach_path(&d.sock(2)).unwrap();
     assert!(!c.direct());
 }
+
+/// A peer's exported region (fastpath.md, "One-sided operations in the window"): a member of
+/// the partition gets a mapping of exactly the region the owner registered with
+/// `access::EXPORT` — and nothing else it names: a region registered without it, a key that
+/// does not exist, a rank outside the partition, a region that is gone.
+#[test]
+fn a_member_maps_only_what_a_peer_exported_and_only_while_it_exists() {
+    use ni_abi::window::peer_region;
+    use ni_tests::hostile::{FastPath, Map};
+    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+        eprintln!("NI_TEST_DIRECT=off: this test is about the window; skipped in that pass");
+        return;
+    }
+    let d = Daemon::start(2);
+    // NI 1 is a raw vfio-user client; NI 0 runs libni.
+    let mut raw = FastPath::attach(&d.sock(1)).unwrap();
+    raw.setup_cq(0x4000_0000, 64).unwrap();
+    let a = Ni::attach_path(&d.sock(0)).unwrap();
+    a.wait_for_partition(Duration::from_secs(10)).unwrap();
+    assert!(a.direct());
+    let exported = a.alloc(8192).unwrap();
+    let mut own = vec![0u8; 3 * 4096];
+    // SAFETY: `own` outlives the region (dropped below first) and is this test's memory.
+    let registered = unsafe { a.register(own.as_mut_ptr(), own.len(), true, true) }.unwrap();
+    let info = |raw: &mut FastPath, rank, key| raw.raw.region_info(peer_region(rank, key).unwrap());
+
+    let (size, offset, fd) = info(&mut raw, 0, exported.key()).expect("the exported region");
+    assert_eq!(size, 8192);
+    let m = Map::new(&fd.expect("a descriptor"), offset, 8192).unwrap();
+    m.write(100, b"written by the peer");
+    let mut got = [0u8; 19];
+    exported.read_at(100, &mut got);
+    assert_eq!(
+        &got, b"written by the peer",
+        "the mapping is the owner's region"
+    );
+    // Its memory file is sealed: the peer cannot shrink it under the owner.
+    assert!(fd_len_fixed(
+        &info(&mut raw, 0, exported.key()).unwrap().2.unwrap()
+    ));
+
+    for (rank, key, what) in [
+        (0, registered.key(), "a region registered without EXPORT"),
+        (0, 4242, "a key nobody registered"),
+        (5, exported.key(), "a rank outside the partition"),
+    ] {
+        assert!(info(&mut raw, rank, key).is_err(), "{what} was handed out");
+    }
+    let key = exported.key();
+    drop(exported);
+    // The deregistration is taken in order before this completes.
+    a.ping(1).unwrap();
+    assert!(
+        info(&mut raw, 0, key).is_err(),
+        "a region that is gone was handed out"
+    );
+    assert_eq!(d.counter(1, "exports"), 2);
+    assert_eq!(d.counter(1, "exports_refused"), 4);
+    drop(registered);
+}
+
+fn fd_len_fixed(f: &std::fs::File) -> bool {
+    let len = f.metadata().unwrap().len();
+    f.set_len(len / 2).is_err() && f.metadata().unwrap().len() == len
+}

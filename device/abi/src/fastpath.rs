@@ -204,6 +204,10 @@ pub mod access {
     /// The region holds message queues other NIs may SEND into.
     pub const MESSAGE_QUEUE: u32 = 1 << 2;
     pub const ALL: u32 = 0x7;
+    /// Not a permission: the region is a memory file of its own, nothing else on its pages,
+    /// so with `ALL` the members of a partition with a window may map it and put, get and
+    /// SEND into it themselves (`fastpath.md`, "One-sided operations in the window").
+    pub const EXPORT: u32 = 1 << 3;
 }
 
 /// `rank` value meaning "any source" in a RECV.

@@ -81,11 +81,41 @@ pub const STATE: u64 = 0x1000;
 /// direct path honours the links the administrator took down, as the fabric does.
 pub const REACH: u64 = STATE + 4;
 
+/// Device-written, beside `STATE`: moved whenever the rank's client registers or
+/// deregisters a region it exports (`access::EXPORT`), and when a new client comes up, so
+/// peers drop what they mapped (or were refused) of its regions before they use one again.
+pub const REGIONS: u64 = STATE + 8;
+
 pub fn state_word(rank: u32) -> u64 {
     STATE + rank as u64 * LINE
 }
 pub fn reach_word(rank: u32) -> u64 {
     REACH + rank as u64 * LINE
+}
+pub fn regions_word(rank: u32) -> u64 {
+    REGIONS + rank as u64 * LINE
+}
+
+/// vfio-user region indices through which a host client asks for a mapping of a partition
+/// peer's exported region: `PEER_REGIONS | rank << 24 | key` (`peer_region`). The reply's
+/// descriptor maps the region whole, read-write; anything else is refused.
+pub const PEER_REGIONS: u32 = 0x4000_0000;
+
+pub const fn peer_region(rank: u32, key: u32) -> Option<u32> {
+    if rank < MAX_RANKS && key < 1 << 24 {
+        Some(PEER_REGIONS | rank << 24 | key)
+    } else {
+        None
+    }
+}
+
+/// The (rank, key) a `peer_region` index names.
+pub const fn peer_region_of(index: u32) -> Option<(u32, u32)> {
+    if index & 0xC000_0000 == PEER_REGIONS {
+        Some(((index >> 24) & 0x3F, index & 0xFF_FFFF))
+    } else {
+        None
+    }
 }
 
 /// Rank zones follow the device page, `ZONE_SIZE` apart.
@@ -128,7 +158,7 @@ pub fn sleeping(rank: u32) -> u64 {
 /// this rank's peers it refused, and the direct-path operations that failed, by status. The
 /// daemon adds them to its own `sends`, `recvs`, `err_*`... counters.
 pub mod stats {
-    pub const LEN: u64 = 128;
+    pub const LEN: u64 = 256;
     pub const SENDS: u64 = 0;
     pub const BYTES: u64 = 8;
     pub const COLLECTIVES: u64 = 16;
@@ -143,6 +173,11 @@ pub mod stats {
     /// Active messages sent through the window, and those taken from it for a handler.
     pub const AMS: u64 = 88;
     pub const AMS_TAKEN: u64 = 96;
+    /// MLINK WRITE/READ done in a peer's exported region, and their bytes.
+    pub const PUTS: u64 = 104;
+    pub const PUT_BYTES: u64 = 112;
+    pub const GETS: u64 = 120;
+    pub const GET_BYTES: u64 = 128;
 }
 
 pub fn stats_line(rank: u32) -> u64 {
@@ -323,6 +358,8 @@ const _: () = {
     );
     assert!(zone::SLEEPING + 4 <= zone::STATS);
     assert!(zone::STATS + stats::LEN <= zone::HEADS);
+    assert!(stats::GET_BYTES + 8 <= stats::LEN);
+    assert!(REGIONS - STATE + 4 <= LINE);
     assert!(zone::HEADS + MAX_RANKS as u64 * LINE <= zone::COLL);
     assert!(zone::COLL + 2 * COLL_SLOT <= zone::RINGS);
     assert!(zone(MAX_RANKS) <= WINDOW_SIZE);
@@ -409,6 +446,11 @@ mod tests {
             };
             mine(sleeping(r), 4);
             mine(stats_line(r), stats::LEN);
+            assert_eq!(owner(regions_word(r)), None);
+            let i = peer_region(r, (1 << 24) - 1).unwrap();
+            assert_eq!(peer_region_of(i), Some((r, (1 << 24) - 1)));
+            assert!(i >= PEER_REGIONS);
+            assert_eq!(peer_region_of(ISOLATED_REGIONS), None);
             mine(coll_slot(0, r), COLL_SLOT);
             mine(coll_slot(1, r), COLL_SLOT);
             for p in 0..MAX_RANKS {

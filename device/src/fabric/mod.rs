@@ -30,7 +30,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ni_abi::fastpath::{ctrl, Completion, Request, ENTRY_SIZE, SQ_ENTRIES, SQ_OFFSET};
+use ni_abi::fastpath::{ctrl, Completion, Request, Status, ENTRY_SIZE, SQ_ENTRIES, SQ_OFFSET};
 use ni_abi::pci::vector;
 
 use crate::counters::FabricCounters;
@@ -52,6 +52,14 @@ pub const SLEEP: Duration = Duration::from_millis(50);
 const BATCH: u32 = 64;
 /// Routes remembered at most (an all-to-all over thousands of NIs would hold millions).
 const ROUTE_CACHE_MAX: usize = 1 << 20;
+
+/// A peer's region as `Fabric::export` hands it out.
+#[derive(Debug)]
+pub struct Export {
+    pub file: std::fs::File,
+    pub offset: u64,
+    pub len: u64,
+}
 
 /// The poller's wake-up: rung by a trapped DOORBELL write, a reset or a detach.
 #[derive(Default)]
@@ -289,6 +297,24 @@ impl Fabric {
         }
     }
 
+    /// A mapping for NI `node`'s client of peer `rank`'s exported region `key` (the peer
+    /// registered it with `access::EXPORT` and every permission): the region's memory file,
+    /// the region's offset in it and its length. Only members of a partition with a window
+    /// that the client has bound get one, only for a region that is a file of its own
+    /// (`DmaSpace::export`); everything else is refused, and counted.
+    pub fn export(&self, node: u32, rank: u32, key: u32) -> Result<Export, Status> {
+        let mut s = self.lock();
+        let a = node as usize;
+        let r = s.export(a, rank, key);
+        if let Some(n) = s.nodes.get_mut(a) {
+            match r {
+                Ok(_) => n.counters.exports += 1,
+                Err(_) => n.counters.exports_refused += 1,
+            }
+        }
+        r
+    }
+
     pub fn counters(&self, node: u32) -> Option<FabricCounters> {
         let s = self.lock();
         let mut c = s.nodes.get(node as usize)?.counters.clone();
@@ -302,6 +328,13 @@ impl Fabric {
             c.window_ams = ws.ams;
             c.rops += ws.ams;
             c.rops_delivered += ws.ams_taken;
+            // One-sided operations done in peers' exported regions.
+            c.window_puts = ws.puts;
+            c.window_gets = ws.gets;
+            c.puts += ws.puts;
+            c.put_bytes += ws.put_bytes;
+            c.gets += ws.gets;
+            c.get_bytes += ws.get_bytes;
             // Messages are messages, whichever path carried them.
             c.sends += ws.sends;
             c.send_bytes += ws.bytes;
@@ -532,6 +565,28 @@ impl State {
     }
 
     /// The window of NI `i`'s partition and its rank there.
+    fn export(&self, a: usize, rank: u32, key: u32) -> Result<Export, Status> {
+        let (w, _) = self.bound_window(a).ok_or(Status::Permission)?;
+        let b = w.member(rank).ok_or(Status::OutOfPartition)? as usize;
+        let node = self.nodes.get(b).ok_or(Status::OutOfPartition)?;
+        if !node.ready {
+            return Err(Status::PeerDown);
+        }
+        let mr = *node.mrs.get(&key).ok_or(Status::BadKey)?;
+        let all = ni_abi::fastpath::access::ALL | ni_abi::fastpath::access::EXPORT;
+        if mr.access & all != all {
+            return Err(Status::Permission);
+        }
+        let (file, offset) = crate::ni::read_dma(&node.dma)
+            .export(mr.iova, mr.len)
+            .ok_or(Status::Permission)?;
+        Ok(Export {
+            file,
+            offset,
+            len: mr.len,
+        })
+    }
+
     pub(super) fn window_of(&self, i: usize) -> Option<(Arc<window::Window>, u32)> {
         let (p, _) = self.partitions.of(i as u32)?;
         let w = self.windows.get(&p.name)?.clone();

@@ -31,7 +31,16 @@ impl State {
             op::CQ_SETUP => self.cq_setup(a, &r),
             op::REG_MR => self.reg_mr(a, &r),
             op::DEREG_MR => match self.nodes[a].mrs.remove(&r.key) {
-                Some(_) => Ok(done(&r)),
+                Some(mr) => {
+                    if mr.access & access::EXPORT != 0 {
+                        // Peers may hold a mapping of it: they drop it before their next
+                        // operation on this NI's regions.
+                        if let Some((w, rank)) = self.window_of(a) {
+                            w.regions_moved(rank);
+                        }
+                    }
+                    Ok(done(&r))
+                }
                 None => Err(Status::BadKey),
             },
             op::AM_SETUP => self.am_setup(a, &r),
@@ -227,7 +236,7 @@ impl State {
     }
 
     fn reg_mr(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
-        if r.len == 0 || r.access & !access::ALL != 0 {
+        if r.len == 0 || r.access & !(access::ALL | access::EXPORT) != 0 {
             return Err(Status::BadDescriptor);
         }
         let writable = r.access & (access::REMOTE_WRITE | access::MESSAGE_QUEUE) != 0;
@@ -244,6 +253,12 @@ impl State {
                 access: r.access,
             },
         );
+        if r.access & access::EXPORT != 0 {
+            // A peer refused this key before may map it now.
+            if let Some((w, rank)) = self.window_of(a) {
+                w.regions_moved(rank);
+            }
+        }
         Ok(done(r))
     }
 

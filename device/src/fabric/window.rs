@@ -171,6 +171,10 @@ pub struct WindowStats {
     pub truncated: u64,
     pub ams: u64,
     pub ams_taken: u64,
+    pub puts: u64,
+    pub put_bytes: u64,
+    pub gets: u64,
+    pub get_bytes: u64,
 }
 
 /// A window across a daemon handover (`crate::handover`): its memfds (device-writable
@@ -430,6 +434,8 @@ impl Window {
         }
         self.u32(w::sleeping(rank)).store(0, Ordering::Relaxed);
         self.zero(w::stats_line(rank), w::stats::LEN);
+        // A new client's keys start again: whatever a peer mapped of the last one's goes.
+        self.regions_moved(rank);
         let s = self.u32(w::state_word(rank));
         let inc = state::incarnation(s.load(Ordering::Relaxed)) + 1;
         s.store(state::make(true, inc), Ordering::Release);
@@ -444,6 +450,18 @@ impl Window {
             s.store(state::make(false, state::incarnation(v)), Ordering::Release);
             self.u32(hdr::GEN).fetch_add(1, Ordering::AcqRel);
         }
+    }
+
+    /// A region `rank`'s client exports came or went: its peers drop what they mapped (or
+    /// were refused) of its regions.
+    pub fn regions_moved(&self, rank: u32) {
+        self.u32(w::regions_word(rank))
+            .fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The node of member `rank`.
+    pub fn member(&self, rank: u32) -> Option<u32> {
+        self.members.get(rank as usize).copied()
     }
 
     /// Publish which members `rank` reaches; a change moves `GEN`.
@@ -471,6 +489,10 @@ impl Window {
             truncated: r(w::stats::TRUNCATED),
             ams: r(w::stats::AMS),
             ams_taken: r(w::stats::AMS_TAKEN),
+            puts: r(w::stats::PUTS),
+            put_bytes: r(w::stats::PUT_BYTES),
+            gets: r(w::stats::GETS),
+            get_bytes: r(w::stats::GET_BYTES),
         }
     }
 

@@ -362,15 +362,15 @@ impl Link for NiLink {
             }
             cmd::PUT_STREAM | cmd::GET_STREAM => {
                 if me == 0 {
-                    let opcode = if c.cmd == cmd::PUT_STREAM {
-                        op::PUT
-                    } else {
-                        op::GET
-                    };
+                    let key = self.buf.key();
                     for _ in 0..c.n {
                         for _ in 0..c.window {
-                            let o = self.raw(opcode, 1, c.size)?;
-                            self.ops.push(o);
+                            let o = if c.cmd == cmd::PUT_STREAM {
+                                self.ni.iput(1, &self.buf, 0..size, key, 0)
+                            } else {
+                                self.ni.iget(1, &self.buf, 0..size, key, 0)
+                            };
+                            self.ops.push(o.map_err(e)?);
                         }
                         self.wait_all()?;
                     }

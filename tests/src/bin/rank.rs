@@ -237,6 +237,28 @@ fn put_get(ni: &Ni) {
         win.read_at((1 << 20) - 5000, &mut got);
         assert!(got == pattern(5000, 42), "put did not land");
     }
+    // A region that goes is gone for its peers too, whichever path they took to it (with a
+    // window, rank 0 mapped it: fastpath.md, "One-sided operations in the window").
+    let gone = ni.alloc(4096).unwrap();
+    let key = gone.key();
+    barrier(ni, &scratch);
+    if ni.rank() == 0 {
+        ni.put(1, &local, 0..64, key, 0).unwrap();
+    }
+    barrier(ni, &scratch);
+    if ni.rank() == 1 {
+        let mut got = vec![0u8; 64];
+        gone.read_at(0, &mut got);
+        assert!(got == pattern(5000, 42)[..64], "put into the second region");
+        drop(gone);
+        // Requests are taken in order: once this completes, the deregistration is done.
+        ni.ping(0).unwrap();
+    }
+    barrier(ni, &scratch);
+    if ni.rank() == 0 {
+        expect_status(ni.put(1, &local, 0..64, key, 0), Status::BadKey);
+    }
+    barrier(ni, &scratch);
 }
 
 fn active_messages(ni: &Ni) {
