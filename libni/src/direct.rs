@@ -219,24 +219,7 @@ impl Inner {
             // SAFETY: [addr, addr + len) is inside a region this process registered and
             // still holds (checked above, under the lock that dropping a region takes).
             let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
-            let h = Header {
-                kind: kind::EAGER,
-                len: len as u32,
-                tag,
-                id: 0,
-                full: len,
-            };
-            // Buffered: the send is done once its message is in the ring (now, or when the
-            // receiver made room), so a sender that waits for it never leaves it behind.
-            let user = self.lib_user();
-            let done = completion(op::SEND, user, Status::Ok, dest, len, tag);
-            if let Ok(wake) = self.win.as_mut().unwrap().put(dest, h, payload, Some(done)) {
-                if wake {
-                    self.wake(&[dest])?;
-                }
-                self.finish_lib(done);
-            }
-            return Ok(user);
+            return self.w_put_buffered(op::SEND, kind::EAGER, dest, payload, tag);
         }
         // Rendezvous: the payload stays here until the receiver's fabric receive takes it.
         let id = self.d.next_rndv[dest as usize];
@@ -358,15 +341,30 @@ impl Inner {
         if let Some(failed) = self.w_unreachable(op::ROP, dest, len, handler) {
             return Ok(failed);
         }
+        self.w_put_buffered(op::ROP, kind::AM, dest, payload, handler)
+    }
+
+    /// A message whose payload travels in the ring (`kind` EAGER or AM), buffered: the
+    /// operation is done once the message is in the ring (now, or when the receiver made
+    /// room), so a sender that waits for it never leaves it behind. Returns its id.
+    fn w_put_buffered(
+        &mut self,
+        opcode: u8,
+        kind: u8,
+        dest: u32,
+        payload: &[u8],
+        tag: u64,
+    ) -> Result<u64> {
+        let len = payload.len() as u64;
         let h = Header {
-            kind: kind::AM,
+            kind,
             len: len as u32,
-            tag: handler,
+            tag,
             id: 0,
             full: len,
         };
         let user = self.lib_user();
-        let done = completion(op::ROP, user, Status::Ok, dest, len, handler);
+        let done = completion(opcode, user, Status::Ok, dest, len, tag);
         if let Ok(wake) = self.win.as_mut().unwrap().put(dest, h, payload, Some(done)) {
             if wake {
                 self.wake(&[dest])?;
