@@ -299,6 +299,14 @@ impl DmaSpace {
         if !(exact && m.readable && m.writable) {
             return None;
         }
+        // Sealed for good against resizing, so no holder of the descriptor (the peer it goes
+        // to) can cut it under the owner and the device, nor seal it against their writes.
+        let need = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: F_GET_SEALS on a descriptor this space holds open.
+        let seals = unsafe { libc::fcntl(f.file().as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & need != need {
+            return None;
+        }
         Some((f.file().try_clone().ok()?, 0))
     }
 

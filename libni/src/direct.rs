@@ -92,7 +92,8 @@ pub(crate) struct DirectState {
     pub next_rndv: Vec<u64>,
     /// Peers' exported regions this process mapped, by (rank, key); `None`: refused (asked
     /// again once the peer's `REGIONS` word moves, as the mappings are then dropped).
-    pub peer_maps: std::collections::HashMap<(u32, u32), Option<crate::mem::Mem>>,
+    /// With each mapping, the region's length.
+    pub peer_maps: std::collections::HashMap<(u32, u32), Option<(crate::mem::Mem, u64)>>,
     /// Each peer's `REGIONS` word when its entries in `peer_maps` were made.
     pub peer_gen: Vec<Option<u32>>,
     /// `Window::flush`'s outputs, kept between calls with their capacity.
@@ -285,19 +286,18 @@ impl Inner {
             let m = self.dev.map_peer_region(dest, key);
             self.d.peer_maps.insert((dest, key), m);
         }
-        let Some(Some(m)) = self.d.peer_maps.get(&(dest, key)) else {
+        let Some(Some((m, region_len))) = self.d.peer_maps.get(&(dest, key)) else {
             return Ok(None);
         };
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > m.len() as u64)
-        {
+        // The region's own length, as the target's NI checks it (the mapping is whole pages).
+        if offset.checked_add(len).is_none_or(|end| end > *region_len) {
             return Ok(None);
         }
-        // SAFETY: `[offset, offset + len)` lies in the peer's mapping (checked just above),
-        // and `[addr, addr + len)` in a region this process registered and holds (checked
-        // under the lock a region's drop takes); the two may be the same memory (a rank
-        // putting into its own region), hence `copy`.
+        // SAFETY: `[offset, offset + len)` lies in the peer's region, inside its mapping
+        // (checked just above), and `[addr, addr + len)` in a region this process registered
+        // and holds (checked under the lock a region's drop takes). Source and target may be
+        // the same pages under two addresses (a rank putting within its own region): then
+        // overlapping bytes come out undefined, as on the fabric's path.
         unsafe {
             let remote = m.ptr().add(offset as usize);
             if opcode == op::PUT {
@@ -640,6 +640,9 @@ impl Inner {
     /// leaving is lost). Arrivals otherwise wait for the next progress: a receive posted
     /// before they are taken matches them just as it would have matched them taken.
     fn w_sync(&mut self) -> Result<()> {
+        // A partition change voids the window this process mapped (the device keeps it for
+        // nobody): no operation starts in it, as none would start on the fabric's path.
+        self.check_epoch()?;
         let moved = match self.win.as_mut() {
             Some(w) => !w.live() || w.gen_moved() || !self.d.deferred.is_empty(),
             None => false,

@@ -17,9 +17,10 @@ pub(crate) trait Transport: Send {
     /// everything).
     fn map_window(&mut self, rank: u32) -> Result<Option<Mem>>;
     /// Map partition peer `rank`'s region `key` if its client exported it
-    /// (`ni_abi::window::PEER_REGIONS`); `None` when it is not offered (not exported, not
+    /// (`ni_abi::window::PEER_REGIONS`), with the region's length; `None` when it is not
+    /// offered (not exported, not
     /// up, no window, or a path that cannot map another client's memory, as a guest's).
-    fn map_peer_region(&mut self, _rank: u32, _key: u32) -> Option<Mem> {
+    fn map_peer_region(&mut self, _rank: u32, _key: u32) -> Option<(Mem, u64)> {
         None
     }
     /// A trapped read of a region (VFIO region index: BAR0 = 0, config = 7, ...).

@@ -323,13 +323,14 @@ impl Transport for Device {
         Mem::map_fd(fd, info.offset, ni_abi::lanai::SRAM_SIZE as usize)
     }
 
-    fn map_peer_region(&mut self, rank: u32, key: u32) -> Option<Mem> {
+    fn map_peer_region(&mut self, rank: u32, key: u32) -> Option<(Mem, u64)> {
         let index = ni_abi::window::peer_region(rank, key)?;
         // Refused (not exported, or not now): the caller takes the fabric's path, which
         // says why if it fails.
         let info = self.region_info(index).ok()?;
         let len = info.size.div_ceil(4096) * 4096;
-        Mem::map_fd(info.fd?, info.offset, len as usize).ok()
+        let m = Mem::map_fd(info.fd?, info.offset, len as usize).ok()?;
+        Some((m, info.size))
     }
 
     fn map_window(&mut self, rank: u32) -> Result<Option<Mem>, Error> {

@@ -154,7 +154,7 @@ impl Window {
             self.out_tail.iter_mut().for_each(|t| *t = 0);
             self.out_head.iter_mut().for_each(|t| *t = 0);
             self.in_head.iter_mut().for_each(|h| *h = 0);
-            self.in_published.iter_mut().for_each(|h| *h = 0);
+            self.in_published.iter_mut().for_each(|h| *h = u32::MAX);
             self.states[self.rank as usize] = now;
             self.live = true;
         }
@@ -180,7 +180,9 @@ impl Window {
                 self.out_tail[r as usize] = 0;
                 self.out_head[r as usize] = 0;
                 self.in_head[r as usize] = 0;
-                self.in_published[r as usize] = 0;
+                // Not 0: the next publish stores HEAD 0 whatever this rank stored there
+                // while the device was emptying the ring.
+                self.in_published[r as usize] = u32::MAX;
             }
             self.states[r as usize] = now;
             out.push(Change {

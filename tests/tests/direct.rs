@@ -224,3 +224,32 @@ fn fd_len_fixed(f: &std::fs::File) -> bool {
     let len = f.metadata().unwrap().len();
     f.set_len(len / 2).is_err() && f.metadata().unwrap().len() == len
 }
+
+/// A partition change voids the window its members mapped: sends, put/get and active
+/// messages that would have gone member to member fail with `Reset`, as they do on the
+/// fabric's path (the control page's `EPOCH` moved), instead of using what is left mapped.
+#[test]
+fn after_a_partition_change_nothing_starts_in_the_old_window() {
+    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+        eprintln!("NI_TEST_DIRECT=off: this test is about the window; skipped in that pass");
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    assert!(a.direct());
+    let buf = a.alloc(4096).unwrap();
+    let target = b.alloc(4096).unwrap();
+    // The window path is in use: a put mapped the peer's region.
+    a.put(1, &buf, 0..8, target.key(), 0).unwrap();
+    assert_eq!(d.counter(0, "window_puts"), 1);
+    let r = d.control(r#"{"version":1,"request":"partition_delete","name":"default"}"#);
+    assert_eq!(r["result"], "done", "{r}");
+    let reset = |r: ni::Result<()>, what: &str| match r {
+        Err(Error::Reset) => {}
+        other => panic!("{what} after the partition went: {other:?}"),
+    };
+    reset(a.put(1, &buf, 0..8, target.key(), 0), "put");
+    reset(a.get(1, &buf, 0..8, target.key(), 0), "get");
+    reset(a.send(1, &buf, 0..8, 1), "send");
+    reset(a.am_send(1, 7, b"x"), "active message");
+}

@@ -737,8 +737,16 @@ fn scribble_attack(ni: &Ni) {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
+            // Every ring slot gets the SEQ of the ring's first lap, so the peers take the
+            // garbage after it as published messages (`ni_abi::window::SEQ`) and refuse it.
+            let off = i as u64 * 8;
+            let mut v = rng;
+            if off >= w::zone::RINGS && (off - w::zone::RINGS).is_multiple_of(w::SLOT) {
+                let index = ((off - w::zone::RINGS) % w::RING_BYTES / w::SLOT) as u32;
+                v = (v & !0xFFFF_FFFF) | w::seq_for(index) as u64;
+            }
             // SAFETY: inside the BAR3 mapping (the zone), 8-aligned.
-            unsafe { (zone as *mut u64).add(i).write_volatile(rng) };
+            unsafe { (zone as *mut u64).add(i).write_volatile(v) };
         }
         passes += 1;
     }
