@@ -7,6 +7,15 @@ use ni::{Error, Ni};
 use ni_abi::fastpath::Status;
 use ni_tests::Daemon;
 
+/// The pass with `NI_TEST_DIRECT=off` has no window: these tests are about it.
+fn window_off() -> bool {
+    let off = std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off");
+    if off {
+        eprintln!("NI_TEST_DIRECT=off: this test is about the window; skipped in that pass");
+    }
+    off
+}
+
 fn status(e: &Error) -> Option<Status> {
     match e {
         Error::Failed { status, .. } => Some(*status),
@@ -16,8 +25,7 @@ fn status(e: &Error) -> Option<Status> {
 
 #[test]
 fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
-    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
-        eprintln!("NI_TEST_DIRECT=off: this test is about the window; skipped in that pass");
+    if window_off() {
         return;
     }
     let d = Daemon::start(2);
@@ -64,7 +72,7 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
 
 #[test]
 fn a_port_taken_down_refuses_window_sends_until_it_is_up() {
-    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+    if window_off() {
         return;
     }
     let d = Daemon::start(2);
@@ -86,7 +94,7 @@ fn a_port_taken_down_refuses_window_sends_until_it_is_up() {
 
 #[test]
 fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
-    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+    if window_off() {
         return;
     }
     let d = Daemon::start(2);
@@ -134,7 +142,7 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
 
 #[test]
 fn a_partition_created_with_a_member_attached_stays_on_the_fabric() {
-    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+    if window_off() {
         return;
     }
     let d = Daemon::start_with(3, Some("[[partition]]\nname = \"p\"\nnodes = [0, 1]\n"));
@@ -168,8 +176,7 @@ fn a_partition_created_with_a_member_attached_stays_on_the_fabric() {
 fn a_member_maps_only_what_a_peer_exported_and_only_while_it_exists() {
     use ni_abi::window::peer_region;
     use ni_tests::hostile::{FastPath, Map};
-    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
-        eprintln!("NI_TEST_DIRECT=off: this test is about the window; skipped in that pass");
+    if window_off() {
         return;
     }
     let d = Daemon::start(2);
@@ -230,8 +237,7 @@ fn fd_len_fixed(f: &std::fs::File) -> bool {
 /// fabric's path (the control page's `EPOCH` moved), instead of using what is left mapped.
 #[test]
 fn after_a_partition_change_nothing_starts_in_the_old_window() {
-    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
-        eprintln!("NI_TEST_DIRECT=off: this test is about the window; skipped in that pass");
+    if window_off() {
         return;
     }
     let d = Daemon::start(2);
