@@ -112,6 +112,31 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Peer `rank`'s exported region `key` as a region this client may map whole, with the
+    /// file its descriptor is (`Fabric::export`), or why not.
+    fn peer_region(&self, rank: u32, key: u32) -> io::Result<(RegionDesc, std::fs::File)> {
+        let fabric = self
+            .fabric
+            .as_ref()
+            .ok_or_else(|| invalid("no peer regions here"))?;
+        let x = fabric.export(self.index, rank, key).map_err(|status| {
+            invalid(format!(
+                "rank {rank}'s region {key} is not exported to this NI: {}",
+                status.describe()
+            ))
+        })?;
+        let r = RegionDesc {
+            size: x.len,
+            flags: VFIO_REGION_INFO_FLAG_READ
+                | VFIO_REGION_INFO_FLAG_WRITE
+                | VFIO_REGION_INFO_FLAG_MMAP,
+            sparse: vec![(0, x.len.div_ceil(4096) * 4096)],
+            mmap_fd: Some(x.file.as_raw_fd()),
+            fd_offset: x.offset,
+        };
+        Ok((r, x.file))
+    }
+
     /// Serve `stream` until the client leaves or breaks the protocol.
     pub fn run(&mut self, stream: &mut UnixStream) -> Result<(), SessionEnd> {
         let outbox = lock(&self.slot.ni).irqs.outbox().clone();
@@ -257,43 +282,21 @@ impl<'a> Session<'a> {
                 out.extend_from_slice(&(self.irqs.len() as u32).to_le_bytes());
                 Ok(())
             }
-            Request::GetRegionInfo { argsz, index }
-                if ni_abi::window::peer_region_of(index).is_some() =>
-            {
-                let (rank, key) = ni_abi::window::peer_region_of(index).unwrap();
-                match self
-                    .fabric
-                    .as_ref()
-                    .map(|f| f.export(self.index, rank, key))
-                {
-                    Some(Ok(x)) => {
-                        let r = RegionDesc {
-                            size: x.len,
-                            flags: VFIO_REGION_INFO_FLAG_READ
-                                | VFIO_REGION_INFO_FLAG_WRITE
-                                | VFIO_REGION_INFO_FLAG_MMAP,
-                            sparse: vec![(0, x.len.div_ceil(4096) * 4096)],
-                            mmap_fd: Some(x.file.as_raw_fd()),
-                            fd_offset: x.offset,
-                        };
+            Request::GetRegionInfo { argsz, index } => {
+                match ni_abi::window::peer_region_of(index) {
+                    Some((rank, key)) => self.peer_region(rank, key).map(|(r, file)| {
                         out_fd = region_info(&mut out, index, argsz, &r);
-                        exported = Some(x.file);
-                        Ok(())
-                    }
-                    Some(Err(status)) => Err(invalid(format!(
-                        "rank {rank}'s region {key} is not exported to this NI: {}",
-                        status.describe()
-                    ))),
-                    None => Err(invalid("no peer regions here")),
+                        exported = Some(file);
+                    }),
+                    None => match self.regions.get(index as usize) {
+                        None => Err(invalid(format!("no region {index}"))),
+                        Some(r) => {
+                            out_fd = region_info(&mut out, index, argsz, r);
+                            Ok(())
+                        }
+                    },
                 }
             }
-            Request::GetRegionInfo { argsz, index } => match self.regions.get(index as usize) {
-                None => Err(invalid(format!("no region {index}"))),
-                Some(r) => {
-                    out_fd = region_info(&mut out, index, argsz, r);
-                    Ok(())
-                }
-            },
             Request::GetIrqInfo { index } => match self.irqs.get(index as usize) {
                 None => Err(invalid(format!("no IRQ index {index}"))),
                 Some(i) => {
@@ -355,10 +358,7 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         match result {
-            Ok(()) => {
-                reply(stream, h, &out, out_fd)?;
-                drop(exported);
-            }
+            Ok(()) => reply(stream, h, &out, out_fd)?,
             Err(e) => reply_error(stream, h, e.raw_os_error().unwrap_or(libc::EINVAL))?,
         }
         Ok(())

@@ -94,7 +94,8 @@ pub(crate) struct DirectState {
     /// again once the peer's `REGIONS` word moves, as the mappings are then dropped).
     /// With each mapping, the region's length.
     pub peer_maps: std::collections::HashMap<(u32, u32), Option<(crate::mem::Mem, u64)>>,
-    /// Each peer's `REGIONS` word when its entries in `peer_maps` were made.
+    /// Each peer's `REGIONS` word when its entries in `peer_maps` were made (one per member,
+    /// made with the state).
     pub peer_gen: Vec<Option<u32>>,
     /// `Window::flush`'s outputs, kept between calls with their capacity.
     pub wake: Vec<u32>,
@@ -263,20 +264,11 @@ impl Inner {
         offset: u64,
     ) -> Result<Option<u64>> {
         self.w_sync()?;
-        let Some(win) = self.win.as_ref() else {
-            return Ok(None);
-        };
-        if dest >= win.size || !win.up(dest) || !win.reaches(dest) {
+        if self.w_unreachable_why(dest).is_some() || len == 0 || !self.registered(addr, len) {
             return Ok(None);
         }
-        if len == 0 || !self.registered(addr, len) {
-            return Ok(None);
-        }
-        let g = win.regions(dest);
+        let g = self.win.as_ref().unwrap().regions(dest);
         let d = dest as usize;
-        if self.d.peer_gen.len() != win.size as usize {
-            self.d.peer_gen = vec![None; win.size as usize];
-        }
         if self.d.peer_gen[d] != Some(g) {
             // What it exports changed (or its client is new): map again when used.
             self.d.peer_maps.retain(|&(r, _), _| r != dest);
@@ -317,18 +309,23 @@ impl Inner {
         Ok(Some(user))
     }
 
+    /// Why `dest` cannot be reached through the window now; `None` if it can.
+    fn w_unreachable_why(&self, dest: u32) -> Option<Status> {
+        let win = self.win.as_ref().expect("direct path");
+        if dest >= win.size {
+            Some(Status::OutOfPartition)
+        } else if !win.up(dest) {
+            Some(Status::PeerDown)
+        } else if !win.reaches(dest) {
+            Some(Status::LinkDown)
+        } else {
+            None
+        }
+    }
+
     /// Why `dest` cannot be sent to now, as a failed operation's id; `None` if it can.
     fn w_unreachable(&mut self, opcode: u8, dest: u32, len: u64, tag: u64) -> Option<u64> {
-        let win = self.win.as_ref().expect("direct path");
-        let status = if dest >= win.size {
-            Status::OutOfPartition
-        } else if !win.up(dest) {
-            Status::PeerDown
-        } else if !win.reaches(dest) {
-            Status::LinkDown
-        } else {
-            return None;
-        };
+        let status = self.w_unreachable_why(dest)?;
         Some(self.fail_now(opcode, status, dest, len, tag))
     }
 

@@ -564,9 +564,14 @@ impl Inner {
                 None => self.am_pending.push((h, src, payload)),
             }
         };
+        self.am_queued_now();
+        next
+    }
+
+    /// Publish whether active messages wait for the dispatcher (`am_queued`).
+    fn am_queued_now(&self) {
         self.am_queued
             .store(!self.am_arrived.is_empty(), Ordering::Release);
-        next
     }
 }
 
@@ -735,6 +740,7 @@ impl Ni {
             win,
             d: direct::DirectState {
                 next_rndv: vec![0; size as usize],
+                peer_gen: vec![None; size as usize],
                 ..Default::default()
             },
             alias: IdMap::default(),
@@ -1524,8 +1530,7 @@ impl Ni {
             for m in mine.into_iter().rev() {
                 i.am_arrived.push_front(m);
             }
-            let queued = !i.am_arrived.is_empty();
-            i.am_queued.store(queued, Ordering::Release);
+            i.am_queued_now();
         }
         self.run_handlers();
     }

@@ -151,14 +151,21 @@ impl Window {
         let now = self.state(self.rank);
         if state::up(now) && state::incarnation(now) > self.opened_incarnation {
             // The device emptied every ring to and from us just before publishing this.
-            self.out_tail.iter_mut().for_each(|t| *t = 0);
-            self.out_head.iter_mut().for_each(|t| *t = 0);
-            self.in_head.iter_mut().for_each(|h| *h = 0);
-            self.in_published.iter_mut().for_each(|h| *h = u32::MAX);
+            (0..self.size as usize).for_each(|r| self.rings_emptied(r));
             self.states[self.rank as usize] = now;
             self.live = true;
         }
         self.live
+    }
+
+    /// The device emptied the rings to and from member `r`: our cursors start again.
+    fn rings_emptied(&mut self, r: usize) {
+        self.out_tail[r] = 0;
+        self.out_head[r] = 0;
+        self.in_head[r] = 0;
+        // Not 0: the next publish stores HEAD 0 whatever this rank stored there while the
+        // device was emptying the ring.
+        self.in_published[r] = u32::MAX;
     }
 
     /// Re-read the members' states; what changed.
@@ -177,12 +184,7 @@ impl Window {
                 continue;
             }
             if new_incarnation && state::up(now) {
-                self.out_tail[r as usize] = 0;
-                self.out_head[r as usize] = 0;
-                self.in_head[r as usize] = 0;
-                // Not 0: the next publish stores HEAD 0 whatever this rank stored there
-                // while the device was emptying the ring.
-                self.in_published[r as usize] = u32::MAX;
+                self.rings_emptied(r as usize);
             }
             self.states[r as usize] = now;
             out.push(Change {

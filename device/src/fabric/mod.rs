@@ -564,7 +564,6 @@ impl State {
         }
     }
 
-    /// The window of NI `i`'s partition and its rank there.
     fn export(&self, a: usize, rank: u32, key: u32) -> Result<Export, Status> {
         let (w, _) = self.bound_window(a).ok_or(Status::Permission)?;
         let b = w.member(rank).ok_or(Status::OutOfPartition)? as usize;
@@ -587,6 +586,7 @@ impl State {
         })
     }
 
+    /// The window of NI `i`'s partition and its rank there.
     pub(super) fn window_of(&self, i: usize) -> Option<(Arc<window::Window>, u32)> {
         let (p, _) = self.partitions.of(i as u32)?;
         let w = self.windows.get(&p.name)?.clone();
