@@ -138,6 +138,12 @@ counters! {
     mq_rejected,
     /// Threshold hits: Sig set, IR_STATUS latched.
     mq_threshold,
+    /// SENDs of this NI that found their queue's arrival lock held (exported queues,
+    /// fastpath.md "Message queues in the window") and waited; those that waited past the
+    /// daemon's lock timeout; locks of this NI's queues freed because their holder was gone.
+    mq_lock_waits,
+    mq_lock_timeouts,
+    mq_lock_breaks,
     /// CM-5 combines (scans, reductions, network-done) this NI joined; network-dones done.
     combines,
     network_done,
@@ -163,6 +169,9 @@ counters! {
     /// counted in `puts`, `gets` and their bytes).
     window_puts,
     window_gets,
+    /// T3E SENDs this NI's client stored into peers' exported queues itself (also counted in
+    /// `mq_sends`; the targets count them in `mq_stored` or `mq_rejected`).
+    window_mq_sends,
     /// Mappings of peers' exported regions this NI's client was handed, and refused.
     exports,
     exports_refused,

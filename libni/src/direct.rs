@@ -11,9 +11,12 @@
 //! treat both paths alike.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ni_abi::fastpath::{coll, dtype, op, redop, Completion, Request, Status, ANY_RANK};
+use ni_abi::fastpath::{
+    coll, dtype, mqcw, op, redop, Completion, Request, Status, ANY_RANK, MQ_MESSAGE,
+};
 use ni_abi::reduce::{apply, identity};
 use ni_abi::window::{self as w, kind, Header};
 
@@ -267,22 +270,11 @@ impl Inner {
         if self.w_unreachable_why(dest).is_some() || len == 0 || !self.registered(addr, len) {
             return Ok(None);
         }
-        let g = self.win.as_ref().unwrap().regions(dest);
-        let d = dest as usize;
-        if self.d.peer_gen[d] != Some(g) {
-            // What it exports changed (or its client is new): map again when used.
-            self.d.peer_maps.retain(|&(r, _), _| r != dest);
-            self.d.peer_gen[d] = Some(g);
-        }
-        if !self.d.peer_maps.contains_key(&(dest, key)) {
-            let m = self.dev.map_peer_region(dest, key);
-            self.d.peer_maps.insert((dest, key), m);
-        }
-        let Some(Some((m, region_len))) = self.d.peer_maps.get(&(dest, key)) else {
+        let Some((base, region_len)) = self.peer_map(dest, key) else {
             return Ok(None);
         };
         // The region's own length, as the target's NI checks it (the mapping is whole pages).
-        if offset.checked_add(len).is_none_or(|end| end > *region_len) {
+        if offset.checked_add(len).is_none_or(|end| end > region_len) {
             return Ok(None);
         }
         // SAFETY: `[offset, offset + len)` lies in the peer's region, inside its mapping
@@ -291,7 +283,7 @@ impl Inner {
         // the same pages under two addresses (a rank putting within its own region): then
         // overlapping bytes come out undefined, as on the fabric's path.
         unsafe {
-            let remote = m.ptr().add(offset as usize);
+            let remote = base.add(offset as usize);
             if opcode == op::PUT {
                 std::ptr::copy(addr as *const u8, remote, len as usize);
             } else {
@@ -307,6 +299,120 @@ impl Inner {
         let user = self.lib_user();
         self.finish_lib(completion(opcode, user, Status::Ok, dest, len, offset));
         Ok(Some(user))
+    }
+
+    /// Where this process mapped `dest`'s exported region `key`, and the region's length;
+    /// `None` if the daemon refused it (asked once per `REGIONS` value of `dest`).
+    fn peer_map(&mut self, dest: u32, key: u32) -> Option<(*mut u8, u64)> {
+        let g = self.win.as_ref()?.regions(dest);
+        let d = dest as usize;
+        if self.d.peer_gen[d] != Some(g) {
+            // What it exports changed (or its client is new): map again when used.
+            self.d.peer_maps.retain(|&(r, _), _| r != dest);
+            self.d.peer_gen[d] = Some(g);
+        }
+        if !self.d.peer_maps.contains_key(&(dest, key)) {
+            let m = self.dev.map_peer_region(dest, key);
+            self.d.peer_maps.insert((dest, key), m);
+        }
+        match self.d.peer_maps.get(&(dest, key)) {
+            Some(Some((m, len))) => Some((m.ptr(), *len)),
+            _ => None,
+        }
+    }
+
+    /// A T3E SEND done here, into `dest`'s queue at `offset` of its exported region `key`,
+    /// under the queue's arrival lock (`fastpath.md`, "Message queues in the window"): the
+    /// seed's arrival algorithm (HMM-148-0 pp. 9-15) as the device runs it — store the 64
+    /// bytes in slot Tail, then move Tail with a compare-and-swap, so a receiver polling Tail
+    /// never sees a slot before its data. `Some(Ok(tail))` stored, `Some(Err(()))` rejected
+    /// (Tail = Limit); `None` for the fabric's path: not exported, a peer down, a lock that
+    /// stays held, or anything the device fails with a status of its own (bounds, Tail 0).
+    pub(crate) fn w_mq_send(
+        &mut self,
+        dest: u32,
+        key: u32,
+        offset: u64,
+        msg: &[u8; 64],
+    ) -> Result<Option<std::result::Result<u64, ()>>> {
+        self.w_sync()?;
+        if self.w_unreachable_why(dest).is_some() {
+            return Ok(None);
+        }
+        let Some((base, region_len)) = self.peer_map(dest, key) else {
+            return Ok(None);
+        };
+        let lock_end = offset.checked_add(w::mq_lock::OFFSET + 8);
+        if !offset.is_multiple_of(MQ_MESSAGE) || lock_end.is_none_or(|e| e > region_len) {
+            return Ok(None);
+        }
+        // SAFETY: the MQCW and the lock word lie in the peer's region (checked above), 8-byte
+        // aligned (the region starts on a page, `offset` is a multiple of 64); the mapping
+        // lives as long as `peer_maps` holds it, which this call does not change.
+        let (mqcw, lock) = unsafe {
+            let q = base.add(offset as usize);
+            (
+                &*(q as *const AtomicU64),
+                &*(q.add(w::mq_lock::OFFSET as usize) as *const AtomicU64),
+            )
+        };
+        let me = self.win.as_ref().unwrap().lock_holder();
+        if !take_lock(lock, me) {
+            // Held by a writer that stays (preempted, or gone): the device waits for it, or
+            // frees a gone holder's lock, without holding up this process.
+            return Ok(None);
+        }
+        let result = loop {
+            let w0 = mqcw.load(Ordering::Acquire);
+            let (tail, limit, threshold) = (mqcw::tail(w0), mqcw::limit(w0), mqcw::threshold(w0));
+            if tail >= limit {
+                break Some(Err(()));
+            }
+            let slot = offset + tail * MQ_MESSAGE;
+            if tail == 0 || slot + MQ_MESSAGE > region_len {
+                break None;
+            }
+            // SAFETY: `[slot, slot + 64)` lies in the peer's region (checked just above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(msg.as_ptr(), base.add(slot as usize), msg.len())
+            };
+            let new_tail = tail + 1;
+            let hit = new_tail == threshold;
+            let next = mqcw::make(mqcw::sig(w0) || hit, new_tail, limit, threshold);
+            if mqcw
+                .compare_exchange(w0, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break Some(Ok((new_tail, hit)));
+            }
+            // The receiver swapped in a new MQCW meanwhile (its software reset): again.
+        };
+        lock.store(w::mq_lock::FREE, Ordering::Release);
+        let win = self.win.as_ref().unwrap();
+        Ok(match result {
+            None => None,
+            Some(Err(())) => {
+                win.count_mq(dest, false);
+                Some(Err(()))
+            }
+            Some(Ok((tail, hit))) => {
+                win.count_mq(dest, true);
+                if hit {
+                    // Sig is set; IR_STATUS, MSG_ADDR and the interrupt are the device's.
+                    self.post_or_defer(
+                        Request {
+                            opcode: op::MQ_SIGNAL,
+                            rank: dest,
+                            key,
+                            tag: offset,
+                            ..Default::default()
+                        },
+                        None,
+                    )?;
+                }
+                Some(Ok(tail))
+            }
+        })
     }
 
     /// Why `dest` cannot be reached through the window now; `None` if it can.
@@ -851,3 +957,20 @@ impl Inner {
         }
     }
 }
+
+/// Take a queue's arrival lock for `me`, spinning a little: a holder keeps it for one
+/// 64-byte store and two atomics unless it was preempted.
+fn take_lock(lock: &AtomicU64, me: u64) -> bool {
+    for _ in 0..LOCK_SPINS {
+        if lock
+            .compare_exchange(w::mq_lock::FREE, me, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}
+
+const LOCK_SPINS: u32 = 256;

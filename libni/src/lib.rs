@@ -1581,6 +1581,16 @@ impl Ni {
 
     /// T3E SEND: one 64-byte message into `dest`'s queue at `mq`.
     pub fn mq_send(&self, dest: u32, mq: MqAddr, msg: &[u8; 64]) -> Result<MqOutcome> {
+        {
+            let mut i = self.lock();
+            if i.direct() {
+                match i.w_mq_send(dest, mq.key, mq.offset, msg)? {
+                    Some(Ok(tail)) => return Ok(MqOutcome::Accepted { tail }),
+                    Some(Err(())) => return Ok(MqOutcome::Rejected),
+                    None => {}
+                }
+            }
+        }
         let _b = self.bounce.lock().unwrap_or_else(|e| e.into_inner());
         let addr = {
             let i = self.lock();

@@ -327,6 +327,22 @@ impl Window {
         }
     }
 
+    /// Count a T3E SEND this rank did itself into `dest`'s queue: `stored`, or rejected.
+    pub fn count_mq(&self, dest: u32, stored: bool) {
+        self.count(w::stats::MQ_SENDS);
+        let field = if stored { w::MQ_STORED } else { w::MQ_REJECTED };
+        let c = self.u64(w::mq_stats(self.rank, dest) + field);
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// What this client stores in a queue's arrival lock while it holds it.
+    pub fn lock_holder(&self) -> u64 {
+        w::mq_lock::member(
+            self.rank,
+            state::incarnation(self.states[self.rank as usize]),
+        )
+    }
+
     pub fn count_collective(&self) {
         self.count(w::stats::COLLECTIVES);
     }

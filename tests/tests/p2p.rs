@@ -41,6 +41,13 @@ fn message_queue_fill_reject_threshold_and_reset_by_swap() {
     assert_eq!(d.counter(1, "mq_rejected"), 1);
     assert_eq!(d.counter(1, "mq_threshold"), 1);
     assert_eq!(d.counter(0, "err_queue_full"), 1);
+    assert_eq!(d.counter(0, "mq_sends"), 8);
+    // With a window, rank 0 stores into rank 1's exported queue itself (fastpath.md,
+    // "Message queues in the window"): the 6 SENDs that reach the queue; the bad key and
+    // the offset past the region go to the fabric, which fails them.
+    let direct = std::env::var("NI_TEST_DIRECT").as_deref() != Ok("off");
+    assert_eq!(d.counter(0, "window_mq_sends"), if direct { 6 } else { 0 });
+    assert_eq!(d.counter(0, "mq_lock_waits"), 0);
 }
 
 #[test]

@@ -69,6 +69,7 @@
 #define NI_T3E_ERR_BAD_ROUTER_REGISTER 0xDull
 #define NI_T3E_ERR_RETURN_PATH 0xEull
 #define NI_T3E_ERR_LINK_MAPPED_OUT 0xFull
+#define NI_T3E_ERR_QUEUE_LOCKED 0x10ull
 #define NI_T3E_R_SW 0x0ull
 #define NI_T3E_R_ORIENT 0x8ull
 #define NI_T3E_R_LUT_OVERRIDE 0x10ull

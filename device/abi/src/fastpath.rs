@@ -100,6 +100,10 @@ pub mod op {
     pub const WAKE: u8 = 0x25;
     /// T3E SEND of one 64-byte message into a remote message queue.
     pub const MQ_SEND: u8 = 0x30;
+    /// A member of the partition window stored a SEND into `rank`'s queue (`key`, offset
+    /// `tag`) itself and its Tail reached Threshold: latch IR_STATUS and MSG_ADDR there and
+    /// interrupt as the arrival would have (`fastpath.md`, "Message queues in the window").
+    pub const MQ_SIGNAL: u8 = 0x31;
     /// CM-5 combine (scan, reduce, network-done) of 1-5 words at `addr`; the result is
     /// written back over them. `flags`: `combine::*`; `access`: the combiner; `len`: words.
     pub const COMBINE: u8 = 0x40;

@@ -210,6 +210,9 @@ pub enum Error {
     ReturnPath = 14,
     /// Special routing crossed a mapped-out link or node.
     LinkMappedOut = 15,
+    /// SEND: the queue's arrival lock (a queue in an exported region, `fastpath.md`
+    /// "Message queues in the window") stayed held past the daemon's lock timeout.
+    QueueLocked = 16,
 }
 
 impl Error {
@@ -232,6 +235,7 @@ impl Error {
             BadRouterRegister,
             ReturnPath,
             LinkMappedOut,
+            QueueLocked,
         ]
         .into_iter()
         .find(|e| *e as u16 == v)
@@ -413,9 +417,9 @@ mod tests {
     fn gva_matches_the_msg_addr_layout() {
         assert_eq!(gva::make(0x3F, 0x7FFF_FFFF), 0x3F_7FFF_FFFF);
         assert_eq!(gva::MBZ, 0xFFFF_FFC0_8000_0000);
-        for e in 0..16u16 {
+        for e in 0..17u16 {
             assert_eq!(Error::from_u16(e).map(|x| x as u16), Some(e));
         }
-        assert_eq!(Error::from_u16(16), None);
+        assert_eq!(Error::from_u16(17), None);
     }
 }

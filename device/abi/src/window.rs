@@ -60,7 +60,8 @@ pub mod hdr {
     pub const MAGIC_VALUE: u32 = 0x4E57_494E; // "NIWN"
     pub const VERSION: u64 = 0x04;
     /// 3: ring slots carry their own sequence ([`super::SEQ`]); no `TAIL` words.
-    pub const VERSION_VALUE: u32 = 3;
+    /// 4: members store T3E SENDs into peers' exported queues under [`super::mq_lock`].
+    pub const VERSION_VALUE: u32 = 4;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -140,8 +141,11 @@ pub mod zone {
     pub const SLEEPING: u64 = 0x0;
     /// The rank's counters, [`super::stats`].
     pub const STATS: u64 = 0x100;
+    /// Per destination `d`, at `+ 16·d`: T3E SENDs this rank stored into `d`'s queues
+    /// itself (u64), and those `d`'s queues rejected (u64) — [`super::mq_stats`].
+    pub const MQ_STATS: u64 = 0x1000;
     /// `HEAD` of ring (`s` → this rank) at `+ 64·s`: u32, free-running count of the slots
-    /// this rank has taken. (`0x1000..0x1400` held version 2's `TAIL`s; unused since.)
+    /// this rank has taken.
     pub const HEADS: u64 = 0x1400;
     /// Collective slots, `COLL_SLOT` per parity.
     pub const COLL: u64 = 0x2000;
@@ -178,6 +182,46 @@ pub mod stats {
     pub const PUT_BYTES: u64 = 112;
     pub const GETS: u64 = 120;
     pub const GET_BYTES: u64 = 128;
+    /// T3E SENDs done in peers' exported queues (stored or rejected).
+    pub const MQ_SENDS: u64 = 136;
+}
+
+/// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at
+/// `+ MQ_STORED`, rejected (Tail = Limit) at `+ MQ_REJECTED`. The daemon adds them to `dst`'s
+/// `mq_stored` and `mq_rejected`.
+pub fn mq_stats(src: u32, dst: u32) -> u64 {
+    zone(src) + zone::MQ_STATS + dst as u64 * MQ_STATS_LEN
+}
+pub const MQ_STATS_LEN: u64 = 16;
+pub const MQ_STORED: u64 = 0;
+pub const MQ_REJECTED: u64 = 8;
+
+/// The arrival lock of a T3E message queue in an exported region (`fastpath.md`, "Message
+/// queues in the window"): the u64 right after the MQCW, in slot 0 (which the seed leaves
+/// unused beyond the MQCW). Whoever stores a SEND into such a queue — the device for the
+/// fabric's path, or a member on the direct path — holds it from reading the MQCW until its
+/// compare-and-swap moved Tail, so the seed's arrival algorithm (store, then move Tail) keeps
+/// its one writer at a time. The receiver's own atomic SWAP of the MQCW needs no lock.
+pub mod mq_lock {
+    /// Offset from the MQCW.
+    pub const OFFSET: u64 = 8;
+    pub const FREE: u64 = 0;
+    /// Held by the device.
+    pub const DEVICE: u64 = u64::MAX;
+    /// Held by partition rank `rank`'s client of incarnation `incarnation` (never `FREE`
+    /// or `DEVICE`).
+    pub const fn member(rank: u32, incarnation: u32) -> u64 {
+        ((incarnation as u64) << 8) | (rank as u64 + 1)
+    }
+    /// The (rank, incarnation) a held lock names, if a member's.
+    pub const fn holder(v: u64) -> Option<(u32, u32)> {
+        let r = v & 0xFF;
+        if v == FREE || v == DEVICE || r == 0 || r > super::MAX_RANKS as u64 {
+            None
+        } else {
+            Some(((r - 1) as u32, (v >> 8) as u32))
+        }
+    }
 }
 
 pub fn stats_line(rank: u32) -> u64 {
@@ -357,7 +401,9 @@ const _: () = {
             && ZONE_SIZE.is_multiple_of(PAGE)
     );
     assert!(zone::SLEEPING + 4 <= zone::STATS);
-    assert!(zone::STATS + stats::LEN <= zone::HEADS);
+    assert!(zone::STATS + stats::LEN <= zone::MQ_STATS);
+    assert!(zone::MQ_STATS + MAX_RANKS as u64 * MQ_STATS_LEN <= zone::HEADS);
+    assert!(stats::MQ_SENDS + 8 <= stats::LEN);
     assert!(stats::GET_BYTES + 8 <= stats::LEN);
     assert!(REGIONS - STATE + 4 <= LINE);
     assert!(zone::HEADS + MAX_RANKS as u64 * LINE <= zone::COLL);
@@ -446,6 +492,9 @@ mod tests {
             };
             mine(sleeping(r), 4);
             mine(stats_line(r), stats::LEN);
+            for p in 0..MAX_RANKS {
+                mine(mq_stats(r, p), MQ_STATS_LEN);
+            }
             assert_eq!(owner(regions_word(r)), None);
             let i = peer_region(r, (1 << 24) - 1).unwrap();
             assert_eq!(peer_region_of(i), Some((r, (1 << 24) - 1)));
@@ -464,6 +513,20 @@ mod tests {
         assert_eq!(owner(zone(MAX_RANKS)), None);
         assert_eq!(zone(1) - zone(0), ZONE_SIZE);
         assert_eq!(zone_region(0), 10);
+    }
+
+    #[test]
+    fn lock_holders_name_a_member_or_nobody() {
+        assert_eq!(mq_lock::holder(mq_lock::member(0, 0)), Some((0, 0)));
+        assert_eq!(
+            mq_lock::holder(mq_lock::member(MAX_RANKS - 1, u32::MAX)),
+            Some((MAX_RANKS - 1, u32::MAX))
+        );
+        assert_ne!(mq_lock::member(0, 0), mq_lock::FREE);
+        assert_eq!(mq_lock::holder(mq_lock::FREE), None);
+        assert_eq!(mq_lock::holder(mq_lock::DEVICE), None);
+        assert_eq!(mq_lock::holder(0x100), None);
+        assert_eq!(mq_lock::holder(MAX_RANKS as u64 + 1), None);
     }
 
     #[test]

@@ -192,6 +192,9 @@ fn t3e_answer(o: &Outcome) -> Vec<u64> {
             v
         }
         Outcome::Failed(e) => vec![3, e as u64],
+        // A partition across hosts has no window, so its queues have no arrival lock that
+        // anyone holds; should one be held, the sender hears so.
+        Outcome::Held => vec![3, Error::QueueLocked as u64],
     }
 }
 

@@ -30,6 +30,8 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use ops::Taken;
+
 use ni_abi::fastpath::{ctrl, Completion, Request, Status, ENTRY_SIZE, SQ_ENTRIES, SQ_OFFSET};
 use ni_abi::pci::vector;
 
@@ -331,6 +333,12 @@ impl Fabric {
             // One-sided operations done in peers' exported regions.
             c.window_puts = ws.puts;
             c.window_gets = ws.gets;
+            // T3E SENDs members stored into queues themselves, at both ends.
+            c.window_mq_sends = ws.mq_sends;
+            c.mq_sends += ws.mq_sends;
+            c.mq_stored += ws.mq_stored_here;
+            c.mq_rejected += ws.mq_rejected_here;
+            c.err_queue_full += ws.mq_rejected_mine;
             c.puts += ws.puts;
             c.put_bytes += ws.put_bytes;
             c.gets += ws.gets;
@@ -675,15 +683,21 @@ impl State {
             if sram.read(at, &mut raw).is_err() {
                 break;
             }
-            head = head.wrapping_add(1);
-            taken += 1;
-            self.nodes[i].sq_head = head;
-            sram.store_u32(ctrl::SQ_HEAD, head);
-            self.nodes[i].counters.requests += 1;
-            self.execute(i, Request::decode(&raw));
+            let next = head.wrapping_add(1);
+            self.nodes[i].sq_head = next;
+            if self.execute(i, Request::decode(&raw)) == Taken::Later {
+                // It stays at the head of the ring, unconsumed (so the client cannot reuse
+                // its entry), and the poller keeps looking (`mq.rs`: a queue's lock).
+                self.nodes[i].sq_head = head;
+                return true;
+            }
             if !self.nodes[i].live {
                 break;
             }
+            head = next;
+            taken += 1;
+            sram.store_u32(ctrl::SQ_HEAD, head);
+            self.nodes[i].counters.requests += 1;
         }
         taken > 0
     }

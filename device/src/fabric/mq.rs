@@ -3,8 +3,14 @@
 //! The receiving NI reads the MQCW with an atomic read-modify-write, so a client's own atomic
 //! SWAP of the MQCW (the documented software reset) never races it. The model stores the 64
 //! bytes before it moves Tail, so software that polls Tail never sees a slot before its data.
+//!
+//! That order needs one writer per queue. A queue in an exported region may also be written
+//! by members of a partition window on the direct path, so there every writer takes the
+//! queue's arrival lock (`ni_abi::window::mq_lock`) first; the device never waits for it
+//! beyond a short spin — the fabric retries the SEND later ([`Arrival::Locked`]).
 
 use ni_abi::fastpath::{mqcw, Status, MQ_MESSAGE};
+use ni_abi::window::mq_lock;
 use std::sync::atomic::Ordering;
 
 use crate::dma::DmaSpace;
@@ -15,6 +21,67 @@ pub enum Arrival {
     Stored { tail: u64, threshold: bool },
     /// Tail = Limit: nothing stored, MQCW unchanged (the sender sees FULL_SR).
     Rejected,
+    /// The queue's arrival lock is held (by `holder`): nothing done, try again later.
+    Locked { holder: u64 },
+}
+
+/// How many times the device looks at a held arrival lock before it leaves the SEND for
+/// later: a member holds it for one 64-byte store and two atomics, unless it was preempted.
+const LOCK_SPINS: u32 = 256;
+
+/// Take the arrival lock at `lock_iova` for the device, or say who holds it.
+fn take_lock(dma: &DmaSpace, lock_iova: u64) -> Result<(), Arrival> {
+    let lock = dma.atomic_u64(lock_iova).map_err(|_| Arrival::Locked {
+        holder: mq_lock::DEVICE,
+    })?;
+    let mut holder = mq_lock::FREE;
+    for _ in 0..LOCK_SPINS {
+        match lock.compare_exchange(
+            mq_lock::FREE,
+            mq_lock::DEVICE,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return Ok(()),
+            Err(h) => holder = h,
+        }
+        std::hint::spin_loop();
+    }
+    Err(Arrival::Locked { holder })
+}
+
+/// Free a lock whose holder is gone (its client is down or came back as a new incarnation,
+/// so nothing of it still writes): whether it was still `holder`'s.
+pub fn break_lock(dma: &DmaSpace, lock_iova: u64, holder: u64) -> bool {
+    dma.atomic_u64(lock_iova).is_ok_and(|l| {
+        l.compare_exchange(holder, mq_lock::FREE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// [`arrive`] for a queue whose writers take its arrival lock (`locked`: the queue is in an
+/// exported region of a partition with a window).
+pub fn arrive_locked(
+    dma: &DmaSpace,
+    mqcw_iova: u64,
+    region_end: u64,
+    msg: &[u8; 64],
+    locked: bool,
+) -> Result<Arrival, Status> {
+    let lock_iova = mqcw_iova + mq_lock::OFFSET;
+    // A queue whose lock word is past its region cannot hold a message either: its first
+    // slot would be too; `arrive` says so without storing anything.
+    if !locked || !mqcw_iova.is_multiple_of(MQ_MESSAGE) || lock_iova + 8 > region_end {
+        return arrive(dma, mqcw_iova, region_end, msg);
+    }
+    if let Err(held) = take_lock(dma, lock_iova) {
+        return Ok(held);
+    }
+    let r = arrive(dma, mqcw_iova, region_end, msg);
+    if let Ok(lock) = dma.atomic_u64(lock_iova) {
+        lock.store(mq_lock::FREE, Ordering::Release);
+    }
+    r
 }
 
 /// Store one message into the queue whose MQCW is at `mqcw_iova`; `region_end` bounds the
@@ -177,5 +244,59 @@ mod tests {
             arrive(&d, q, q + 3 * 64, &[0; 64]),
             Err(Status::OutOfBounds)
         );
+    }
+
+    /// A queue in an exported region: nothing is stored while a member holds its lock, the
+    /// device frees the lock it took, and a dead holder's lock can be broken (only that one).
+    #[test]
+    fn a_held_arrival_lock_stores_nothing_until_it_is_free() {
+        let (d, _f) = space();
+        let q = 0x100000;
+        let end = 0x110000;
+        let lock = d.atomic_u64(q + mq_lock::OFFSET).unwrap();
+        d.atomic_u64(q)
+            .unwrap()
+            .store(mqcw::make(false, 1, 4, 0), Ordering::SeqCst);
+        let member = mq_lock::member(1, 3);
+        lock.store(member, Ordering::SeqCst);
+        let before = mqcw_at(&d, q);
+        assert_eq!(
+            arrive_locked(&d, q, end, &[5; 64], true),
+            Ok(Arrival::Locked { holder: member })
+        );
+        assert_eq!(mqcw_at(&d, q), before);
+        let mut b = [0u8; 64];
+        d.read(q + 64, &mut b).unwrap();
+        assert_eq!(b, [0; 64], "nothing stored under someone else's lock");
+        // Without a window the same queue has no lock: the word is the client's business.
+        assert!(matches!(
+            arrive_locked(&d, q, end, &[5; 64], false),
+            Ok(Arrival::Stored { tail: 2, .. })
+        ));
+        assert!(!break_lock(&d, q + mq_lock::OFFSET, mq_lock::member(1, 4)));
+        assert!(break_lock(&d, q + mq_lock::OFFSET, member));
+        assert!(matches!(
+            arrive_locked(&d, q, end, &[6; 64], true),
+            Ok(Arrival::Stored { tail: 3, .. })
+        ));
+        assert_eq!(lock.load(Ordering::SeqCst), mq_lock::FREE);
+        d.read(q + 128, &mut b).unwrap();
+        assert_eq!(b, [6; 64]);
+        // Rejections and errors free it too.
+        d.atomic_u64(q)
+            .unwrap()
+            .store(mqcw::make(false, 4, 4, 0), Ordering::SeqCst);
+        assert_eq!(
+            arrive_locked(&d, q, end, &[7; 64], true),
+            Ok(Arrival::Rejected)
+        );
+        d.atomic_u64(q)
+            .unwrap()
+            .store(mqcw::make(false, 0, 4, 0), Ordering::SeqCst);
+        assert_eq!(
+            arrive_locked(&d, q, end, &[7; 64], true),
+            Err(Status::BadDescriptor)
+        );
+        assert_eq!(lock.load(Ordering::SeqCst), mq_lock::FREE);
     }
 }

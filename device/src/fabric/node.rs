@@ -127,6 +127,13 @@ pub struct Node {
     /// (on arrival at a receive, the fast path's "arrival"), so a partition's sum is the
     /// messages still in the network. Signed; survives resets like the counters.
     pub dr_message_count: i64,
+    /// Since when this NI's oldest request (a T3E SEND at the head of its submission ring),
+    /// and its E-register SEND, have waited for a queue's arrival lock (`mq.rs`). Not carried
+    /// over a restart: the wait starts again.
+    #[serde(skip)]
+    pub mq_held_since: Option<std::time::Instant>,
+    #[serde(skip)]
+    pub t3e_held_since: Option<std::time::Instant>,
 }
 
 impl Node {
@@ -156,6 +163,8 @@ impl Node {
             port,
             epoch: 0,
             dr_message_count: 0,
+            mq_held_since: None,
+            t3e_held_since: None,
         }
     }
 

@@ -14,6 +14,7 @@ use ni_abi::fastpath::{
 
 use super::collective::Kind;
 use super::mq::{self, Arrival};
+use ni_abi::window::mq_lock;
 use super::node::{Mr, PendingAm, PendingSend, PostedRecv, Ring};
 use super::{transfer, State};
 use crate::dma::DmaSpace;
@@ -25,8 +26,21 @@ pub(super) enum CopyFault {
     Destination,
 }
 
+/// Whether the fabric took a request, or leaves it where it is for now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Taken {
+    Now,
+    Later,
+}
+
+/// How long a T3E SEND waits for a queue's arrival lock before it fails with `timeout`
+/// (an E-register SEND with `QueueLocked`): far beyond any honest holder's preemption.
+pub(super) const MQ_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl State {
-    pub(super) fn execute(&mut self, a: usize, r: Request) {
+    /// Carry out NI `a`'s request `r` (or fail it): [`Taken::Later`] if it must wait at the
+    /// head of the ring instead (a T3E SEND into a queue whose arrival lock is held).
+    pub(super) fn execute(&mut self, a: usize, r: Request) -> Taken {
         let result = match r.opcode {
             op::CQ_SETUP => self.cq_setup(a, &r),
             op::REG_MR => self.reg_mr(a, &r),
@@ -54,7 +68,11 @@ impl State {
             // reset_node); a client never gets it.
             op::RESET => Err(Status::Permission),
             op::WAKE => self.wake(a, &r),
-            op::MQ_SEND => self.mq_send(a, &r),
+            op::MQ_SEND => match self.mq_send(a, &r) {
+                Some(result) => result,
+                None => return Taken::Later,
+            },
+            op::MQ_SIGNAL => self.mq_signal(a, &r),
             op::COMBINE => self.join(a, Kind::Combine, &r),
             op::COLLECTIVE => self.join(a, Kind::Vector, &r),
             op::SYNC_GLOBAL => self.join(a, Kind::Sync, &r),
@@ -68,6 +86,7 @@ impl State {
             Ok(None) => {}
             Err(status) => self.fail(a, &r, status),
         }
+        Taken::Now
     }
 
     /// Complete `r` at NI `a` with an error, counted by cause.
@@ -688,56 +707,145 @@ impl State {
         Ok(Some(c))
     }
 
-    fn mq_send(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
-        let b = self.peer(a, r.rank)?;
-        let hops = self.link(a, b)?;
+    /// `None`: the queue's arrival lock is held; the request waits at the head of the ring.
+    fn mq_send(&mut self, a: usize, r: &Request) -> Option<Result<Option<Completion>, Status>> {
+        let b = match self.peer(a, r.rank) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
+        let hops = match self.link(a, b) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(e)),
+        };
         if r.len != MQ_MESSAGE {
-            return Err(Status::BadLength);
+            return Some(Err(Status::BadLength));
         }
-        self.check_local(a, r.addr, MQ_MESSAGE, false)?;
+        if let Err(e) = self.check_local(a, r.addr, MQ_MESSAGE, false) {
+            return Some(Err(e));
+        }
         if self.other_host(b).is_some() {
-            return self.remote_small(a, b, r);
-        }
-        let mr = *self.nodes[b].mrs.get(&r.key).ok_or(Status::BadKey)?;
-        if mr.access & access::MESSAGE_QUEUE == 0 {
-            return Err(Status::BadKey);
-        }
-        if r.tag.checked_add(8).is_none_or(|e| e > mr.len) {
-            return Err(Status::OutOfBounds);
+            return Some(self.remote_small(a, b, r));
         }
         let mut msg = [0u8; 64];
-        read_dma(&self.nodes[a].dma)
-            .read(r.addr, &mut msg)
-            .map_err(|_| Status::NotRegistered)?;
+        if read_dma(&self.nodes[a].dma).read(r.addr, &mut msg).is_err() {
+            return Some(Err(Status::NotRegistered));
+        }
+        let arrival = match self.mq_arrive(b, r.key, r.tag, &msg) {
+            Some(arrival) => arrival,
+            None => match self.mq_wait(a, false) {
+                Some(e) => Err(e),
+                None => return None,
+            },
+        };
+        self.nodes[a].mq_held_since = None;
         self.nodes[a].counters.mq_sends += 1;
-        let arrival = self.mq_arrive(b, r.key, r.tag, &msg);
         if matches!(arrival, Ok(_) | Err(Status::QueueFull)) {
             self.wire(a, b, MQ_MESSAGE, hops);
         }
         let mut c = done(r).expect("a completion");
-        c.aux = arrival?;
-        Ok(Some(c))
+        Some(arrival.map(|tail| {
+            c.aux = tail;
+            Some(c)
+        }))
+    }
+
+    /// NI `a`'s SEND (a request when `!ereg`, else an E-register command) found its queue's
+    /// arrival lock held: `None` to try again later, or the timeout once it waited too long.
+    pub(super) fn mq_wait(&mut self, a: usize, ereg: bool) -> Option<Status> {
+        let n = &mut self.nodes[a];
+        let since = if ereg {
+            &mut n.t3e_held_since
+        } else {
+            &mut n.mq_held_since
+        };
+        let first = since.is_none();
+        let t = *since.get_or_insert_with(std::time::Instant::now);
+        if first {
+            n.counters.mq_lock_waits += 1;
+        }
+        if t.elapsed() < MQ_LOCK_TIMEOUT {
+            return None;
+        }
+        *since = None;
+        n.counters.mq_lock_timeouts += 1;
+        tracing::warn!(ni = a, "a message queue's arrival lock stayed held: SEND timed out");
+        Some(Status::Timeout)
+    }
+
+    /// Whether arrivals at MQCW `mqcw` of NI `b`, in its region `mr`, take the queue's
+    /// arrival lock: the region is exported and `b`'s partition has a window, so members
+    /// may store into it themselves.
+    pub(super) fn mq_locked(&self, b: usize, mr: &Mr) -> bool {
+        mr.access & access::EXPORT != 0 && self.window_of(b).is_some()
+    }
+
+    /// The region of NI `b` holding `[iova, iova + len)`, if one does.
+    pub(super) fn mr_holding(&self, b: usize, iova: u64, len: u64) -> Option<Mr> {
+        let end = iova.checked_add(len)?;
+        self.nodes[b]
+            .mrs
+            .values()
+            .find(|m| iova >= m.iova && end <= m.iova + m.len)
+            .copied()
+    }
+
+    /// The arrival algorithm at `mqcw` of NI `b` under its arrival lock when `locked`:
+    /// `None` while another writer holds it. A holder whose client is gone (down, or back as
+    /// a new incarnation) stores nothing more: its lock is broken and counted.
+    pub(super) fn mq_arrive_at(
+        &mut self,
+        b: usize,
+        mqcw: u64,
+        end: u64,
+        msg: &[u8; 64],
+        locked: bool,
+    ) -> Option<Result<Arrival, Status>> {
+        let dma = self.nodes[b].dma.clone();
+        let dma = read_dma(&dma);
+        let mut broke = false;
+        loop {
+            match mq::arrive_locked(&dma, mqcw, end, msg, locked) {
+                Ok(Arrival::Locked { holder }) => {
+                    let gone = match (mq_lock::holder(holder), self.window_of(b)) {
+                        (Some((rank, inc)), Some((w, _))) => !w.holds(rank, inc),
+                        _ => false,
+                    };
+                    if broke || !gone || !mq::break_lock(&dma, mqcw + mq_lock::OFFSET, holder) {
+                        return None;
+                    }
+                    broke = true;
+                    self.nodes[b].counters.mq_lock_breaks += 1;
+                }
+                r => return Some(r),
+            }
+        }
     }
 
     /// A T3E SEND's 64 bytes into the queue at `offset` of NI `b`'s region `key`: the new
-    /// Tail, or why not (device/abi/t3e.md).
+    /// Tail, or why not (device/abi/t3e.md); `None` while its arrival lock is held.
     pub(super) fn mq_arrive(
         &mut self,
         b: usize,
         key: u32,
         offset: u64,
         msg: &[u8; 64],
-    ) -> Result<u64, Status> {
-        let mr = *self.nodes[b].mrs.get(&key).ok_or(Status::BadKey)?;
+    ) -> Option<Result<u64, Status>> {
+        let Some(mr) = self.nodes[b].mrs.get(&key).copied() else {
+            return Some(Err(Status::BadKey));
+        };
         if mr.access & access::MESSAGE_QUEUE == 0 {
-            return Err(Status::BadKey);
+            return Some(Err(Status::BadKey));
         }
         if offset.checked_add(8).is_none_or(|e| e > mr.len) {
-            return Err(Status::OutOfBounds);
+            return Some(Err(Status::OutOfBounds));
         }
         let mqcw = mr.iova + offset;
-        let arrival = mq::arrive(&read_dma(&self.nodes[b].dma), mqcw, mr.iova + mr.len, msg)?;
-        match arrival {
+        let locked = self.mq_locked(b, &mr);
+        let arrival = match self.mq_arrive_at(b, mqcw, mr.iova + mr.len, msg, locked)? {
+            Ok(a) => a,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(match arrival {
             Arrival::Rejected => {
                 self.nodes[b].counters.mq_rejected += 1;
                 Err(Status::QueueFull)
@@ -750,7 +858,31 @@ impl State {
                 }
                 Ok(tail)
             }
+            Arrival::Locked { .. } => unreachable!("mq_arrive_at returns None for a held lock"),
+        })
+    }
+
+    /// `MQ_SIGNAL`: NI `a`'s client stored a SEND into a peer's queue itself and Tail reached
+    /// Threshold there. Only for a queue it could have stored into that way (a member of
+    /// its window, an exported region with message-queue access, the MQCW inside it); the
+    /// interrupt is all it asks for, and nothing it could not have caused with a SEND.
+    fn mq_signal(&mut self, a: usize, r: &Request) -> Result<Option<Completion>, Status> {
+        let (w, _) = self.bound_window(a).ok_or(Status::Permission)?;
+        let b = w.member(r.rank).ok_or(Status::OutOfPartition)? as usize;
+        if !self.nodes[b].ready {
+            return Err(Status::PeerDown);
         }
+        let mr = *self.nodes[b].mrs.get(&r.key).ok_or(Status::BadKey)?;
+        let need = access::EXPORT | access::MESSAGE_QUEUE;
+        if mr.access & need != need {
+            return Err(Status::BadKey);
+        }
+        if !r.tag.is_multiple_of(MQ_MESSAGE) || r.tag.checked_add(8).is_none_or(|e| e > mr.len) {
+            return Err(Status::OutOfBounds);
+        }
+        self.nodes[b].counters.mq_threshold += 1;
+        self.mq_interrupt(b, mr.iova + r.tag);
+        Ok(done(r))
     }
 
     /// NI `x` lost its client or was reset: fail what others were waiting on it for, drop

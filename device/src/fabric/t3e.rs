@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use ni_abi::fastpath::{Status, MQ_MESSAGE};
 use ni_abi::t3e::{gva, op, seg, Error};
 
-use super::mq::{self, Arrival};
+use super::mq::Arrival;
 use super::State;
 use crate::ni::read_dma;
 use crate::server::lock;
@@ -28,10 +28,18 @@ impl State {
             return false;
         }
         let cmds = lock(&self.slots[a].ni).t3e.take(BATCH);
-        for c in &cmds {
-            // None: carried to another host, answered when it says (`doors.rs`).
-            if let Some(outcome) = self.t3e_execute(a, c) {
-                self.t3e_finish(a, c, outcome);
+        for (k, c) in cmds.iter().enumerate() {
+            match self.t3e_execute(a, c) {
+                // Carried to another host, answered when it says (`doors.rs`).
+                None => {}
+                // A SEND whose queue's arrival lock is held: it and the commands after it
+                // go back, in order, and the poller keeps looking.
+                Some(Outcome::Held) => {
+                    lock(&self.slots[a].ni).t3e.put_back(cmds[k..].to_vec());
+                    self.t3e_pending[a].store(true, Ordering::Release);
+                    return true;
+                }
+                Some(outcome) => self.t3e_finish(a, c, outcome),
             }
         }
         !cmds.is_empty()
@@ -160,13 +168,22 @@ impl State {
         for (i, w) in c.words.iter().enumerate() {
             msg[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
+        let locked = self
+            .mr_holding(b, mqcw, 16)
+            .is_some_and(|mr| self.mq_locked(b, &mr));
+        let Some(arrival) = self.mq_arrive_at(b, mqcw, end, &msg, locked) else {
+            return match self.mq_wait(a, true) {
+                None => Ok(Outcome::Held),
+                Some(_) => Err(Error::QueueLocked),
+            };
+        };
+        self.nodes[a].t3e_held_since = None;
         self.nodes[a].counters.mq_sends += 1;
         self.nodes[a].counters.t3e_sends += 1;
-        let arrival =
-            mq::arrive(&read_dma(&self.nodes[b].dma), mqcw, end, &msg).map_err(|s| match s {
-                Status::BadDescriptor => Error::BadMqcw,
-                _ => Error::OutOfBounds,
-            })?;
+        let arrival = arrival.map_err(|s| match s {
+            Status::BadDescriptor => Error::BadMqcw,
+            _ => Error::OutOfBounds,
+        })?;
         self.wire(a, b, MQ_MESSAGE, hops);
         Ok(match arrival {
             Arrival::Rejected => {
@@ -182,6 +199,7 @@ impl State {
                 }
                 Outcome::Done
             }
+            Arrival::Locked { .. } => unreachable!("mq_arrive_at returns None for a held lock"),
         })
     }
 

@@ -175,6 +175,13 @@ pub struct WindowStats {
     pub put_bytes: u64,
     pub gets: u64,
     pub get_bytes: u64,
+    /// T3E SENDs the rank did itself in peers' queues; and, of the SENDs members did into
+    /// this rank's queues, those stored and those rejected.
+    pub mq_sends: u64,
+    pub mq_stored_here: u64,
+    pub mq_rejected_here: u64,
+    /// Of the rank's own SENDs into peers' queues, those rejected.
+    pub mq_rejected_mine: u64,
 }
 
 /// A window across a daemon handover (`crate::handover`): its memfds (device-writable
@@ -434,6 +441,7 @@ impl Window {
         }
         self.u32(w::sleeping(rank)).store(0, Ordering::Relaxed);
         self.zero(w::stats_line(rank), w::stats::LEN);
+        self.zero(w::mq_stats(rank, 0), w::MAX_RANKS as u64 * w::MQ_STATS_LEN);
         // A new client's keys start again: whatever a peer mapped of the last one's goes.
         self.regions_moved(rank);
         let s = self.u32(w::state_word(rank));
@@ -493,7 +501,36 @@ impl Window {
             put_bytes: r(w::stats::PUT_BYTES),
             gets: r(w::stats::GETS),
             get_bytes: r(w::stats::GET_BYTES),
+            mq_sends: r(w::stats::MQ_SENDS),
+            mq_stored_here: self.mq_into(rank, w::MQ_STORED),
+            mq_rejected_here: self.mq_into(rank, w::MQ_REJECTED),
+            mq_rejected_mine: (0..self.members.len() as u32)
+                .map(|d| {
+                    self.u64(w::mq_stats(rank, d) + w::MQ_REJECTED)
+                        .load(Ordering::Relaxed)
+                })
+                .fold(0u64, u64::wrapping_add),
         }
+    }
+
+    /// The sum over the members of one of their counts of SENDs into `rank`'s queues.
+    fn mq_into(&self, rank: u32, field: u64) -> u64 {
+        (0..self.members.len() as u32)
+            .map(|s| {
+                self.u64(w::mq_stats(s, rank) + field)
+                    .load(Ordering::Relaxed)
+            })
+            .fold(0u64, u64::wrapping_add)
+    }
+
+    /// Whether member `rank`'s client is up as incarnation `incarnation` (so a lock it
+    /// holds may still be in use).
+    pub fn holds(&self, rank: u32, incarnation: u32) -> bool {
+        if rank as usize >= self.members.len() {
+            return false;
+        }
+        let s = self.u32(w::state_word(rank)).load(Ordering::Acquire);
+        state::up(s) && state::incarnation(s) == incarnation
     }
 
     /// A trapped access inside the window (a client that did not map it): anything a member

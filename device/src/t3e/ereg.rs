@@ -119,6 +119,9 @@ pub enum Outcome {
         n: usize,
     },
     Failed(Error),
+    /// Not done: a SEND whose queue's arrival lock is held (`fabric/mq.rs`); the fabric puts
+    /// the command back with [`Ereg::put_back`] and tries again.
+    Held,
 }
 
 fn block_len(op: u64) -> u16 {
@@ -367,9 +370,22 @@ impl Ereg {
         out
     }
 
+    /// Commands [`take`](Self::take) gave that the fabric could not carry out yet: back at
+    /// the front, in their order (those of an earlier epoch are dropped, as `finish` would).
+    pub fn put_back(&mut self, cmds: Vec<Command>) {
+        for c in cmds.into_iter().rev() {
+            if c.epoch == self.epoch {
+                self.outbox.push_front(c);
+            }
+        }
+        if !self.outbox.is_empty() {
+            self.pending.store(true, Ordering::Release);
+        }
+    }
+
     /// The network's answer to `cmd`: set the ERS (and values) of its registers.
     pub fn finish(&mut self, cmd: &Command, outcome: Outcome) {
-        if cmd.epoch != self.epoch {
+        if cmd.epoch != self.epoch || outcome == Outcome::Held {
             return;
         }
         self.outstanding = self.outstanding.saturating_sub(1);
@@ -389,6 +405,7 @@ impl Ereg {
                 self.ers[e..e + n].fill(ers::FULL_F as u8);
                 self.note_error(err, cmd.e as u64, cmd.op);
             }
+            Outcome::Held => {}
         }
     }
 }
