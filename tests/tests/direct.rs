@@ -259,3 +259,253 @@ fn after_a_partition_change_nothing_starts_in_the_old_window() {
     reset(a.send(1, &buf, 0..8, 1), "send");
     reset(a.am_send(1, 7, b"x"), "active message");
 }
+
+/// One 64-byte SEND of `sender`'s `seq`-th message: who, which, and bytes derived from both,
+/// so a message torn by two writers in one slot does not check.
+fn mq_message(sender: u8, seq: u64) -> [u8; 64] {
+    let mut m = [0u8; 64];
+    m[0] = sender;
+    m[1..9].copy_from_slice(&seq.to_le_bytes());
+    for (i, b) in m.iter_mut().enumerate().skip(9) {
+        *b = (sender as u64 * 37 + seq * 11 + i as u64) as u8;
+    }
+    m
+}
+
+/// HMM-148-0 pp. 9-15 (the arrival algorithm) with several writers at once: two members
+/// store into a peer's exported queue themselves (fastpath.md, "Message queues in the
+/// window") while a third member's SENDs go through the fabric, whose device stores them
+/// under the same arrival lock. Every message lands whole, in its own slot, each sender's in
+/// its order; Tail counts them all; the daemon counts them at both ends.
+#[test]
+fn senders_on_both_paths_fill_one_queue_without_losing_or_tearing_a_message() {
+    use ni_abi::fastpath::{ctrl, mqcw, op, Completion, Request, ENTRY_SIZE};
+    use ni_tests::hostile::{sealed_memfd, FastPath, Map};
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering;
+    if window_off() {
+        return;
+    }
+    const M: u64 = 16000;
+    let d = Daemon::start(4);
+    // NI 3: a raw client whose SENDs take the fabric's path.
+    let mut raw = FastPath::attach(&d.sock(3)).unwrap();
+    raw.setup_cq(0x4000_0000, 4096).unwrap();
+    let nis: Vec<Ni> = (0..3)
+        .map(|i| Ni::attach_path(&d.sock(i)).unwrap())
+        .collect();
+    for ni in &nis {
+        ni.wait_for_partition(Duration::from_secs(10)).unwrap();
+        assert!(ni.direct());
+    }
+    let mut q = nis[0].mq_create(3 * M + 1, 0).unwrap();
+    let addr = q.addr();
+    let buf_iova = 0x5000_0000u64;
+    let buf_len = (M * 64).div_ceil(4096) * 4096;
+    let buf = sealed_memfd(buf_len);
+    let r = raw
+        .raw
+        .dma_map(Some(buf.as_raw_fd()), 0, buf_iova, buf_len)
+        .unwrap();
+    assert!(!r.is_error(), "DMA_MAP of the message buffer");
+    let bufmap = Map::new(&buf, 0, buf_len as usize).unwrap();
+    for i in 0..M {
+        bufmap.write((i * 64) as usize, &mq_message(3, i));
+    }
+
+    let start = std::sync::Barrier::new(3);
+    std::thread::scope(|s| {
+        for (k, ni) in nis.iter().enumerate().skip(1) {
+            let start = &start;
+            s.spawn(move || {
+                start.wait();
+                for i in 0..M {
+                    match ni.mq_send(0, addr, &mq_message(k as u8, i)).unwrap() {
+                        ni::MqOutcome::Accepted { .. } => {}
+                        o => panic!("sender {k}, message {i}: {o:?}"),
+                    }
+                }
+            });
+        }
+        let (mut posted, mut answered, mut consumed) = (0, 0, 0u32);
+        let t = std::time::Instant::now();
+        start.wait();
+        while answered < M {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "the fabric's SENDs stalled"
+            );
+            let n = (raw.sq_free() as u64).min(M - posted);
+            for i in posted..posted + n {
+                raw.put(&Request {
+                    opcode: op::MQ_SEND,
+                    rank: 0,
+                    addr: buf_iova + i * 64,
+                    len: 64,
+                    key: addr.key,
+                    tag: addr.offset,
+                    user: i + 1,
+                    ..Default::default()
+                });
+            }
+            posted += n;
+            raw.publish().unwrap();
+            // Take completions as they come, or the device stops taking requests.
+            let (_, cq, _, entries) = raw.cq.as_ref().unwrap();
+            let got = raw.cq_written(consumed);
+            for k in 0..got {
+                let mut e = [0u8; 64];
+                let at = (consumed.wrapping_add(k) % entries) as u64 * ENTRY_SIZE;
+                cq.read(at as usize, &mut e);
+                let c = Completion::decode(&e);
+                if c.opcode == op::MQ_SEND {
+                    assert_eq!(c.status, 0, "the fabric's SEND {} failed: {c:?}", c.user);
+                    answered += 1;
+                }
+            }
+            consumed = consumed.wrapping_add(got);
+            raw.ctl(ctrl::CQ_HEAD).store(consumed, Ordering::Release);
+            if n == 0 && got == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+
+    assert_eq!(mqcw::tail(q.mqcw()), 3 * M + 1, "Tail counts every message");
+    let msgs = q.take();
+    assert_eq!(msgs.len() as u64, 3 * M);
+    let mut next = [0u64; 4];
+    for (slot, m) in msgs.iter().enumerate() {
+        let sender = m[0];
+        assert!(
+            (1..=3).contains(&sender),
+            "slot {}: sender {sender}",
+            slot + 1
+        );
+        let seq = u64::from_le_bytes(m[1..9].try_into().unwrap());
+        assert_eq!(
+            *m,
+            mq_message(sender, seq),
+            "slot {}: a torn or foreign message",
+            slot + 1
+        );
+        assert_eq!(seq, next[sender as usize], "sender {sender} out of order");
+        next[sender as usize] += 1;
+    }
+    assert_eq!(d.counter(0, "mq_stored"), 3 * M);
+    assert_eq!(d.counter(0, "mq_rejected"), 0);
+    for n in 1..4 {
+        assert_eq!(d.counter(n, "mq_sends"), M, "NI {n}");
+        assert_eq!(d.counter(n, "mq_lock_timeouts"), 0, "NI {n}");
+    }
+    let direct = d.counter(1, "window_mq_sends") + d.counter(2, "window_mq_sends");
+    assert!(direct > 0, "no SEND went member to member");
+    assert_eq!(d.counter(3, "window_mq_sends"), 0);
+    eprintln!(
+        "{direct} of {} member SENDs stored member to member; the device waited for the \
+         lock {} times",
+        2 * M,
+        d.counter(3, "mq_lock_waits")
+    );
+}
+
+/// A member that holds a queue's arrival lock and never lets go (it may: it can map the
+/// exported region) holds up the SENDs into that queue, and nothing else: the device leaves
+/// such a SEND at the head of its sender's ring and goes on serving everyone, fails it with
+/// `timeout` after the daemon's lock timeout, and frees a lock whose holder is gone.
+#[test]
+fn a_queue_lock_held_forever_holds_up_only_sends_to_that_queue() {
+    use ni_abi::fastpath::mqcw;
+    use ni_abi::window::{mq_lock, peer_region};
+    use ni_tests::hostile::{FastPath, Map};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(3);
+    // NI 2: the hostile member, a raw client.
+    let mut raw = FastPath::attach(&d.sock(2)).unwrap();
+    raw.setup_cq(0x4000_0000, 64).unwrap();
+    let r0 = Ni::attach_path(&d.sock(0)).unwrap();
+    let r1 = Ni::attach_path(&d.sock(1)).unwrap();
+    for ni in [&r0, &r1] {
+        ni.wait_for_partition(Duration::from_secs(10)).unwrap();
+    }
+    let q = r0.mq_create(8, 0).unwrap();
+    let mut other = r0.mq_create(64, 0).unwrap();
+    let (size, offset, fd) = raw
+        .raw
+        .region_info(peer_region(0, q.addr().key).unwrap())
+        .expect("a member maps a peer's exported region");
+    let m = Map::new(&fd.unwrap(), offset, size as usize).unwrap();
+    let lock = |v: u64| m.write(mq_lock::OFFSET as usize, &v.to_le_bytes());
+    // A value that names no member: nobody can tell its holder is gone.
+    lock(0xDEAD_BEEF_0000_0000);
+
+    let returned = AtomicBool::new(false);
+    let (held, others_done) = std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let t0 = std::time::Instant::now();
+            let r = r1.mq_send(0, q.addr(), &mq_message(1, 0));
+            returned.store(true, Ordering::SeqCst);
+            (r, t0.elapsed())
+        });
+        // Once the device holds that SEND, everyone else goes on: NOOPs through the
+        // poller, SENDs into the other queue on both of its paths.
+        let t = (t, std::time::Instant::now());
+        while d.counter(1, "mq_lock_waits") == 0 {
+            assert!(
+                t.1.elapsed() < Duration::from_secs(10),
+                "the SEND never waited"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for i in 0..50 {
+            r0.ping(1).unwrap();
+            assert!(matches!(
+                r0.mq_send(0, other.addr(), &mq_message(0, i)).unwrap(),
+                ni::MqOutcome::Accepted { .. }
+            ));
+        }
+        let others_done = !returned.load(Ordering::SeqCst);
+        (t.0.join().unwrap(), others_done)
+    });
+    assert!(
+        others_done,
+        "the others waited for the SEND into the locked queue"
+    );
+    let (r, waited) = held;
+    assert_eq!(
+        r.as_ref().err().and_then(status),
+        Some(Status::Timeout),
+        "{r:?}"
+    );
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+    assert_eq!(other.take().len(), 50);
+    assert_eq!(
+        mqcw::tail(q.mqcw()),
+        1,
+        "nothing stored under someone else's lock"
+    );
+    assert_eq!(d.counter(1, "mq_lock_timeouts"), 1);
+    assert_eq!(d.counter(1, "err_timeout"), 1);
+
+    // A lock naming a member whose client is not up (NI 2 never came up in the window):
+    // the device frees it and stores.
+    lock(mq_lock::member(2, 0));
+    assert_eq!(
+        r1.mq_send(0, q.addr(), &mq_message(1, 1)).unwrap(),
+        ni::MqOutcome::Accepted { tail: 2 }
+    );
+    assert_eq!(d.counter(0, "mq_lock_breaks"), 1);
+    // Free again: member to member.
+    let before = d.counter(1, "window_mq_sends");
+    assert_eq!(
+        r1.mq_send(0, q.addr(), &mq_message(1, 2)).unwrap(),
+        ni::MqOutcome::Accepted { tail: 3 }
+    );
+    assert_eq!(d.counter(1, "window_mq_sends"), before + 1);
+    let mut q = q;
+    let got = q.take();
+    assert_eq!(got, vec![mq_message(1, 1), mq_message(1, 2)]);
+}

@@ -14,11 +14,11 @@ use ni_abi::fastpath::{
 
 use super::collective::Kind;
 use super::mq::{self, Arrival};
-use ni_abi::window::mq_lock;
 use super::node::{Mr, PendingAm, PendingSend, PostedRecv, Ring};
 use super::{transfer, State};
 use crate::dma::DmaSpace;
 use crate::ni::read_dma;
+use ni_abi::window::mq_lock;
 
 /// Which side of a two-party copy faulted.
 pub(super) enum CopyFault {
@@ -768,7 +768,10 @@ impl State {
         }
         *since = None;
         n.counters.mq_lock_timeouts += 1;
-        tracing::warn!(ni = a, "a message queue's arrival lock stayed held: SEND timed out");
+        tracing::warn!(
+            ni = a,
+            "a message queue's arrival lock stayed held: SEND timed out"
+        );
         Some(Status::Timeout)
     }
 
