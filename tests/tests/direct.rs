@@ -509,3 +509,153 @@ fn a_queue_lock_held_forever_holds_up_only_sends_to_that_queue() {
     let got = q.take();
     assert_eq!(got, vec![mq_message(1, 1), mq_message(1, 2)]);
 }
+
+/// HMM-148-0 p. 8 "ERS Codes" with a queue whose arrival lock is held (fastpath.md, "Message
+/// queues in the window"): an E-register SEND into it stays in flight — its block EMPTY,
+/// nothing stored — until the lock is free, then lands as any SEND; held past the daemon's
+/// lock timeout it ends FULL_F with `QueueLocked` in CMD_ERROR. Both ends are raw clients
+/// written from the seeds: the receiver exports the region holding its queue, the sender
+/// drives its E registers.
+#[test]
+fn an_e_register_send_stays_in_flight_while_the_queue_lock_is_held() {
+    use ni_abi::fastpath::{access, mqcw, op, Request};
+    use ni_abi::pci::BAR0_REGION;
+    use ni_abi::t3e::{self, ers, gva, seg};
+    use ni_abi::window::mq_lock;
+    use ni_tests::hostile::{sealed_memfd, FastPath, Map};
+    use std::os::fd::AsRawFd;
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let t3e_write = |fp: &mut FastPath, off: u64, v: u64| {
+        fp.raw
+            .region_write(BAR0_REGION, t3e::PAGE + off, &v.to_le_bytes())
+            .unwrap()
+    };
+    let t3e_read = |fp: &mut FastPath, off: u64| {
+        let b = fp.raw.region_read(BAR0_REGION, t3e::PAGE + off, 8).unwrap();
+        u64::from_le_bytes(b[..8].try_into().unwrap())
+    };
+    let ers_of = |fp: &mut FastPath, e: u32| {
+        (t3e_read(fp, t3e::ERS + 8 * (e / 32) as u64) >> (2 * (e % 32))) & 0b11
+    };
+
+    // The receiver, NI 1: 64 KiB of its memory, exported, and segment 1 over it.
+    let mut b = FastPath::attach(&d.sock(1)).unwrap();
+    b.setup_cq(0x4000_0000, 64).unwrap();
+    const IOVA: u64 = 0x5000_0000;
+    const LEN: u64 = 0x1_0000;
+    const Q: u64 = 0x1000;
+    let mem = sealed_memfd(LEN);
+    assert!(!b
+        .raw
+        .dma_map(Some(mem.as_raw_fd()), 0, IOVA, LEN)
+        .unwrap()
+        .is_error());
+    let m = Map::new(&mem, 0, LEN as usize).unwrap();
+    b.put(&Request {
+        opcode: op::REG_MR,
+        addr: IOVA,
+        len: LEN,
+        key: 7,
+        access: access::ALL | access::EXPORT,
+        ..Default::default()
+    });
+    b.publish().unwrap();
+    let t = std::time::Instant::now();
+    while b.cq_written(0) < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "REG_MR unanswered");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t3e_write(&mut b, t3e::SEGMENT + t3e::SEGMENT_STRIDE, IOVA);
+    t3e_write(
+        &mut b,
+        t3e::SEGMENT + t3e::SEGMENT_STRIDE + 8,
+        LEN | seg::REMOTE_READ | seg::REMOTE_WRITE | seg::MESSAGE_QUEUE,
+    );
+    m.write(Q as usize, &mqcw::make(false, 1, 8, 0).to_le_bytes());
+    let lock = |v: u64| m.write((Q + mq_lock::OFFSET) as usize, &v.to_le_bytes());
+    let word = |off: u64| {
+        let mut w = [0u8; 8];
+        m.read(off as usize, &mut w);
+        u64::from_le_bytes(w)
+    };
+    lock(0xDEAD_BEEF_0000_0000);
+
+    // The sender, NI 0: E[16..24] SENT to PE 1's MQCW at segment 1, offset Q.
+    let mut a = FastPath::attach(&d.sock(0)).unwrap();
+    a.setup_cq(0x4000_0000, 64).unwrap();
+    let words: [u64; 8] = std::array::from_fn(|i| 0x0101_0101_0101_0101 * (i as u64 + 1));
+    let send = |a: &mut FastPath| {
+        for (i, w) in words.iter().enumerate() {
+            t3e_write(a, t3e::E_REGS + 8 * (16 + i as u64), *w);
+        }
+        t3e_write(a, t3e::CMD_INDEX, 1 << 52);
+        t3e_write(a, t3e::CMD_BASE, gva::make(1, Q));
+        t3e_write(
+            a,
+            t3e::CMD_ISSUE,
+            t3e::op::SEND | (16 << t3e::ISSUE_EREG_SHIFT),
+        );
+    };
+    send(&mut a);
+    let t = std::time::Instant::now();
+    while d.counter(0, "mq_lock_waits") == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the SEND never waited"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        ers_of(&mut a, 16),
+        ers::EMPTY,
+        "in flight while the lock is held"
+    );
+    assert_eq!(
+        mqcw::tail(word(Q)),
+        1,
+        "nothing stored under someone else's lock"
+    );
+    lock(mq_lock::FREE);
+    let t = std::time::Instant::now();
+    while ers_of(&mut a, 16) == ers::EMPTY {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the SEND never landed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(ers_of(&mut a, 16), ers::FULL, "SEND-accepted");
+    assert_eq!(mqcw::tail(word(Q)), 2);
+    let slot: Vec<u64> = (0..8).map(|i| word(Q + 64 + 8 * i)).collect();
+    assert_eq!(slot, words, "slot 1 = MQCW + 64·Tail, bit for bit");
+
+    // Held for good: FULL_F and QueueLocked once the daemon gives up.
+    lock(0xDEAD_BEEF_0000_0000);
+    let t = std::time::Instant::now();
+    send(&mut a);
+    while ers_of(&mut a, 16) == ers::EMPTY {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the SEND never ended"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(ers_of(&mut a, 16), ers::FULL_F);
+    let err = t3e_read(&mut a, t3e::CMD_ERROR);
+    assert_eq!(
+        t3e::Error::from_u16(err as u16),
+        Some(t3e::Error::QueueLocked),
+        "CMD_ERROR {err:#x}"
+    );
+    assert_eq!(mqcw::tail(word(Q)), 2);
+    assert_eq!(d.counter(0, "mq_lock_timeouts"), 1);
+    assert_eq!(d.counter(1, "mq_stored"), 1);
+}
