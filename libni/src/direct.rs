@@ -387,7 +387,9 @@ impl Inner {
             }
             // The receiver swapped in a new MQCW meanwhile (its software reset): again.
         };
-        lock.store(w::mq_lock::FREE, Ordering::Release);
+        // Free it only if it is still ours: the device frees the lock of a client it
+        // considers gone (fastpath.md), and someone else may hold it by now.
+        let _ = lock.compare_exchange(me, w::mq_lock::FREE, Ordering::Release, Ordering::Relaxed);
         let win = self.win.as_ref().unwrap();
         Ok(match result {
             None => None,

@@ -691,6 +691,8 @@ impl State {
                 self.nodes[i].sq_head = head;
                 return true;
             }
+            // Whatever waited at the head is taken now, however it ended.
+            self.nodes[i].mq_held_since = None;
             if !self.nodes[i].live {
                 break;
             }

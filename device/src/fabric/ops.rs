@@ -737,7 +737,6 @@ impl State {
                 None => return None,
             },
         };
-        self.nodes[a].mq_held_since = None;
         self.nodes[a].counters.mq_sends += 1;
         if matches!(arrival, Ok(_) | Err(Status::QueueFull)) {
             self.wire(a, b, MQ_MESSAGE, hops);

@@ -39,7 +39,11 @@ impl State {
                     self.t3e_pending[a].store(true, Ordering::Release);
                     return true;
                 }
-                Some(outcome) => self.t3e_finish(a, c, outcome),
+                Some(outcome) => {
+                    // The command that waited (always the first) is done, however it ended.
+                    self.nodes[a].t3e_held_since = None;
+                    self.t3e_finish(a, c, outcome)
+                }
             }
         }
         !cmds.is_empty()
@@ -177,7 +181,6 @@ impl State {
                 Some(_) => Err(Error::QueueLocked),
             };
         };
-        self.nodes[a].t3e_held_since = None;
         self.nodes[a].counters.mq_sends += 1;
         self.nodes[a].counters.t3e_sends += 1;
         let arrival = arrival.map_err(|s| match s {

@@ -187,8 +187,18 @@ impl NiLink {
 }
 
 /// Spin for 2 us, then yield (what libni's own wait does before it blocks).
+/// Wait as libni's own waits do on the direct path: spin for `NI_SPIN_NS` (default 0), then
+/// yield — a rank polling its message queue or its handler count is a waiter like any other,
+/// and a fixed spin costs its whole length per message when ranks share a cpu.
 fn spin_then_yield(since: Instant) {
-    if since.elapsed().as_nanos() < 2_000 {
+    static SPIN_NS: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    let spin = *SPIN_NS.get_or_init(|| {
+        std::env::var("NI_SPIN_NS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if since.elapsed().as_nanos() < spin {
         std::hint::spin_loop();
     } else {
         std::thread::yield_now();
@@ -328,7 +338,16 @@ impl Link for NiLink {
                     return Err(format!("MQ window {} exceeds {}", c.window, MQ_ROOM - 1));
                 }
                 for _ in 0..c.n {
-                    if me == 0 {
+                    if me == 0 && self.ni.direct() {
+                        // Member to member each SEND is done when `mq_send` returns.
+                        for _ in 0..c.window {
+                            self.mq_send(1)?;
+                        }
+                        self.ni
+                            .recv(Some(1), &self.ctl, 0..0, TAG_ACK, u64::MAX)
+                            .map_err(e)?;
+                    } else if me == 0 {
+                        // Through the fabric: `window` requests in flight at once.
                         for _ in 0..c.window {
                             let o = self.raw(op::MQ_SEND, 1, 64)?;
                             self.ops.push(o);
