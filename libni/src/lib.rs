@@ -1111,6 +1111,28 @@ impl Ni {
         n
     }
 
+    /// Pause once in a loop that polls memory the network writes — a message queue's MQCW,
+    /// a count a handler keeps — the way libni's own waits pause: poll on while `since` (when
+    /// the loop started) is recent and no other member of the partition waits on this cpu,
+    /// else give the cpu away (yield; sleep in a guest).
+    pub fn relax(&self, since: Instant) {
+        let idle = since.elapsed();
+        let spin = {
+            let mut i = self.lock();
+            i.direct() && i.direct_spinning(self.backoff, idle)
+        };
+        if spin {
+            std::hint::spin_loop();
+        } else if self.backoff == Backoff::Yield {
+            self.contention
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .yield_now();
+        } else {
+            pause(idle, self.backoff);
+        }
+    }
+
     /// Run the handlers of the active messages `progress` queued, with the NI unlocked, so
     /// a handler may call back into this `Ni` (e.g. `am_send` a reply). One thread runs
     /// handlers at a time, in arrival order; a handler does not nest: messages that arrive
@@ -1281,7 +1303,7 @@ impl Ni {
                     }
                 }
             } else {
-                let direct_spin = i.direct() && idle < direct_spin(self.backoff);
+                let direct_spin = i.direct() && i.direct_spinning(self.backoff, idle);
                 drop(i);
                 if direct_spin {
                     std::hint::spin_loop();
@@ -2254,22 +2276,45 @@ fn finish_as(opcode: u8, rank: u32, c: Completion) -> Result<Done> {
 }
 
 /// Spin first, then give the CPU away: never burn a core another runnable thread needs.
-/// How long a waiter on the direct path polls before its backoff (`NI_SPIN_NS`). Default: 0
-/// where waiters yield (host processes: a spinning waiter would starve the peer sharing its
-/// core); 50 µs where they sleep (guests: a peer's answer through the window needs no device
-/// thread, and 1 µs sleeps cost a guest timer round trip each — 40 µs against 4.7 µs for an
-/// 8 B half round trip between two TCG guests).
-fn direct_spin(backoff: Backoff) -> Duration {
+/// How long a waiter on the direct path polls before its backoff, where waiters yield (host
+/// processes) and no other member of the window waits on its cpu: a peer on another cpu
+/// answers a ping-pong within a microsecond or two, and a yield on a free cpu costs a
+/// system call the answer then waits behind (8 B half round trip 0.36 µs yielding at once,
+/// 0.25 µs with this spin, tests/bench/README.md). A peer on the same cpu gets its turn at
+/// once instead: it cannot answer while we spin.
+const SPIN_ALONE: Duration = Duration::from_micros(2);
+
+/// `NI_SPIN_NS`, if set: how long a waiter on the direct path polls before its backoff,
+/// whoever shares its cpu.
+fn spin_env() -> Option<Duration> {
     static SPIN_NS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let env = *SPIN_NS.get_or_init(|| {
-        std::env::var("NI_SPIN_NS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-    });
-    Duration::from_nanos(env.unwrap_or(match backoff {
-        Backoff::Yield => 0,
-        Backoff::Sleep => 50_000,
-    }))
+    SPIN_NS
+        .get_or_init(|| {
+            std::env::var("NI_SPIN_NS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+        })
+        .map(Duration::from_nanos)
+}
+
+impl Inner {
+    /// Whether a waiter on the direct path idle this long polls on rather than back off
+    /// (`NI_SPIN_NS`: for that long). Default: [`SPIN_ALONE`] where waiters yield and no peer shares the cpu, else 0 (a
+    /// spinning waiter would starve the peer sharing its core); 50 µs where they sleep
+    /// (guests: a peer's answer through the window needs no device thread, and 1 µs sleeps
+    /// cost a guest timer round trip each — 40 µs against 4.7 µs for an 8 B half round trip
+    /// between two TCG guests).
+    fn direct_spinning(&mut self, backoff: Backoff, idle: Duration) -> bool {
+        if let Some(d) = spin_env() {
+            return idle < d;
+        }
+        match backoff {
+            Backoff::Yield => {
+                idle < SPIN_ALONE && self.win.as_mut().is_some_and(|w| w.alone_on_cpu())
+            }
+            Backoff::Sleep => idle < Duration::from_micros(50),
+        }
+    }
 }
 
 fn pause(idle: Duration, backoff: Backoff) {

@@ -41,6 +41,8 @@ pub(crate) struct Window {
     /// Our own incarnation when we opened the window, and whether we have seen the next.
     opened_incarnation: u32,
     live: bool,
+    /// What this rank last wrote in its `CPU` word.
+    cpu: u32,
 }
 
 /// What `refresh` found changed in the members' states.
@@ -75,6 +77,7 @@ impl Window {
             coll_timeout_ms: 0,
             opened_incarnation: 0,
             live: false,
+            cpu: 0,
         };
         if win.u32(hdr::MAGIC).load(Ordering::Acquire) != hdr::MAGIC_VALUE
             || win.u32(hdr::VERSION).load(Ordering::Relaxed) != hdr::VERSION_VALUE
@@ -153,6 +156,8 @@ impl Window {
             // The device emptied every ring to and from us just before publishing this.
             (0..self.size as usize).for_each(|r| self.rings_emptied(r));
             self.states[self.rank as usize] = now;
+            // ... and our `CPU` word: say it again.
+            self.cpu = 0;
             self.live = true;
         }
         self.live
@@ -373,6 +378,27 @@ impl Window {
 
     pub fn sleeping(&self, r: u32) -> bool {
         r != self.rank && self.u32(w::sleeping(r)).load(Ordering::Acquire) != 0
+    }
+
+    /// Whether no other member of the window last waited on the cpu this thread runs on:
+    /// then spinning costs no peer its turn. Says this rank's cpu (`zone::CPU`) if it moved.
+    pub fn alone_on_cpu(&mut self) -> bool {
+        // SAFETY: sched_getcpu has no preconditions; it returns -1 on error.
+        let cpu = unsafe { libc::sched_getcpu() };
+        if cpu < 0 {
+            return false;
+        }
+        let mine = cpu as u32 + 1;
+        if self.cpu != mine {
+            self.cpu = mine;
+            self.u32(w::cpu_word(self.rank))
+                .store(mine, Ordering::Relaxed);
+        }
+        (0..self.size).all(|r| {
+            r == self.rank
+                || !state::up(self.states[r as usize])
+                || self.u32(w::cpu_word(r)).load(Ordering::Relaxed) != mine
+        })
     }
 
     pub fn set_sleeping(&self, on: bool) {

@@ -139,6 +139,10 @@ pub mod zone {
     /// u32: 1 while the rank blocks on its completion interrupt, so a writer that finds it
     /// set asks the device to `WAKE` it.
     pub const SLEEPING: u64 = 0x0;
+    /// u32: the cpu this rank's client last waited on, plus one (0: not said). A waiter
+    /// spins before it yields only while no peer waits on its cpu (`fastpath.md`,
+    /// "Waiting and waking").
+    pub const CPU: u64 = 0x4;
     /// The rank's counters, [`super::stats`].
     pub const STATS: u64 = 0x100;
     /// Per destination `d`, at `+ 16·d`: T3E SENDs this rank stored into `d`'s queues
@@ -155,6 +159,10 @@ pub mod zone {
 
 pub fn sleeping(rank: u32) -> u64 {
     zone(rank) + zone::SLEEPING
+}
+
+pub fn cpu_word(rank: u32) -> u64 {
+    zone(rank) + zone::CPU
 }
 
 /// Rank-written counters (u64) at [`stats_line`]: messages and bytes whose payload went
@@ -400,7 +408,7 @@ const _: () = {
             && ZONES.is_multiple_of(PAGE)
             && ZONE_SIZE.is_multiple_of(PAGE)
     );
-    assert!(zone::SLEEPING + 4 <= zone::STATS);
+    assert!(zone::SLEEPING + 4 <= zone::CPU && zone::CPU + 4 <= zone::STATS);
     assert!(zone::STATS + stats::LEN <= zone::MQ_STATS);
     assert!(zone::MQ_STATS + MAX_RANKS as u64 * MQ_STATS_LEN <= zone::HEADS);
     assert!(stats::MQ_SENDS + 8 <= stats::LEN);
@@ -491,6 +499,7 @@ mod tests {
                 assert_eq!(owner(off + len - 1), Some(r), "{off:#x}+{len}");
             };
             mine(sleeping(r), 4);
+            mine(cpu_word(r), 4);
             mine(stats_line(r), stats::LEN);
             for p in 0..MAX_RANKS {
                 mine(mq_stats(r, p), MQ_STATS_LEN);

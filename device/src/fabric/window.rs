@@ -440,6 +440,7 @@ impl Window {
             self.zero(w::coll_slot(0, peer), 2 * w::COLL_SLOT);
         }
         self.u32(w::sleeping(rank)).store(0, Ordering::Relaxed);
+        self.u32(w::cpu_word(rank)).store(0, Ordering::Relaxed);
         self.zero(w::stats_line(rank), w::stats::LEN);
         self.zero(w::mq_stats(rank, 0), w::MAX_RANKS as u64 * w::MQ_STATS_LEN);
         // A new client's keys start again: whatever a peer mapped of the last one's goes.

@@ -126,7 +126,7 @@ impl NiLink {
         while got < count {
             let m = self.mq.take();
             if m.is_empty() {
-                spin_then_yield(t);
+                self.ni.relax(t);
                 continue;
             }
             got += m.len() as u64;
@@ -150,7 +150,7 @@ impl NiLink {
         let t = Instant::now();
         while self.ams.load(Ordering::Relaxed) < self.ams_due {
             self.ni.progress().map_err(e)?;
-            spin_then_yield(t);
+            self.ni.relax(t);
         }
         Ok(())
     }
@@ -187,24 +187,6 @@ impl NiLink {
 }
 
 /// Spin for 2 us, then yield (what libni's own wait does before it blocks).
-/// Wait as libni's own waits do on the direct path: spin for `NI_SPIN_NS` (default 0), then
-/// yield — a rank polling its message queue or its handler count is a waiter like any other,
-/// and a fixed spin costs its whole length per message when ranks share a cpu.
-fn spin_then_yield(since: Instant) {
-    static SPIN_NS: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
-    let spin = *SPIN_NS.get_or_init(|| {
-        std::env::var("NI_SPIN_NS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    });
-    if since.elapsed().as_nanos() < spin {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
-    }
-}
-
 impl Link for NiLink {
     fn rank(&self) -> u32 {
         self.ni.rank()
