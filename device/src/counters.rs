@@ -172,6 +172,9 @@ counters! {
     /// T3E SENDs this NI's client stored into peers' exported queues itself (also counted in
     /// `mq_sends`; the targets count them in `mq_stored` or `mq_rejected`).
     window_mq_sends,
+    /// Allreduces too large for the window's slots that this NI's client did through the
+    /// members' exported scratch (also counted in `collectives` and `collective_bytes`).
+    window_large_allreduces,
     /// Mappings of peers' exported regions this NI's client was handed, and refused.
     exports,
     exports_refused,

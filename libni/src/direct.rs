@@ -303,7 +303,7 @@ impl Inner {
 
     /// Where this process mapped `dest`'s exported region `key`, and the region's length;
     /// `None` if the daemon refused it (asked once per `REGIONS` value of `dest`).
-    fn peer_map(&mut self, dest: u32, key: u32) -> Option<(*mut u8, u64)> {
+    pub(crate) fn peer_map(&mut self, dest: u32, key: u32) -> Option<(*mut u8, u64)> {
         let g = self.win.as_ref()?.regions(dest);
         let d = dest as usize;
         if self.d.peer_gen[d] != Some(g) {

@@ -28,6 +28,7 @@
 //! Keys are handed out in allocation order from 1, so processes of one program that allocate
 //! the same regions in the same order know each other's keys (a symmetric heap, as in SHMEM).
 
+mod allreduce;
 pub mod capi;
 mod direct;
 pub mod idmap;
@@ -334,6 +335,8 @@ pub struct Ni {
     contention: Mutex<ni_abi::fastpath::Contention>,
     /// `Inner::am_queued`.
     am_queued: Arc<AtomicBool>,
+    /// Scratch of allreduces too large for the window's slots (`allreduce.rs`).
+    scratch: Mutex<allreduce::Scratch>,
 }
 
 /// How a waiting libni gives the CPU away after its short spin, before it blocks on the
@@ -761,6 +764,7 @@ impl Ni {
             backoff: Backoff::from_env(backoff),
             contention: Mutex::new(Default::default()),
             am_queued,
+            scratch: Mutex::new(Default::default()),
         };
         // The first request sets up the completion ring; its completion lands in it.
         let (cq_iova, am_iova) = {
@@ -1009,7 +1013,15 @@ impl Ni {
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
         let per = (ni_abi::window::COLL_MAX as usize / esize).max(1);
         let count = r.len as usize;
-        if count <= per || count * esize > PIECES_MAX || !self.direct() {
+        if count <= per || !self.direct() {
+            return self.request(r);
+        }
+        if count * esize > PIECES_MAX {
+            if allreduce::applies(&r) {
+                if let Some(d) = self.allreduce_shared(r, esize)? {
+                    return Ok(d);
+                }
+            }
             return self.request(r);
         }
         let mut last = None;

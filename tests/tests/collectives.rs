@@ -55,9 +55,18 @@ fn sync_and_async_globals() {
 
 #[test]
 fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
+    let direct = std::env::var("NI_TEST_DIRECT").as_deref() != Ok("off");
     for p in [1, 2, 3, 8] {
         let d = Daemon::start(p);
         run(&d, p, "vectors");
+        // Allreduces of 1000 elements and up go through the members' exported scratch
+        // (fastpath.md, "Large allreduce in the window").
+        let large = d.counter(0, "window_large_allreduces");
+        assert_eq!(
+            large > 0,
+            direct,
+            "{large} large allreduces in the window, P = {p}"
+        );
     }
 }
 

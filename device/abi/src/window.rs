@@ -192,6 +192,10 @@ pub mod stats {
     pub const GET_BYTES: u64 = 128;
     /// T3E SENDs done in peers' exported queues (stored or rejected).
     pub const MQ_SENDS: u64 = 136;
+    /// Allreduces done through the members' exported scratch (too large for the slots), and
+    /// this member's bytes in them.
+    pub const LARGE_ALLREDUCES: u64 = 144;
+    pub const LARGE_ALLREDUCE_BYTES: u64 = 152;
 }
 
 /// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at
@@ -411,7 +415,7 @@ const _: () = {
     assert!(zone::SLEEPING + 4 <= zone::CPU && zone::CPU + 4 <= zone::STATS);
     assert!(zone::STATS + stats::LEN <= zone::MQ_STATS);
     assert!(zone::MQ_STATS + MAX_RANKS as u64 * MQ_STATS_LEN <= zone::HEADS);
-    assert!(stats::MQ_SENDS + 8 <= stats::LEN);
+    assert!(stats::LARGE_ALLREDUCE_BYTES + 8 <= stats::LEN);
     assert!(stats::GET_BYTES + 8 <= stats::LEN);
     assert!(REGIONS - STATE + 4 <= LINE);
     assert!(zone::HEADS + MAX_RANKS as u64 * LINE <= zone::COLL);

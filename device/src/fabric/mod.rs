@@ -339,6 +339,10 @@ impl Fabric {
             c.mq_stored += ws.mq_stored_here;
             c.mq_rejected += ws.mq_rejected_here;
             c.err_queue_full += ws.mq_rejected_mine;
+            // Allreduces through exported scratch are collectives too.
+            c.window_large_allreduces = ws.large_allreduces;
+            c.collectives += ws.large_allreduces;
+            c.collective_bytes += ws.large_allreduce_bytes;
             c.puts += ws.puts;
             c.put_bytes += ws.put_bytes;
             c.gets += ws.gets;

@@ -182,6 +182,8 @@ pub struct WindowStats {
     pub mq_rejected_here: u64,
     /// Of the rank's own SENDs into peers' queues, those rejected.
     pub mq_rejected_mine: u64,
+    pub large_allreduces: u64,
+    pub large_allreduce_bytes: u64,
 }
 
 /// A window across a daemon handover (`crate::handover`): its memfds (device-writable
@@ -503,6 +505,8 @@ impl Window {
             gets: r(w::stats::GETS),
             get_bytes: r(w::stats::GET_BYTES),
             mq_sends: r(w::stats::MQ_SENDS),
+            large_allreduces: r(w::stats::LARGE_ALLREDUCES),
+            large_allreduce_bytes: r(w::stats::LARGE_ALLREDUCE_BYTES),
             mq_stored_here: self.mq_into(rank, w::MQ_STORED),
             mq_rejected_here: self.mq_into(rank, w::MQ_REJECTED),
             mq_rejected_mine: (0..self.members.len() as u32)

@@ -345,7 +345,9 @@ fn vectors(ni: &Ni) {
         assert!(got == data, "broadcast from {root}");
     }
     // Allreduce of f64, 1 element to 64 MiB: rank order, bit-identical to the reference.
-    // 300: three window slots in a row (`collective_pieces`); 1000: the fabric's path.
+    // 300: three window slots in a row (`collective_pieces`); 1000 and up: reduce-scatter
+    // and allgather through the members' exported scratch (`allreduce.rs`), or with
+    // NI_TEST_DIRECT=off the fabric's path.
     for &count in &[1usize, 3, 300, 1000, 131072, (64 << 20) / 8] {
         if count * 8 > max {
             continue;

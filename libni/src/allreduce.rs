@@ -1,0 +1,235 @@
+//! Allreduce of vectors too large for the window's collective slots, member to member:
+//! reduce-scatter and allgather through scratch regions the members export to each other
+//! (`device/abi/fastpath.md`, "Large allreduce in the window").
+//!
+//! Each member copies its vector into its own exported scratch region, then — after a window
+//! round that also tells everyone where everyone's scratch is — reduces one `1/P` chunk of
+//! the vector, reading that chunk of every member's scratch in rank order (the fabric's order,
+//! so the bits are the same on every member and on both paths), and publishes its result in
+//! its scratch; after a second round every member copies the `P` results out. Every core
+//! works on its own chunk at once, where the fabric's path reduces the whole vector in the
+//! device's one poller thread.
+//!
+//! Two halves of the scratch alternate between consecutive operations, so the next one's
+//! copy-in never overwrites what a slower member is still copying out: a member starts
+//! operation `k + 2` only after every member finished the first round of `k + 1`, which each
+//! enters only after copying out `k`.
+
+use ni_abi::fastpath::{coll, dtype, Request};
+use ni_abi::reduce::apply;
+
+use crate::{coll_request, Done, Error, Ni, ReduceOp, Region, Result};
+
+/// Scratch halves grow to hold a whole vector up to this; larger ones go in pieces.
+const HALF_MAX: usize = 8 << 20;
+/// What a member publishes in the first round of a piece, as four u64: this tag, its
+/// scratch region's key, the piece's collective `meta`, and the size of its scratch halves.
+const MAGIC: u64 = 0x4e49_4152_5344_0001; // "NIARSD" v1
+const RECORD: usize = 4;
+
+/// One member's scratch and what it knows of the others'.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// Two halves of `half` bytes.
+    region: Option<Region>,
+    half: usize,
+    /// The first round's record (`RECORD` u64) at 0, every member's from `RECORDS`.
+    ctl: Option<Region>,
+    /// Operations done, for the halves' parity.
+    round: u64,
+    /// Every member's key in the last piece whose mappings all members agreed on.
+    agreed: Vec<u32>,
+}
+
+const RECORDS: usize = 64;
+
+impl Ni {
+    /// A blocking allreduce of `r.len` elements of `esize` bytes through the members'
+    /// scratch regions; `Ok(None)` when some member cannot map another's (every member then
+    /// learns so in the same round and takes the fabric's path).
+    pub(crate) fn allreduce_shared(&self, r: Request, esize: usize) -> Result<Option<Done>> {
+        let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let per = (HALF_MAX / esize).max(1);
+        let count = r.len as usize;
+        let mut last = None;
+        for at in (0..count).step_by(per) {
+            let n = per.min(count - at);
+            let off = (at * esize) as u64;
+            let mut piece = r;
+            piece.addr += off;
+            piece.tag += off;
+            piece.len = n as u64;
+            match self.shared_piece(&mut s, piece, esize)? {
+                Some(d) => last = Some(d),
+                None if at == 0 => return Ok(None),
+                // Mappings refused midway (a peer went away): the rest by the fabric.
+                None => last = Some(self.request(piece)?),
+            }
+        }
+        Ok(last.map(|d| Done {
+            len: r.len,
+            tag: r.tag,
+            ..d
+        }))
+    }
+
+    fn shared_piece(&self, s: &mut Scratch, r: Request, esize: usize) -> Result<Option<Done>> {
+        let (me, size) = (self.rank() as usize, self.size() as usize);
+        let bytes = r.len as usize * esize;
+        let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+        {
+            let i = self.lock();
+            if !i.registered(r.addr, bytes as u64) || !i.registered(r.tag, bytes as u64) {
+                // The fabric's path says what is wrong with them.
+                return Ok(None);
+            }
+        }
+        if s.half < bytes || s.region.is_none() {
+            let half = bytes.next_power_of_two().max(64 << 10);
+            s.region = None;
+            s.region = Some(self.alloc(2 * half)?);
+            s.half = half;
+        }
+        if s.ctl.is_none() {
+            s.ctl = Some(self.alloc(4096)?);
+        }
+        let (region, ctl) = (s.region.as_ref().unwrap(), s.ctl.as_ref().unwrap());
+        let base = (s.round & 1) as usize * s.half;
+        // SAFETY: `[r.addr, + bytes)` is registered memory this process holds (checked
+        // above); the scratch half holds `bytes` (sized above) and is this process's own.
+        unsafe {
+            std::ptr::copy_nonoverlapping(r.addr as *const u8, region.as_ptr().add(base), bytes)
+        };
+        let meta = ni_abi::window::coll_meta(coll::ALLREDUCE, d, o, 0, r.len);
+        let record = [MAGIC, region.key() as u64, meta, s.half as u64];
+        for (k, v) in record.iter().enumerate() {
+            ctl.write_at(8 * k, &v.to_le_bytes());
+        }
+        // Round 1: my copy-in is done, and where everyone's scratch is.
+        self.request(coll_request(
+            coll::ALLGATHER,
+            dtype::U64,
+            ReduceOp::Sum,
+            0,
+            ctl.iova(),
+            ctl.iova() + RECORDS as u64,
+            RECORD,
+        ))?;
+        let mut keys = vec![0u32; size];
+        let mut halves = vec![0usize; size];
+        for m in 0..size {
+            let mut rec = [0u64; RECORD];
+            for (k, v) in rec.iter_mut().enumerate() {
+                let mut b = [0u8; 8];
+                ctl.read_at(RECORDS + 8 * (m * RECORD + k), &mut b);
+                *v = u64::from_le_bytes(b);
+            }
+            if rec[0] != MAGIC || rec[2] != meta {
+                // Members in different collectives: every member reads the same records,
+                // so all fail alike, as the fabric's round would.
+                if let Some(w) = self.lock().win.as_ref() {
+                    w.count(ni_abi::window::stats::COLLISION);
+                }
+                return Err(Error::Failed {
+                    op: "collective",
+                    status: ni_abi::fastpath::Status::Collision,
+                    rank: 0,
+                    len: r.len,
+                    tag: r.tag,
+                });
+            }
+            keys[m] = rec[1] as u32;
+            halves[m] = rec[3] as usize;
+        }
+        // Where every member's scratch is mapped here.
+        let mut peers: Vec<Option<*const u8>> = vec![None; size];
+        {
+            let mut i = self.lock();
+            for m in 0..size {
+                let p = if m == me {
+                    Some((region.as_ptr(), region.len() as u64))
+                } else {
+                    i.peer_map(m as u32, keys[m])
+                };
+                let pbase = (s.round & 1) as usize * halves[m];
+                peers[m] = p
+                    .filter(|&(_, len)| (pbase + halves[m]) as u64 <= len && bytes <= halves[m])
+                    .map(|(ptr, _)| ptr as *const u8);
+            }
+        }
+        if s.agreed != keys {
+            // New scratch somewhere: agree that every member mapped every other's.
+            let ok = peers.iter().all(|p| p.is_some()) as u64;
+            ctl.write_at(0, &ok.to_le_bytes());
+            self.request(coll_request(
+                coll::ALLREDUCE,
+                dtype::U64,
+                ReduceOp::Min,
+                0,
+                ctl.iova(),
+                ctl.iova() + 8,
+                1,
+            ))?;
+            let mut b = [0u8; 8];
+            ctl.read_at(8, &mut b);
+            if u64::from_le_bytes(b) == 0 {
+                s.agreed.clear();
+                s.round += 1;
+                return Ok(None);
+            }
+            s.agreed = keys;
+        }
+        let chunk = |m: usize| {
+            let n = r.len as usize;
+            (n * m / size * esize, n * (m + 1) / size * esize)
+        };
+        let at = |m: usize, off: usize| {
+            // SAFETY: every member's half holds `bytes` (checked when mapped).
+            unsafe {
+                peers[m]
+                    .unwrap()
+                    .add((s.round & 1) as usize * halves[m] + off)
+            }
+        };
+        // My chunk, reduced in rank order into my receive buffer, then published in my
+        // scratch (only I read my chunk of anyone's scratch, so it is free to overwrite).
+        let (lo, hi) = chunk(me);
+        if hi > lo {
+            // SAFETY: `[r.tag + lo, r.tag + hi)` lies in the registered receive buffer; the
+            // scratch ranges lie in mapped halves; receive buffer and scratch never overlap.
+            let acc =
+                unsafe { std::slice::from_raw_parts_mut((r.tag as *mut u8).add(lo), hi - lo) };
+            for m in 0..size {
+                // SAFETY: inside member m's mapped half.
+                let x = unsafe { std::slice::from_raw_parts(at(m, lo), hi - lo) };
+                if m == 0 {
+                    acc.copy_from_slice(x);
+                } else {
+                    apply(d, o, acc, x);
+                }
+            }
+            // SAFETY: my own half, my chunk.
+            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), at(me, lo) as *mut u8, hi - lo) };
+        }
+        // Round 2: every chunk is reduced.
+        let done = self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
+        for m in (0..size).filter(|&m| m != me) {
+            let (lo, hi) = chunk(m);
+            // SAFETY: member m's chunk in its mapped half, into the registered receive buffer.
+            unsafe {
+                std::ptr::copy_nonoverlapping(at(m, lo), (r.tag as *mut u8).add(lo), hi - lo)
+            };
+        }
+        s.round += 1;
+        if let Some(w) = self.lock().win.as_ref() {
+            w.count(ni_abi::window::stats::LARGE_ALLREDUCES);
+            w.add(ni_abi::window::stats::LARGE_ALLREDUCE_BYTES, bytes as u64);
+        }
+        Ok(Some(done))
+    }
+}
+
+/// Whether a collective request is one [`Ni::allreduce_shared`] does.
+pub(crate) fn applies(r: &Request) -> bool {
+    r.opcode == ni_abi::fastpath::op::COLLECTIVE && r.flags == coll::ALLREDUCE
+}
