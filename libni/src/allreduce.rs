@@ -22,10 +22,11 @@ use crate::{coll_request, Done, Error, Ni, ReduceOp, Region, Result};
 
 /// Scratch halves grow to hold a whole vector up to this; larger ones go in pieces.
 const HALF_MAX: usize = 8 << 20;
-/// What a member publishes in the first round of a piece, as four u64: this tag, its
-/// scratch region's key, the piece's collective `meta`, and the size of its scratch halves.
+/// What a member publishes in the first round of a piece, as five u64: this tag, its
+/// scratch region's key, the piece's collective `meta`, the size of its scratch halves, and
+/// a digest of the keys it last agreed on with everyone ([`digest`]).
 const MAGIC: u64 = 0x4e49_4152_5344_0001; // "NIARSD" v1
-const RECORD: usize = 4;
+const RECORD: usize = 5;
 
 /// One member's scratch and what it knows of the others'.
 #[derive(Default)]
@@ -101,7 +102,13 @@ impl Ni {
             std::ptr::copy_nonoverlapping(r.addr as *const u8, region.as_ptr().add(base), bytes)
         };
         let meta = ni_abi::window::coll_meta(coll::ALLREDUCE, d, o, 0, r.len);
-        let record = [MAGIC, region.key() as u64, meta, s.half as u64];
+        let record = [
+            MAGIC,
+            region.key() as u64,
+            meta,
+            s.half as u64,
+            digest(&s.agreed),
+        ];
         for (k, v) in record.iter().enumerate() {
             ctl.write_at(8 * k, &v.to_le_bytes());
         }
@@ -117,6 +124,7 @@ impl Ni {
         ))?;
         let mut keys = vec![0u32; size];
         let mut halves = vec![0usize; size];
+        let mut agreed = vec![0u64; size];
         for m in 0..size {
             let mut rec = [0u64; RECORD];
             for (k, v) in rec.iter_mut().enumerate() {
@@ -140,6 +148,7 @@ impl Ni {
             }
             keys[m] = rec[1] as u32;
             halves[m] = rec[3] as usize;
+            agreed[m] = rec[4];
         }
         // Where every member's scratch is mapped here.
         let mut peers: Vec<Option<*const u8>> = vec![None; size];
@@ -157,7 +166,9 @@ impl Ni {
                     .map(|(ptr, _)| ptr as *const u8);
             }
         }
-        if s.agreed != keys {
+        // Every member decides from the same records: agree again unless every member last
+        // agreed on exactly these keys (a member that came back as a new client has not).
+        if agreed.iter().any(|&h| h != digest(&keys)) {
             // New scratch somewhere: agree that every member mapped every other's.
             let ok = peers.iter().all(|p| p.is_some()) as u64;
             ctl.write_at(0, &ok.to_le_bytes());
@@ -227,6 +238,16 @@ impl Ni {
         }
         Ok(Some(done))
     }
+}
+
+/// A digest of scratch keys (0 for none: never agreed).
+fn digest(keys: &[u32]) -> u64 {
+    if keys.is_empty() {
+        return 0;
+    }
+    keys.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &k| {
+        (h ^ k as u64).wrapping_mul(0x100_0000_01b3)
+    }) | 1
 }
 
 /// Whether a collective request is one [`Ni::allreduce_shared`] does.

@@ -361,10 +361,10 @@ impl Backoff {
 
 const CQ_ENTRIES: u32 = 4096;
 /// Blocking element-wise collectives up to this many bytes go through the window in
-/// slot-sized pieces (`Ni::collective_pieces`): up to 4, where they still beat the fabric's
-/// path (tests/bench/README.md: 2 KiB allreduce at P = 2 4.69 -> 2.46 us; at 9 pieces the
-/// fabric's path is faster).
-const PIECES_MAX: usize = 4 * ni_abi::window::COLL_MAX as usize;
+/// slot-sized pieces (`Ni::collective_pieces`). Larger allreduces go through the members'
+/// exported scratch (`allreduce.rs`), which beats a third piece: 2 KiB at P = 8 20.9 ->
+/// 14.0 us, at P = 2 1.54 -> 1.63 us (tests/bench/README.md).
+const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
 const AM_SLOTS: u32 = 64;
 const BOUNCE: usize = 64 << 10;
 /// Spin this long, then yield this long, before blocking on the completion interrupt.
@@ -1009,7 +1009,8 @@ impl Ni {
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
     /// element order, instead of the fabric's path. Every member splits alike (same count
     /// and type), and each piece is combined in rank order as the whole vector would be, so
-    /// the bits are the same. Larger vectors keep the fabric's single copy.
+    /// the bits are the same. Larger allreduces go through the members' exported scratch
+    /// (`allreduce.rs`); other larger collectives keep the fabric's single copy.
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
         let per = (ni_abi::window::COLL_MAX as usize / esize).max(1);
         let count = r.len as usize;
