@@ -340,6 +340,7 @@ fn fastpath_requests() {
         req(op::ROP, 0x190000, 64, 0, 0, 1),
         req(op::NOOP, 0, 0, 0, 0, 1),
         req(op::MQ_SEND, 0x190000, 64, 0, 1, 1),
+        req(op::MQ_SIGNAL, 0, 0, 0, 1, 1),
         req(op::COMBINE, 0x190000, 8, 0, 0, 0),
         req(op::COLLECTIVE, 0x190000, 8, 0, 0, 0),
         req(op::SYNC_GLOBAL, 0, 0, 0, 0, 0),

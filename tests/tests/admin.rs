@@ -600,7 +600,7 @@ fn clients_cannot_reach_the_administrator() {
     let r = Rank::start(&d, 0, &["no-admin"]);
     r.finish("no-admin", &d);
     assert_eq!(c(&d, 0, "err_permission"), 5);
-    assert_eq!(c(&d, 0, "err_bad_opcode"), 256 - 21);
+    assert_eq!(c(&d, 0, "err_bad_opcode"), 256 - 22);
 
     // Registers: the supervisor window's partition registers and the Lanai's port MODE and
     // STATE are the client's to write, but move nothing in the fabric.

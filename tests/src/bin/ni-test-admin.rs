@@ -224,6 +224,7 @@ fn no_admin(ni: &Ni) {
         opcode::NOOP,
         opcode::RESET,
         opcode::MQ_SEND,
+        opcode::MQ_SIGNAL,
         opcode::COMBINE,
         opcode::COLLECTIVE,
         opcode::SYNC_GLOBAL,
