@@ -15,16 +15,20 @@
 //! operation `k + 2` only after every member finished the first round of `k + 1`, which each
 //! enters only after copying out `k`.
 
-use ni_abi::fastpath::{coll, dtype, Request};
+use ni_abi::fastpath::{coll, dtype, redop, Request};
 use ni_abi::reduce::apply;
 
+use std::sync::Arc;
+
+use crate::mem::Mem;
 use crate::{coll_request, Done, Error, Ni, ReduceOp, Region, Result};
 
 /// Scratch halves grow to hold a whole vector up to this; larger ones go in pieces.
 const HALF_MAX: usize = 8 << 20;
 /// What a member publishes in the first round of a piece, as five u64: this tag, its
-/// scratch region's key, the piece's collective `meta`, the size of its scratch halves, and
-/// a digest of the keys it last agreed on with everyone ([`digest`]).
+/// scratch region's key (0: it has none), the piece's collective `meta`, where in that region
+/// its data is (the half it uses), and a digest of the keys it last agreed on with everyone
+/// and still holds mapped ([`digest`]; 0: agree again).
 const MAGIC: u64 = 0x4e49_4152_5344_0001; // "NIARSD" v1
 const RECORD: usize = 5;
 
@@ -85,34 +89,52 @@ impl Ni {
                 return Ok(None);
             }
         }
-        if s.half < bytes || s.region.is_none() {
-            let half = bytes.next_power_of_two().max(64 << 10);
-            s.region = None;
-            s.region = Some(self.alloc(2 * half)?);
-            s.half = half;
-        }
         if s.ctl.is_none() {
             s.ctl = Some(self.alloc(4096)?);
         }
-        let (region, ctl) = (s.region.as_ref().unwrap(), s.ctl.as_ref().unwrap());
+        if s.half < bytes || s.region.is_none() {
+            let half = bytes.next_power_of_two().max(64 << 10);
+            s.region = None;
+            s.agreed.clear();
+            // Without scratch this member still joins the rounds, says key 0 and "not
+            // mapped", and every member takes the fabric's path.
+            if let Ok(region) = self.alloc(2 * half) {
+                s.region = Some(region);
+                s.half = half;
+            }
+        }
+        let ctl = s.ctl.as_ref().unwrap();
         let base = (s.round & 1) as usize * s.half;
-        // SAFETY: `[r.addr, + bytes)` is registered memory this process holds (checked
-        // above); the scratch half holds `bytes` (sized above) and is this process's own.
-        unsafe {
-            std::ptr::copy_nonoverlapping(r.addr as *const u8, region.as_ptr().add(base), bytes)
-        };
+        if let Some(region) = s.region.as_ref() {
+            // SAFETY: `[r.addr, + bytes)` is registered memory this process holds (checked
+            // above); the scratch half holds `bytes` (sized above) and is this process's own.
+            unsafe {
+                std::ptr::copy_nonoverlapping(r.addr as *const u8, region.as_ptr().add(base), bytes)
+            };
+        }
+        // The mappings of the scratch every member last agreed on, held for this piece: if
+        // one is gone here, say "never agreed", and every member agrees again.
+        let mut held: Vec<Option<Arc<Mem>>> = vec![None; size];
+        let mut still = s.agreed.len() == size && s.region.is_some();
+        if still {
+            let mut i = self.lock();
+            for m in (0..size).filter(|&m| m != me) {
+                held[m] = i.peer_mem(m as u32, s.agreed[m]).map(|(mem, _)| mem);
+                still &= held[m].is_some();
+            }
+        }
         let meta = ni_abi::window::coll_meta(coll::ALLREDUCE, d, o, 0, r.len);
         let record = [
             MAGIC,
-            region.key() as u64,
+            s.region.as_ref().map_or(0, |g| g.key() as u64),
             meta,
-            s.half as u64,
-            digest(&s.agreed),
+            base as u64,
+            if still { digest(&s.agreed) } else { 0 },
         ];
         for (k, v) in record.iter().enumerate() {
             ctl.write_at(8 * k, &v.to_le_bytes());
         }
-        // Round 1: my copy-in is done, and where everyone's scratch is.
+        // Round 1: my copy-in is done, and where everyone's data is.
         self.request(coll_request(
             coll::ALLGATHER,
             dtype::U64,
@@ -123,7 +145,7 @@ impl Ni {
             RECORD,
         ))?;
         let mut keys = vec![0u32; size];
-        let mut halves = vec![0usize; size];
+        let mut bases = vec![0usize; size];
         let mut agreed = vec![0u64; size];
         for m in 0..size {
             let mut rec = [0u64; RECORD];
@@ -147,30 +169,31 @@ impl Ni {
                 });
             }
             keys[m] = rec[1] as u32;
-            halves[m] = rec[3] as usize;
+            bases[m] = usize::try_from(rec[3]).unwrap_or(usize::MAX);
             agreed[m] = rec[4];
         }
-        // Where every member's scratch is mapped here.
-        let mut peers: Vec<Option<*const u8>> = vec![None; size];
+        // Every member's data, mapped here (a peer's half where it says it is, checked
+        // against its region's length: a member may say anything).
+        let mut peers: Vec<Option<(Arc<Mem>, usize)>> = vec![None; size];
         {
             let mut i = self.lock();
-            for m in 0..size {
-                let p = if m == me {
-                    Some((region.as_ptr(), region.len() as u64))
-                } else {
-                    i.peer_map(m as u32, keys[m])
+            for m in (0..size).filter(|&m| m != me) {
+                let mapped = match &held[m] {
+                    Some(mem) if keys[m] == s.agreed[m] => Some((mem.clone(), mem.len() as u64)),
+                    _ if keys[m] == 0 => None,
+                    _ => i.peer_mem(m as u32, keys[m]),
                 };
-                let pbase = (s.round & 1) as usize * halves[m];
-                peers[m] = p
-                    .filter(|&(_, len)| (pbase + halves[m]) as u64 <= len && bytes <= halves[m])
-                    .map(|(ptr, _)| ptr as *const u8);
+                peers[m] = mapped.and_then(|(mem, len)| {
+                    let end = bases[m].checked_add(bytes)?;
+                    (end as u64 <= len).then_some((mem, bases[m]))
+                });
             }
         }
+        let mine = s.region.as_ref().map(|g| g.as_ptr());
         // Every member decides from the same records: agree again unless every member last
-        // agreed on exactly these keys (a member that came back as a new client has not).
-        if agreed.iter().any(|&h| h != digest(&keys)) {
-            // New scratch somewhere: agree that every member mapped every other's.
-            let ok = peers.iter().all(|p| p.is_some()) as u64;
+        // agreed on exactly these keys and still holds their mappings.
+        if agreed.iter().any(|&h| h == 0 || h != digest(&keys)) {
+            let ok = (mine.is_some() && (0..size).all(|m| m == me || peers[m].is_some())) as u64;
             ctl.write_at(0, &ok.to_le_bytes());
             self.request(coll_request(
                 coll::ALLREDUCE,
@@ -190,16 +213,29 @@ impl Ni {
             }
             s.agreed = keys;
         }
+        let (Some(mine), true) = (mine, (0..size).all(|m| m == me || peers[m].is_some())) else {
+            // Every member said it had everything mapped, and here one is missing after
+            // all: nothing safe to read. The others fail at the next round's timeout.
+            return Err(Error::Failed {
+                op: "collective",
+                status: ni_abi::fastpath::Status::PeerDown,
+                rank: 0,
+                len: r.len,
+                tag: r.tag,
+            });
+        };
         let chunk = |m: usize| {
             let n = r.len as usize;
             (n * m / size * esize, n * (m + 1) / size * esize)
         };
-        let at = |m: usize, off: usize| {
-            // SAFETY: every member's half holds `bytes` (checked when mapped).
+        let at = |m: usize, off: usize| -> *mut u8 {
+            // SAFETY: every member's data lies in its mapping (checked when mapped), or in
+            // this process's own half; `off` < `bytes`.
             unsafe {
-                peers[m]
-                    .unwrap()
-                    .add((s.round & 1) as usize * halves[m] + off)
+                match &peers[m] {
+                    Some((mem, b)) => mem.ptr().add(b + off),
+                    None => mine.add(base + off),
+                }
             }
         };
         // My chunk, reduced in rank order into my receive buffer, then published in my
@@ -211,7 +247,7 @@ impl Ni {
             let acc =
                 unsafe { std::slice::from_raw_parts_mut((r.tag as *mut u8).add(lo), hi - lo) };
             for m in 0..size {
-                // SAFETY: inside member m's mapped half.
+                // SAFETY: inside member m's data.
                 let x = unsafe { std::slice::from_raw_parts(at(m, lo), hi - lo) };
                 if m == 0 {
                     acc.copy_from_slice(x);
@@ -220,13 +256,13 @@ impl Ni {
                 }
             }
             // SAFETY: my own half, my chunk.
-            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), at(me, lo) as *mut u8, hi - lo) };
+            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), at(me, lo), hi - lo) };
         }
         // Round 2: every chunk is reduced.
         let done = self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
         for m in (0..size).filter(|&m| m != me) {
             let (lo, hi) = chunk(m);
-            // SAFETY: member m's chunk in its mapped half, into the registered receive buffer.
+            // SAFETY: member m's chunk of its data, into the registered receive buffer.
             unsafe {
                 std::ptr::copy_nonoverlapping(at(m, lo), (r.tag as *mut u8).add(lo), hi - lo)
             };
@@ -250,7 +286,13 @@ fn digest(keys: &[u32]) -> u64 {
     }) | 1
 }
 
-/// Whether a collective request is one [`Ni::allreduce_shared`] does.
+/// Whether a collective request is one [`Ni::allreduce_shared`] does: an allreduce of a
+/// known type and operator (a bitwise one on floats the fabric fails with its status).
 pub(crate) fn applies(r: &Request) -> bool {
-    r.opcode == ni_abi::fastpath::op::COLLECTIVE && r.flags == coll::ALLREDUCE
+    let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+    r.opcode == ni_abi::fastpath::op::COLLECTIVE
+        && r.flags == coll::ALLREDUCE
+        && dtype::size(d).is_some()
+        && o <= redop::XOR
+        && !(o >= redop::AND && matches!(d, dtype::F32 | dtype::F64))
 }

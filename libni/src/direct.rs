@@ -20,6 +20,9 @@ use ni_abi::fastpath::{
 use ni_abi::reduce::{apply, identity};
 use ni_abi::window::{self as w, kind, Header};
 
+/// A mapping of a peer's exported region, and the region's own length.
+pub(crate) type PeerMem = (std::sync::Arc<crate::mem::Mem>, u64);
+
 use crate::{Error, Inner, Result};
 
 /// A receive posted on the direct path, waiting for a message.
@@ -96,7 +99,7 @@ pub(crate) struct DirectState {
     /// Peers' exported regions this process mapped, by (rank, key); `None`: refused (asked
     /// again once the peer's `REGIONS` word moves, as the mappings are then dropped).
     /// With each mapping, the region's length.
-    pub peer_maps: std::collections::HashMap<(u32, u32), Option<(crate::mem::Mem, u64)>>,
+    pub peer_maps: std::collections::HashMap<(u32, u32), Option<PeerMem>>,
     /// Each peer's `REGIONS` word when its entries in `peer_maps` were made (one per member,
     /// made with the state).
     pub peer_gen: Vec<Option<u32>>,
@@ -304,6 +307,13 @@ impl Inner {
     /// Where this process mapped `dest`'s exported region `key`, and the region's length;
     /// `None` if the daemon refused it (asked once per `REGIONS` value of `dest`).
     pub(crate) fn peer_map(&mut self, dest: u32, key: u32) -> Option<(*mut u8, u64)> {
+        self.peer_mem(dest, key).map(|(m, len)| (m.ptr(), len))
+    }
+
+    /// [`peer_map`](Self::peer_map)'s mapping itself: a holder keeps it mapped after
+    /// `peer_maps` lets go of it (another thread's operation on `dest` after its `REGIONS`
+    /// moved).
+    pub(crate) fn peer_mem(&mut self, dest: u32, key: u32) -> Option<PeerMem> {
         let g = self.win.as_ref()?.regions(dest);
         let d = dest as usize;
         if self.d.peer_gen[d] != Some(g) {
@@ -312,11 +322,14 @@ impl Inner {
             self.d.peer_gen[d] = Some(g);
         }
         if !self.d.peer_maps.contains_key(&(dest, key)) {
-            let m = self.dev.map_peer_region(dest, key);
+            let m = self
+                .dev
+                .map_peer_region(dest, key)
+                .map(|(m, len)| (std::sync::Arc::new(m), len));
             self.d.peer_maps.insert((dest, key), m);
         }
         match self.d.peer_maps.get(&(dest, key)) {
-            Some(Some((m, len))) => Some((m.ptr(), *len)),
+            Some(Some((m, len))) => Some((m.clone(), *len)),
             _ => None,
         }
     }
@@ -336,7 +349,8 @@ impl Inner {
         msg: &[u8; 64],
     ) -> Result<Option<std::result::Result<u64, ()>>> {
         self.w_sync()?;
-        if self.w_unreachable_why(dest).is_some() {
+        // Not before we are up as ourselves: the lock would name an incarnation gone.
+        if !self.win.as_mut().unwrap().live() || self.w_unreachable_why(dest).is_some() {
             return Ok(None);
         }
         let Some((base, region_len)) = self.peer_map(dest, key) else {
@@ -362,7 +376,13 @@ impl Inner {
             // frees a gone holder's lock, without holding up this process.
             return Ok(None);
         }
+        let mut tries = 0;
         let result = loop {
+            tries += 1;
+            if tries > MQCW_TRIES {
+                // The MQCW keeps changing under us: the fabric waits for it, not this process.
+                break None;
+            }
             let w0 = mqcw.load(Ordering::Acquire);
             let (tail, limit, threshold) = (mqcw::tail(w0), mqcw::limit(w0), mqcw::threshold(w0));
             if tail >= limit {
@@ -976,3 +996,5 @@ fn take_lock(lock: &AtomicU64, me: u64) -> bool {
 }
 
 const LOCK_SPINS: u32 = 256;
+/// Compare-and-swaps of a peer's MQCW before the SEND goes to the fabric instead.
+const MQCW_TRIES: u32 = 64;

@@ -21,7 +21,8 @@ pub enum Arrival {
     Stored { tail: u64, threshold: bool },
     /// Tail = Limit: nothing stored, MQCW unchanged (the sender sees FULL_SR).
     Rejected,
-    /// The queue's arrival lock is held (by `holder`): nothing done, try again later.
+    /// The queue's arrival lock is held (by `holder`; `FREE`: the MQCW kept changing under
+    /// the arrival): nothing done, try again later.
     Locked { holder: u64 },
 }
 
@@ -98,7 +99,7 @@ pub fn arrive(
     let word = dma
         .atomic_u64(mqcw_iova)
         .map_err(|_| Status::NotRegistered)?;
-    loop {
+    for _ in 0..MQCW_TRIES {
         let w = word.load(Ordering::Acquire);
         let (tail, limit, threshold) = (mqcw::tail(w), mqcw::limit(w), mqcw::threshold(w));
         // Tail > Limit is not specified: treat it as full.
@@ -129,7 +130,15 @@ pub fn arrive(
         }
         // Software swapped the MQCW meanwhile: start over with its new value.
     }
+    // Someone keeps moving the MQCW under us: try again later rather than spin here.
+    Ok(Arrival::Locked {
+        holder: mq_lock::FREE,
+    })
 }
+
+/// Compare-and-swaps of the MQCW an arrival tries before it leaves the SEND for later: a
+/// receiver's reset races one or two, a client rewriting its MQCW in a loop races them all.
+const MQCW_TRIES: u32 = 64;
 
 #[cfg(test)]
 mod tests {

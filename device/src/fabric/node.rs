@@ -127,13 +127,14 @@ pub struct Node {
     /// (on arrival at a receive, the fast path's "arrival"), so a partition's sum is the
     /// messages still in the network. Signed; survives resets like the counters.
     pub dr_message_count: i64,
-    /// Since when this NI's oldest request (a T3E SEND at the head of its submission ring),
-    /// and its E-register SEND, have waited for a queue's arrival lock (`mq.rs`). Not carried
-    /// over a restart: the wait starts again.
+    /// Which of this NI's SENDs waits for a queue's arrival lock (`mq.rs`), and since when:
+    /// the request at the head of its submission ring (by epoch and ring index), and its
+    /// E-register SEND (by epoch and register). Not carried over a restart: the wait starts
+    /// again.
     #[serde(skip)]
-    pub mq_held_since: Option<std::time::Instant>,
+    pub mq_held_since: Option<(u64, std::time::Instant)>,
     #[serde(skip)]
-    pub t3e_held_since: Option<std::time::Instant>,
+    pub t3e_held_since: Option<(u64, std::time::Instant)>,
 }
 
 impl Node {

@@ -732,10 +732,15 @@ impl State {
         }
         let arrival = match self.mq_arrive(b, r.key, r.tag, &msg) {
             Some(arrival) => arrival,
-            None => match self.mq_wait(a, false) {
-                Some(e) => Err(e),
-                None => return None,
-            },
+            None => {
+                // This request, at this place of the ring, in this epoch.
+                let n = &self.nodes[a];
+                let id = (n.epoch as u64) << 32 | n.sq_head as u64;
+                match self.mq_wait(a, id, false) {
+                    Some(e) => Err(e),
+                    None => return None,
+                }
+            }
         };
         self.nodes[a].counters.mq_sends += 1;
         if matches!(arrival, Ok(_) | Err(Status::QueueFull)) {
@@ -748,20 +753,26 @@ impl State {
         }))
     }
 
-    /// NI `a`'s SEND (a request when `!ereg`, else an E-register command) found its queue's
-    /// arrival lock held: `None` to try again later, or the timeout once it waited too long.
-    pub(super) fn mq_wait(&mut self, a: usize, ereg: bool) -> Option<Status> {
+    /// NI `a`'s SEND `id` (a request when `!ereg`, else an E-register command) found its
+    /// queue's arrival lock held: `None` to try again later, or the timeout once it waited
+    /// too long. A different `id` than the one waiting before (that one was dropped by a
+    /// reset or a partition change) starts its own wait.
+    pub(super) fn mq_wait(&mut self, a: usize, id: u64, ereg: bool) -> Option<Status> {
         let n = &mut self.nodes[a];
         let since = if ereg {
             &mut n.t3e_held_since
         } else {
             &mut n.mq_held_since
         };
-        let first = since.is_none();
-        let t = *since.get_or_insert_with(std::time::Instant::now);
-        if first {
-            n.counters.mq_lock_waits += 1;
-        }
+        let t = match *since {
+            Some((waiting, t)) if waiting == id => t,
+            _ => {
+                n.counters.mq_lock_waits += 1;
+                let now = std::time::Instant::now();
+                *since = Some((id, now));
+                now
+            }
+        };
         if t.elapsed() < MQ_LOCK_TIMEOUT {
             return None;
         }
@@ -774,21 +785,18 @@ impl State {
         Some(Status::Timeout)
     }
 
-    /// Whether arrivals at MQCW `mqcw` of NI `b`, in its region `mr`, take the queue's
-    /// arrival lock: the region is exported and `b`'s partition has a window, so members
-    /// may store into it themselves.
-    pub(super) fn mq_locked(&self, b: usize, mr: &Mr) -> bool {
-        mr.access & access::EXPORT != 0 && self.window_of(b).is_some()
-    }
-
-    /// The region of NI `b` holding `[iova, iova + len)`, if one does.
-    pub(super) fn mr_holding(&self, b: usize, iova: u64, len: u64) -> Option<Mr> {
-        let end = iova.checked_add(len)?;
-        self.nodes[b]
-            .mrs
-            .values()
-            .find(|m| iova >= m.iova && end <= m.iova + m.len)
-            .copied()
+    /// Whether arrivals at MQCW `mqcw` of NI `b` take the queue's arrival lock: `b`'s
+    /// partition has a window and some exported region of `b` holds the MQCW and the lock
+    /// (whatever key the SEND named), so members may store into it themselves.
+    pub(super) fn mq_locked(&self, b: usize, mqcw: u64) -> bool {
+        let Some(end) = mqcw.checked_add(mq_lock::OFFSET + 8) else {
+            return false;
+        };
+        self.window_of(b).is_some()
+            && self.nodes[b]
+                .mrs
+                .values()
+                .any(|m| m.access & access::EXPORT != 0 && mqcw >= m.iova && end <= m.iova + m.len)
     }
 
     /// The arrival algorithm at `mqcw` of NI `b` under its arrival lock when `locked`:
@@ -808,10 +816,13 @@ impl State {
         loop {
             match mq::arrive_locked(&dma, mqcw, end, msg, locked) {
                 Ok(Arrival::Locked { holder }) => {
-                    let gone = match (mq_lock::holder(holder), self.window_of(b)) {
-                        (Some((rank, inc)), Some((w, _))) => !w.holds(rank, inc),
-                        _ => false,
-                    };
+                    // The device holds a lock only inside one arrival, under the fabric's
+                    // lock: one it finds held by itself is left from a crash, or forged.
+                    let gone = holder == mq_lock::DEVICE
+                        || match (mq_lock::holder(holder), self.window_of(b)) {
+                            (Some((rank, inc)), Some((w, _))) => !w.holds(rank, inc),
+                            _ => false,
+                        };
                     if broke || !gone || !mq::break_lock(&dma, mqcw + mq_lock::OFFSET, holder) {
                         return None;
                     }
@@ -842,7 +853,7 @@ impl State {
             return Some(Err(Status::OutOfBounds));
         }
         let mqcw = mr.iova + offset;
-        let locked = self.mq_locked(b, &mr);
+        let locked = self.mq_locked(b, mqcw);
         let arrival = match self.mq_arrive_at(b, mqcw, mr.iova + mr.len, msg, locked)? {
             Ok(a) => a,
             Err(e) => return Some(Err(e)),

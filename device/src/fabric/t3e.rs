@@ -172,13 +172,15 @@ impl State {
         for (i, w) in c.words.iter().enumerate() {
             msg[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
-        let locked = self
-            .mr_holding(b, mqcw, 16)
-            .is_some_and(|mr| self.mq_locked(b, &mr));
+        let locked = self.mq_locked(b, mqcw);
         let Some(arrival) = self.mq_arrive_at(b, mqcw, end, &msg, locked) else {
-            return match self.mq_wait(a, true) {
+            return match self.mq_wait(a, c.id(), true) {
                 None => Ok(Outcome::Held),
-                Some(_) => Err(Error::QueueLocked),
+                Some(_) => {
+                    self.nodes[a].counters.mq_sends += 1;
+                    self.nodes[a].counters.t3e_sends += 1;
+                    Err(Error::QueueLocked)
+                }
             };
         };
         self.nodes[a].counters.mq_sends += 1;

@@ -60,6 +60,11 @@ pub struct Command {
 }
 
 impl Command {
+    /// Which command this is while it waits in the fabric: its epoch and its register.
+    pub fn id(&self) -> u64 {
+        self.epoch << 16 | self.e as u64
+    }
+
     /// How many E registers the command's block spans.
     pub fn block(&self) -> u16 {
         block_len(self.op)

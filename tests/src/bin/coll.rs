@@ -469,14 +469,20 @@ fn vectors(ni: &Ni) {
     let mut g = [0u8; 4];
     recv.read_at(0, &mut g);
     assert_eq!(f32::from_le_bytes(g), (p - 1) as f32 + 0.5);
-    // Bitwise ops on floats are refused.
-    assert!(matches!(
-        ni.allreduce::<f64>(ReduceOp::Xor, &send, 0, &recv, 0, 1),
-        Err(Error::Failed {
-            status: Status::BadDescriptor,
-            ..
-        })
-    ));
+    // Bitwise ops on floats are refused, in a window slot and past the slots (where the
+    // window would otherwise take the exported-scratch path).
+    for count in [1, 1000] {
+        assert!(
+            matches!(
+                ni.allreduce::<f64>(ReduceOp::Xor, &send, 0, &recv, 0, count),
+                Err(Error::Failed {
+                    status: Status::BadDescriptor,
+                    ..
+                })
+            ),
+            "XOR of {count} f64"
+        );
+    }
     ni.barrier().unwrap();
 }
 
