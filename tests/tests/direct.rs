@@ -659,3 +659,60 @@ fn an_e_register_send_stays_in_flight_while_the_queue_lock_is_held() {
     assert_eq!(d.counter(0, "mq_lock_timeouts"), 1);
     assert_eq!(d.counter(1, "mq_stored"), 1);
 }
+
+/// Large allreduce through exported scratch (fastpath.md, "Large allreduce in the window")
+/// when a member comes back as a new client between operations: the survivor is one
+/// operation further in its scratch halves than the newcomer, and the result must still be
+/// every member's data, reduced in rank order.
+#[test]
+fn a_large_allreduce_after_a_member_came_back_as_a_new_client() {
+    use ni::ReduceOp;
+    if window_off() {
+        return;
+    }
+    const N: usize = 1000;
+    let d = Daemon::start(2);
+    let value = |rank: usize, round: usize, i: usize| (rank * 1_000_000 + round * 1000 + i) as i64;
+    let run = |ni: &Ni, round: usize| {
+        let me = ni.rank() as usize;
+        let send = ni.alloc(N * 8).unwrap();
+        let recv = ni.alloc(N * 8).unwrap();
+        let mine: Vec<u8> = (0..N)
+            .flat_map(|i| value(me, round, i).to_le_bytes())
+            .collect();
+        send.write_at(0, &mine);
+        ni.allreduce::<i64>(ReduceOp::Sum, &send, 0, &recv, 0, N)
+            .unwrap();
+        let mut got = vec![0u8; N * 8];
+        recv.read_at(0, &mut got);
+        for i in 0..N {
+            let g = i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+            assert_eq!(
+                g,
+                value(0, round, i) + value(1, round, i),
+                "round {round} element {i}"
+            );
+        }
+    };
+    let a = Ni::attach_path(&d.sock(0)).unwrap();
+    {
+        let b = Ni::attach_path(&d.sock(1)).unwrap();
+        for ni in [&a, &b] {
+            ni.wait_for_partition(Duration::from_secs(10)).unwrap();
+        }
+        // One operation: the survivor's next uses its other half.
+        std::thread::scope(|s| {
+            s.spawn(|| run(&b, 0));
+            run(&a, 0);
+        });
+    }
+    let b = Ni::attach_path(&d.sock(1)).unwrap();
+    b.wait_for_partition(Duration::from_secs(10)).unwrap();
+    for round in 1..4 {
+        std::thread::scope(|s| {
+            s.spawn(|| run(&b, round));
+            run(&a, round);
+        });
+    }
+    assert_eq!(d.counter(0, "window_large_allreduces"), 4);
+}
