@@ -55,15 +55,8 @@ impl Ni {
     pub(crate) fn allreduce_shared(&self, r: Request, esize: usize) -> Result<Option<Done>> {
         let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let per = (HALF_MAX / esize).max(1);
-        let count = r.len as usize;
         let mut last = None;
-        for at in (0..count).step_by(per) {
-            let n = per.min(count - at);
-            let off = (at * esize) as u64;
-            let mut piece = r;
-            piece.addr += off;
-            piece.tag += off;
-            piece.len = n as u64;
+        for (at, piece) in crate::pieces(r, esize, per) {
             match self.shared_piece(&mut s, piece, esize)? {
                 Some(d) => last = Some(d),
                 None if at == 0 => return Ok(None),

@@ -1026,13 +1026,7 @@ impl Ni {
             return self.request(r);
         }
         let mut last = None;
-        for at in (0..count).step_by(per) {
-            let n = per.min(count - at);
-            let off = (at * esize) as u64;
-            let mut piece = r;
-            piece.addr += off;
-            piece.tag += off;
-            piece.len = n as u64;
+        for (_, piece) in pieces(r, esize, per) {
             let d = self.request(piece)?;
             last = Some(Done {
                 len: r.len,
@@ -1134,9 +1128,14 @@ impl Ni {
             let mut i = self.lock();
             i.direct() && i.direct_spinning(self.backoff, idle)
         };
+        self.give_way(spin, idle);
+    }
+
+    /// One pause of a waiter idle for `idle`: poll on (`spin`), or yield, or sleep.
+    fn give_way(&self, spin: bool, idle: Duration) {
         if spin {
             std::hint::spin_loop();
-        } else if self.backoff == Backoff::Yield {
+        } else if idle >= SPIN && self.backoff == Backoff::Yield {
             self.contention
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -1318,16 +1317,7 @@ impl Ni {
             } else {
                 let direct_spin = i.direct() && i.direct_spinning(self.backoff, idle);
                 drop(i);
-                if direct_spin {
-                    std::hint::spin_loop();
-                } else if idle >= SPIN && self.backoff == Backoff::Yield {
-                    self.contention
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .yield_now();
-                } else {
-                    pause(idle, self.backoff);
-                }
+                self.give_way(direct_spin, idle);
                 return Ok(None);
             }
         }
@@ -1691,6 +1681,20 @@ impl Ni {
             .store(mqcw::make(false, 1, limit, threshold), Ordering::SeqCst);
         Ok(q)
     }
+}
+
+/// An element-wise collective request cut into consecutive pieces of at most `per`
+/// elements, each with its first element's index.
+fn pieces(r: Request, esize: usize, per: usize) -> impl Iterator<Item = (usize, Request)> {
+    let count = r.len as usize;
+    (0..count).step_by(per.max(1)).map(move |at| {
+        let off = (at * esize) as u64;
+        let mut piece = r;
+        piece.addr += off;
+        piece.tag += off;
+        piece.len = per.min(count - at) as u64;
+        (at, piece)
+    })
 }
 
 /// Element types of vector collectives.
