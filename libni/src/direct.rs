@@ -384,26 +384,25 @@ impl Inner {
                 break None;
             }
             let w0 = mqcw.load(Ordering::Acquire);
-            let (tail, limit, threshold) = (mqcw::tail(w0), mqcw::limit(w0), mqcw::threshold(w0));
-            if tail >= limit {
-                break Some(Err(()));
-            }
+            let (tail, next, hit) = match mqcw::step(w0) {
+                mqcw::Step::Full => break Some(Err(())),
+                // The fabric fails it with its status.
+                mqcw::Step::TailZero => break None,
+                mqcw::Step::Store { tail, next, hit } => (tail, next, hit),
+            };
             let slot = offset + tail * MQ_MESSAGE;
-            if tail == 0 || slot + MQ_MESSAGE > region_len {
+            if slot + MQ_MESSAGE > region_len {
                 break None;
             }
             // SAFETY: `[slot, slot + 64)` lies in the peer's region (checked just above).
             unsafe {
                 std::ptr::copy_nonoverlapping(msg.as_ptr(), base.add(slot as usize), msg.len())
             };
-            let new_tail = tail + 1;
-            let hit = new_tail == threshold;
-            let next = mqcw::make(mqcw::sig(w0) || hit, new_tail, limit, threshold);
             if mqcw
                 .compare_exchange(w0, next, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                break Some(Ok((new_tail, hit)));
+                break Some(Ok((tail + 1, hit)));
             }
             // The receiver swapped in a new MQCW meanwhile (its software reset): again.
         };

@@ -470,6 +470,37 @@ pub mod mqcw {
     pub const fn threshold(w: u64) -> u64 {
         w & FIELD
     }
+
+    /// What the arrival algorithm (HMM-148-0 pp. 9-15) does with MQCW `w`, for every writer
+    /// of a queue (the device, and members storing into peers' exported queues).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Step {
+        /// Store the message in slot `tail` (MQCW + 64·tail), then compare-and-swap the
+        /// MQCW from `w` to `next` (Tail + 1; Sig set when Tail reaches Threshold: `hit`).
+        Store { tail: u64, next: u64, hit: bool },
+        /// Tail ≥ Limit: rejected, nothing stored, the MQCW unchanged (Tail > Limit is not
+        /// specified: taken as full).
+        Full,
+        /// Tail 0 would store the message over the MQCW itself (a software error the seed
+        /// warns of): refused rather than corrupting the control word.
+        TailZero,
+    }
+
+    pub const fn step(w: u64) -> Step {
+        let (tail, limit, threshold) = (tail(w), limit(w), threshold(w));
+        if tail >= limit {
+            return Step::Full;
+        }
+        if tail == 0 {
+            return Step::TailZero;
+        }
+        let hit = tail + 1 == threshold;
+        Step::Store {
+            tail,
+            next: make(sig(w) || hit, tail + 1, limit, threshold),
+            hit,
+        }
+    }
 }
 
 /// Trapped fast-path registers: a page of BAR0 after the config window (BAR0 + `PAGE`).

@@ -101,30 +101,22 @@ pub fn arrive(
         .map_err(|_| Status::NotRegistered)?;
     for _ in 0..MQCW_TRIES {
         let w = word.load(Ordering::Acquire);
-        let (tail, limit, threshold) = (mqcw::tail(w), mqcw::limit(w), mqcw::threshold(w));
-        // Tail > Limit is not specified: treat it as full.
-        if tail >= limit {
-            return Ok(Arrival::Rejected);
-        }
-        // Tail 0 would store the message over the MQCW itself (a software error the seed
-        // warns of); refuse it rather than corrupt the control word.
-        if tail == 0 {
-            return Err(Status::BadDescriptor);
-        }
+        let (tail, next, hit) = match mqcw::step(w) {
+            mqcw::Step::Full => return Ok(Arrival::Rejected),
+            mqcw::Step::TailZero => return Err(Status::BadDescriptor),
+            mqcw::Step::Store { tail, next, hit } => (tail, next, hit),
+        };
         let slot = mqcw_iova + tail * MQ_MESSAGE;
         if slot + MQ_MESSAGE > region_end {
             return Err(Status::OutOfBounds);
         }
         dma.write(slot, msg).map_err(|_| Status::NotRegistered)?;
-        let new_tail = tail + 1;
-        let hit = new_tail == threshold;
-        let next = mqcw::make(mqcw::sig(w) || hit, new_tail, limit, threshold);
         if word
             .compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
             return Ok(Arrival::Stored {
-                tail: new_tail,
+                tail: tail + 1,
                 threshold: hit,
             });
         }
