@@ -31,6 +31,8 @@ const HALF_MAX: usize = 8 << 20;
 /// and still holds mapped ([`digest`]; 0: agree again).
 const MAGIC: u64 = 0x4e49_4152_5344_0001; // "NIARSD" v1
 const RECORD: usize = 5;
+/// Where in the control region the first round gathers every member's record.
+const RECORDS: usize = 64;
 
 /// One member's scratch and what it knows of the others'.
 #[derive(Default)]
@@ -45,8 +47,6 @@ pub(crate) struct Scratch {
     /// Every member's key in the last piece whose mappings all members agreed on.
     agreed: Vec<u32>,
 }
-
-const RECORDS: usize = 64;
 
 impl Ni {
     /// A blocking allreduce of `r.len` elements of `esize` bytes through the members'

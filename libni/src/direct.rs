@@ -371,7 +371,7 @@ impl Inner {
             )
         };
         let me = self.win.as_ref().unwrap().lock_holder();
-        if !take_lock(lock, me) {
+        if w::mq_lock::take(lock, me).is_err() {
             // Held by a writer that stays (preempted, or gone): the device waits for it, or
             // frees a gone holder's lock, without holding up this process.
             return Ok(None);
@@ -379,7 +379,7 @@ impl Inner {
         let mut tries = 0;
         let result = loop {
             tries += 1;
-            if tries > MQCW_TRIES {
+            if tries > mqcw::TRIES {
                 // The MQCW keeps changing under us: the fabric waits for it, not this process.
                 break None;
             }
@@ -978,22 +978,3 @@ impl Inner {
         }
     }
 }
-
-/// Take a queue's arrival lock for `me`, spinning a little: a holder keeps it for one
-/// 64-byte store and two atomics unless it was preempted.
-fn take_lock(lock: &AtomicU64, me: u64) -> bool {
-    for _ in 0..LOCK_SPINS {
-        if lock
-            .compare_exchange(w::mq_lock::FREE, me, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return true;
-        }
-        std::hint::spin_loop();
-    }
-    false
-}
-
-const LOCK_SPINS: u32 = 256;
-/// Compare-and-swaps of a peer's MQCW before the SEND goes to the fabric instead.
-const MQCW_TRIES: u32 = 64;

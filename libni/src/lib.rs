@@ -2316,8 +2316,9 @@ fn spin_env() -> Option<Duration> {
 
 impl Inner {
     /// Whether a waiter on the direct path idle this long polls on rather than back off
-    /// (`NI_SPIN_NS`: for that long). Default: [`SPIN_ALONE`] where waiters yield and no peer shares the cpu, else 0 (a
-    /// spinning waiter would starve the peer sharing its core); 50 µs where they sleep
+    /// (`NI_SPIN_NS`: for that long). Default: [`SPIN_ALONE`] where waiters yield and no
+    /// peer shares the cpu, else 0 (a spinning waiter would starve the peer sharing its
+    /// core); 50 µs where they sleep
     /// (guests: a peer's answer through the window needs no device thread, and 1 µs sleeps
     /// cost a guest timer round trip each — 40 µs against 4.7 µs for an 8 B half round trip
     /// between two TCG guests).

@@ -336,8 +336,7 @@ impl Window {
     pub fn count_mq(&self, dest: u32, stored: bool) {
         self.count(w::stats::MQ_SENDS);
         let field = if stored { w::MQ_STORED } else { w::MQ_REJECTED };
-        let c = self.u64(w::mq_stats(self.rank, dest) + field);
-        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.bump(w::mq_stats(self.rank, dest) + field, 1);
     }
 
     /// What this client stores in a queue's arrival lock while it holds it.
@@ -362,7 +361,13 @@ impl Window {
     }
 
     pub fn add(&self, which: u64, n: u64) {
-        let s = self.u64(w::stats_line(self.rank) + which);
+        self.bump(w::stats_line(self.rank) + which, n);
+    }
+
+    /// Add `n` to the counter at window offset `at` in this rank's zone (only this rank
+    /// writes it, so a load and a store will do).
+    fn bump(&self, at: u64, n: u64) {
+        let s = self.u64(at);
         s.store(s.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 

@@ -486,6 +486,11 @@ pub mod mqcw {
         TailZero,
     }
 
+    /// Compare-and-swaps of the MQCW a writer tries before it leaves the SEND for later:
+    /// a receiver's reset races one or two, a client rewriting its MQCW in a loop races
+    /// them all.
+    pub const TRIES: u32 = 64;
+
     pub const fn step(w: u64) -> Step {
         let (tail, limit, threshold) = (tail(w), limit(w), threshold(w));
         if tail >= limit {

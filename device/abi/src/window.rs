@@ -225,6 +225,25 @@ pub mod mq_lock {
     pub const fn member(rank: u32, incarnation: u32) -> u64 {
         ((incarnation as u64) << 8) | (rank as u64 + 1)
     }
+    /// How many times a writer tries a held lock before it leaves the SEND for later (the
+    /// device) or to the fabric (a member): a holder keeps it for one 64-byte store and two
+    /// atomics, unless it was preempted.
+    pub const SPINS: u32 = 256;
+
+    /// Take the lock for `me`, trying [`SPINS`] times; `Err` names who holds it.
+    pub fn take(lock: &std::sync::atomic::AtomicU64, me: u64) -> Result<(), u64> {
+        use std::sync::atomic::Ordering;
+        let mut holder = FREE;
+        for _ in 0..SPINS {
+            match lock.compare_exchange(FREE, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(h) => holder = h,
+            }
+            std::hint::spin_loop();
+        }
+        Err(holder)
+    }
+
     /// The (rank, incarnation) a held lock names, if a member's.
     pub const fn holder(v: u64) -> Option<(u32, u32)> {
         let r = v & 0xFF;

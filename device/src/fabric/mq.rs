@@ -26,31 +26,6 @@ pub enum Arrival {
     Locked { holder: u64 },
 }
 
-/// How many times the device looks at a held arrival lock before it leaves the SEND for
-/// later: a member holds it for one 64-byte store and two atomics, unless it was preempted.
-const LOCK_SPINS: u32 = 256;
-
-/// Take the arrival lock at `lock_iova` for the device, or say who holds it.
-fn take_lock(dma: &DmaSpace, lock_iova: u64) -> Result<(), Arrival> {
-    let lock = dma.atomic_u64(lock_iova).map_err(|_| Arrival::Locked {
-        holder: mq_lock::DEVICE,
-    })?;
-    let mut holder = mq_lock::FREE;
-    for _ in 0..LOCK_SPINS {
-        match lock.compare_exchange(
-            mq_lock::FREE,
-            mq_lock::DEVICE,
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        ) {
-            Ok(_) => return Ok(()),
-            Err(h) => holder = h,
-        }
-        std::hint::spin_loop();
-    }
-    Err(Arrival::Locked { holder })
-}
-
 /// Free a lock whose holder is gone (its client is down or came back as a new incarnation,
 /// so nothing of it still writes): whether it was still `holder`'s.
 pub fn break_lock(dma: &DmaSpace, lock_iova: u64, holder: u64) -> bool {
@@ -75,13 +50,16 @@ pub fn arrive_locked(
     if !locked || !mqcw_iova.is_multiple_of(MQ_MESSAGE) || lock_iova + 8 > region_end {
         return arrive(dma, mqcw_iova, region_end, msg);
     }
-    if let Err(held) = take_lock(dma, lock_iova) {
-        return Ok(held);
+    let Ok(lock) = dma.atomic_u64(lock_iova) else {
+        return Ok(Arrival::Locked {
+            holder: mq_lock::DEVICE,
+        });
+    };
+    if let Err(holder) = mq_lock::take(lock, mq_lock::DEVICE) {
+        return Ok(Arrival::Locked { holder });
     }
     let r = arrive(dma, mqcw_iova, region_end, msg);
-    if let Ok(lock) = dma.atomic_u64(lock_iova) {
-        lock.store(mq_lock::FREE, Ordering::Release);
-    }
+    lock.store(mq_lock::FREE, Ordering::Release);
     r
 }
 
@@ -99,7 +77,7 @@ pub fn arrive(
     let word = dma
         .atomic_u64(mqcw_iova)
         .map_err(|_| Status::NotRegistered)?;
-    for _ in 0..MQCW_TRIES {
+    for _ in 0..mqcw::TRIES {
         let w = word.load(Ordering::Acquire);
         let (tail, next, hit) = match mqcw::step(w) {
             mqcw::Step::Full => return Ok(Arrival::Rejected),
@@ -127,10 +105,6 @@ pub fn arrive(
         holder: mq_lock::FREE,
     })
 }
-
-/// Compare-and-swaps of the MQCW an arrival tries before it leaves the SEND for later: a
-/// receiver's reset races one or two, a client rewriting its MQCW in a loop races them all.
-const MQCW_TRIES: u32 = 64;
 
 #[cfg(test)]
 mod tests {

@@ -788,7 +788,7 @@ impl State {
     /// Whether arrivals at MQCW `mqcw` of NI `b` take the queue's arrival lock: `b`'s
     /// partition has a window and some exported region of `b` holds the MQCW and the lock
     /// (whatever key the SEND named), so members may store into it themselves.
-    pub(super) fn mq_locked(&self, b: usize, mqcw: u64) -> bool {
+    fn mq_locked(&self, b: usize, mqcw: u64) -> bool {
         let Some(end) = mqcw.checked_add(mq_lock::OFFSET + 8) else {
             return false;
         };
@@ -799,21 +799,25 @@ impl State {
                 .any(|m| m.access & access::EXPORT != 0 && mqcw >= m.iova && end <= m.iova + m.len)
     }
 
-    /// The arrival algorithm at `mqcw` of NI `b` under its arrival lock when `locked`:
-    /// `None` while another writer holds it. A holder whose client is gone (down, or back as
-    /// a new incarnation) stores nothing more: its lock is broken and counted.
+    /// The arrival algorithm at `mqcw` of NI `b` (the region holding the queue ends at
+    /// `end`), under the queue's arrival lock if it has one ([`mq_locked`](Self::mq_locked)):
+    /// the new Tail, or `None` for a rejection (Tail = Limit), counted at `b`, a threshold hit
+    /// latching `msg_addr` in its MSG_ADDR; `None` (outer) while another writer holds the
+    /// lock. A holder whose client is gone (down, or back as a new incarnation) stores
+    /// nothing more: its lock is broken and counted.
     pub(super) fn mq_arrive_at(
         &mut self,
         b: usize,
         mqcw: u64,
         end: u64,
         msg: &[u8; 64],
-        locked: bool,
-    ) -> Option<Result<Arrival, Status>> {
+        msg_addr: u64,
+    ) -> Option<Result<Option<u64>, Status>> {
+        let locked = self.mq_locked(b, mqcw);
         let dma = self.nodes[b].dma.clone();
         let dma = read_dma(&dma);
         let mut broke = false;
-        loop {
+        let arrival = loop {
             match mq::arrive_locked(&dma, mqcw, end, msg, locked) {
                 Ok(Arrival::Locked { holder }) => {
                     // The device holds a lock only inside one arrival, under the fabric's
@@ -829,9 +833,27 @@ impl State {
                     broke = true;
                     self.nodes[b].counters.mq_lock_breaks += 1;
                 }
-                r => return Some(r),
+                Ok(a) => break a,
+                Err(e) => return Some(Err(e)),
             }
-        }
+        };
+        drop(dma);
+        let c = &mut self.nodes[b].counters;
+        Some(Ok(match arrival {
+            Arrival::Stored { tail, threshold } => {
+                c.mq_stored += 1;
+                if threshold {
+                    c.mq_threshold += 1;
+                    self.mq_interrupt(b, msg_addr);
+                }
+                Some(tail)
+            }
+            Arrival::Rejected => {
+                c.mq_rejected += 1;
+                None
+            }
+            Arrival::Locked { .. } => unreachable!("a held lock returned above"),
+        }))
     }
 
     /// A T3E SEND's 64 bytes into the queue at `offset` of NI `b`'s region `key`: the new
@@ -852,27 +874,10 @@ impl State {
         if offset.checked_add(8).is_none_or(|e| e > mr.len) {
             return Some(Err(Status::OutOfBounds));
         }
+        // MSG_ADDR latches the MQCW's address as the sender named it: the IOVA.
         let mqcw = mr.iova + offset;
-        let locked = self.mq_locked(b, mqcw);
-        let arrival = match self.mq_arrive_at(b, mqcw, mr.iova + mr.len, msg, locked)? {
-            Ok(a) => a,
-            Err(e) => return Some(Err(e)),
-        };
-        Some(match arrival {
-            Arrival::Rejected => {
-                self.nodes[b].counters.mq_rejected += 1;
-                Err(Status::QueueFull)
-            }
-            Arrival::Stored { tail, threshold } => {
-                self.nodes[b].counters.mq_stored += 1;
-                if threshold {
-                    self.nodes[b].counters.mq_threshold += 1;
-                    self.mq_interrupt(b, mqcw);
-                }
-                Ok(tail)
-            }
-            Arrival::Locked { .. } => unreachable!("mq_arrive_at returns None for a held lock"),
-        })
+        let arrival = self.mq_arrive_at(b, mqcw, mr.iova + mr.len, msg, mqcw)?;
+        Some(arrival.and_then(|stored| stored.ok_or(Status::QueueFull)))
     }
 
     /// `MQ_SIGNAL`: NI `a`'s client stored a SEND into a peer's queue itself and Tail reached

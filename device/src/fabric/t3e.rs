@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 use ni_abi::fastpath::{Status, MQ_MESSAGE};
 use ni_abi::t3e::{gva, op, seg, Error};
 
-use super::mq::Arrival;
 use super::State;
 use crate::ni::read_dma;
 use crate::server::lock;
@@ -172,39 +171,26 @@ impl State {
         for (i, w) in c.words.iter().enumerate() {
             msg[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
-        let locked = self.mq_locked(b, mqcw);
-        let Some(arrival) = self.mq_arrive_at(b, mqcw, end, &msg, locked) else {
-            return match self.mq_wait(a, c.id(), true) {
-                None => Ok(Outcome::Held),
-                Some(_) => {
-                    self.nodes[a].counters.mq_sends += 1;
-                    self.nodes[a].counters.t3e_sends += 1;
-                    Err(Error::QueueLocked)
-                }
-            };
+        // MSG_ADDR latches the MQCW's address as the sender named it: the GVA.
+        let arrival = match self.mq_arrive_at(b, mqcw, end, &msg, g) {
+            Some(arrival) => arrival,
+            None => match self.mq_wait(a, c.id(), true) {
+                None => return Ok(Outcome::Held),
+                Some(timeout) => Err(timeout),
+            },
         };
         self.nodes[a].counters.mq_sends += 1;
         self.nodes[a].counters.t3e_sends += 1;
-        let arrival = arrival.map_err(|s| match s {
+        let stored = arrival.map_err(|s| match s {
             Status::BadDescriptor => Error::BadMqcw,
+            Status::Timeout => Error::QueueLocked,
             _ => Error::OutOfBounds,
         })?;
         self.wire(a, b, MQ_MESSAGE, hops);
-        Ok(match arrival {
-            Arrival::Rejected => {
-                self.nodes[b].counters.mq_rejected += 1;
-                Outcome::Rejected
-            }
-            Arrival::Stored { threshold, .. } => {
-                self.nodes[b].counters.mq_stored += 1;
-                if threshold {
-                    self.nodes[b].counters.mq_threshold += 1;
-                    // MSG_ADDR holds the MQCW's address as the sender named it: the GVA.
-                    self.mq_interrupt(b, g);
-                }
-                Outcome::Done
-            }
-            Arrival::Locked { .. } => unreachable!("mq_arrive_at returns None for a held lock"),
+        Ok(if stored.is_some() {
+            Outcome::Done
+        } else {
+            Outcome::Rejected
         })
     }
 

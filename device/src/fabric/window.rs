@@ -507,24 +507,17 @@ impl Window {
             mq_sends: r(w::stats::MQ_SENDS),
             large_allreduces: r(w::stats::LARGE_ALLREDUCES),
             large_allreduce_bytes: r(w::stats::LARGE_ALLREDUCE_BYTES),
-            mq_stored_here: self.mq_into(rank, w::MQ_STORED),
-            mq_rejected_here: self.mq_into(rank, w::MQ_REJECTED),
-            mq_rejected_mine: (0..self.members.len() as u32)
-                .map(|d| {
-                    self.u64(w::mq_stats(rank, d) + w::MQ_REJECTED)
-                        .load(Ordering::Relaxed)
-                })
-                .fold(0u64, u64::wrapping_add),
+            mq_stored_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_STORED),
+            mq_rejected_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_REJECTED),
+            mq_rejected_mine: self.mq_sum(|d| w::mq_stats(rank, d) + w::MQ_REJECTED),
         }
     }
 
-    /// The sum over the members of one of their counts of SENDs into `rank`'s queues.
-    fn mq_into(&self, rank: u32, field: u64) -> u64 {
+    /// The sum over the members `m` of the SEND count at `at(m)` (`w::mq_stats`: what each
+    /// stored into one rank's queues, or what one rank stored into each's).
+    fn mq_sum(&self, at: impl Fn(u32) -> u64) -> u64 {
         (0..self.members.len() as u32)
-            .map(|s| {
-                self.u64(w::mq_stats(s, rank) + field)
-                    .load(Ordering::Relaxed)
-            })
+            .map(|m| self.u64(at(m)).load(Ordering::Relaxed))
             .fold(0u64, u64::wrapping_add)
     }
 
