@@ -415,7 +415,7 @@ fn window_ring_headers() {
             assert!(h.len as u64 <= EAGER_MAX);
             assert!(h.full <= fastpath::MAX_TRANSFER);
             assert!(h.slots() <= ni_abi::window::slots_for(EAGER_MAX));
-            assert!(h.slots() < ni_abi::window::RING_SLOTS / 4);
+            assert!(h.slots() < ni_abi::window::ring_slots(ni_abi::window::MAX_RANKS));
         }
     });
 }

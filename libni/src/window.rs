@@ -23,6 +23,8 @@ pub(crate) struct Window {
     mem: Mem,
     pub rank: u32,
     pub size: u32,
+    /// Slots of every ring of this partition (`w::ring_slots`).
+    ring_slots: u32,
     /// `GEN` when this rank last looked at the members' states, and those states.
     gen: u32,
     pub states: Vec<u32>,
@@ -66,6 +68,7 @@ impl Window {
             mem,
             rank,
             size,
+            ring_slots: w::ring_slots(size.max(1)),
             gen: 0,
             states: vec![0; size as usize],
             out_tail: vec![0; size as usize],
@@ -127,7 +130,7 @@ impl Window {
 
     /// Whether this rank's NI reaches `dst`'s (ports up, a route through the torus).
     pub fn reaches(&self, dst: u32) -> bool {
-        self.u32(w::reach_word(self.rank)).load(Ordering::Acquire) & (1 << dst) != 0
+        self.u64(w::reach_word(self.rank)).load(Ordering::Acquire) & (1 << dst) != 0
     }
 
     /// Member `r`'s `REGIONS` word: moves when what it exports changes.
@@ -202,7 +205,7 @@ impl Window {
     }
 
     fn slot_ptr(&self, src: u32, dst: u32, index: u32) -> u64 {
-        w::ring_data(src, dst) + (index % w::RING_SLOTS) as u64 * w::SLOT
+        w::ring_data(src, dst, self.size) + (index % self.ring_slots) as u64 * w::SLOT
     }
 
     fn seq(&self, src: u32, dst: u32, index: u32) -> &AtomicU32 {
@@ -217,7 +220,7 @@ impl Window {
         let fits = |head: u32| {
             let used = tail.wrapping_sub(head);
             // A receiver's HEAD past our tail is a lie: the ring counts as full.
-            used <= w::RING_SLOTS && w::RING_SLOTS - used >= need
+            used <= self.ring_slots && self.ring_slots - used >= need
         };
         if !fits(self.out_head[d]) {
             let head = self.head(self.rank, dst).load(Ordering::Acquire);

@@ -1892,11 +1892,11 @@ fn a_member_scribbling_on_everything_it_can_map_cannot_touch_its_peers_traffic()
         (w::DEVICE_REGION, 0),
         (w::DEVICE_REGION, w::state_word(0)),
         (w::zone_region(0), w::ring_head(1, 0) - w::zone(0)),
-        (w::zone_region(0), w::ring_data(0, 1) - w::zone(0)),
+        (w::zone_region(0), w::ring_data(0, 1, 3) - w::zone(0)),
         (w::zone_region(1), w::ring_head(0, 1) - w::zone(1)),
-        (w::zone_region(1), w::ring_data(1, 0) - w::zone(1)),
+        (w::zone_region(1), w::ring_data(1, 0, 3) - w::zone(1)),
         (w::zone_region(1), w::sleeping(1) - w::zone(1)),
-        (pci::BAR4_REGION, w::WINDOW_OFFSET + w::ring_data(1, 0)),
+        (pci::BAR4_REGION, w::WINDOW_OFFSET + w::ring_data(1, 0, 3)),
         (pci::BAR4_REGION, w::WINDOW_OFFSET + w::ring_head(0, 1)),
         (pci::BAR4_REGION, w::WINDOW_OFFSET + w::state_word(1)),
         (pci::BAR4_REGION, w::WINDOW_OFFSET + w::hdr::GEN),
@@ -1926,7 +1926,7 @@ fn a_member_scribbling_on_everything_it_can_map_cannot_touch_its_peers_traffic()
                 let off = i as u64 * 8;
                 let mut v = junk(&mut rng);
                 if off >= w::zone::RINGS && (off - w::zone::RINGS).is_multiple_of(w::SLOT) {
-                    let index = ((off - w::zone::RINGS) % w::RING_BYTES / w::SLOT) as u32;
+                    let index = ((off - w::zone::RINGS) % w::ring_bytes(3) / w::SLOT) as u32;
                     v = (v & !0xFFFF_FFFF) | w::seq_for(index) as u64;
                 }
                 // SAFETY: inside the attacker's own zone mapping, 8-aligned.

@@ -36,9 +36,10 @@ pub enum Kind {
 /// Where the window starts in BAR4 (after the MSI-X table and PBA), for [`Kind::Shared`];
 /// trapped accesses there (and to BAR3, the member's zone) reach the window of either kind.
 pub const WINDOW_OFFSET: u64 = 16 << 20;
-pub const WINDOW_SIZE: u64 = 16 << 20;
-/// Partitions of more NIs than this use the fabric path only.
-pub const MAX_RANKS: u32 = 16;
+pub const WINDOW_SIZE: u64 = 48 << 20;
+/// Partitions of more NIs than this use the fabric path only. Every zone has room for this
+/// many rings; a partition's rings share it ([`ring_bytes`]).
+pub const MAX_RANKS: u32 = 64;
 
 /// vfio-user region of an isolated window's device page (read-only to every client).
 pub const DEVICE_REGION: u32 = crate::pci::NUM_REGIONS;
@@ -61,7 +62,8 @@ pub mod hdr {
     pub const VERSION: u64 = 0x04;
     /// 3: ring slots carry their own sequence ([`super::SEQ`]); no `TAIL` words.
     /// 4: members store T3E SENDs into peers' exported queues under [`super::mq_lock`].
-    pub const VERSION_VALUE: u32 = 4;
+    /// 5: up to 64 members; `REACH` is a u64; ring size depends on the partition's size.
+    pub const VERSION_VALUE: u32 = 5;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -77,10 +79,10 @@ pub mod hdr {
 pub const LINE: u64 = 64;
 /// Device-written: [`state`] of the rank's NI.
 pub const STATE: u64 = 0x1000;
-/// Device-written, beside `STATE`: bit `j` set when this rank's NI reaches rank `j`'s —
+/// Device-written, beside `STATE` (u64): bit `j` set when this rank's NI reaches rank `j`'s —
 /// both ports up and a route through the torus (`ni-ctl port`, `ni-ctl map-out`). The
 /// direct path honours the links the administrator took down, as the fabric does.
-pub const REACH: u64 = STATE + 4;
+pub const REACH: u64 = STATE + 16;
 
 /// Device-written, beside `STATE`: moved whenever the rank's client registers or
 /// deregisters a region it exports (`access::EXPORT`), and when a new client comes up, so
@@ -121,7 +123,7 @@ pub const fn peer_region_of(index: u32) -> Option<(u32, u32)> {
 
 /// Rank zones follow the device page, `ZONE_SIZE` apart.
 pub const ZONES: u64 = DEVICE_PAGE + DEVICE_PAGE_SIZE;
-pub const ZONE_SIZE: u64 = zone::RINGS + MAX_RANKS as u64 * RING_BYTES;
+pub const ZONE_SIZE: u64 = zone::RINGS + RINGS_BYTES;
 
 /// Where rank `r`'s zone starts in the window.
 pub const fn zone(rank: u32) -> u64 {
@@ -152,8 +154,8 @@ pub mod zone {
     /// this rank has taken.
     pub const HEADS: u64 = 0x1400;
     /// Collective slots, `COLL_SLOT` per parity.
-    pub const COLL: u64 = 0x2000;
-    /// Ring (this rank → `d`) at `+ RING_BYTES·d`.
+    pub const COLL: u64 = 0x2400;
+    /// Ring (this rank → `d`) at `+ ring_bytes(size)·d`.
     pub const RINGS: u64 = 0x4000;
 }
 
@@ -301,13 +303,29 @@ pub fn coll_meta(kind: u8, dtype: u32, op: u32, root: u32, count: u64) -> u64 {
 pub fn ring_head(src: u32, dst: u32) -> u64 {
     zone(dst) + zone::HEADS + src as u64 * LINE
 }
-/// Ring data, `RING_BYTES` per (source, destination) pair, in the source's zone.
-pub const RING_BYTES: u64 = 32 << 10;
+/// Every zone's room for its outgoing rings, shared by the partition's members.
+pub const RINGS_BYTES: u64 = 512 << 10;
+/// A ring's bytes: 32 KiB up to 16 members, then halved as the partition doubles (8 KiB at
+/// 64), so that every zone holds one ring per member whatever the size. Always a power of
+/// two slots, so free-running indices wrap onto the same slot.
+pub const fn ring_bytes(size: u32) -> u64 {
+    let per = RINGS_BYTES / size.next_power_of_two() as u64;
+    if per < MAX_RING_BYTES {
+        per
+    } else {
+        MAX_RING_BYTES
+    }
+}
+pub const MAX_RING_BYTES: u64 = 32 << 10;
 pub const SLOT: u64 = 64;
-pub const RING_SLOTS: u32 = (RING_BYTES / SLOT) as u32;
+/// Slots of one ring in a partition of `size` members.
+pub const fn ring_slots(size: u32) -> u32 {
+    (ring_bytes(size) / SLOT) as u32
+}
 
-pub fn ring_data(src: u32, dst: u32) -> u64 {
-    zone(src) + zone::RINGS + dst as u64 * RING_BYTES
+/// Ring (src → dst) of a partition of `size` members, in the source's zone.
+pub const fn ring_data(src: u32, dst: u32, size: u32) -> u64 {
+    zone(src) + zone::RINGS + dst as u64 * ring_bytes(size)
 }
 
 /// Message kinds in a ring's header slot.
@@ -436,17 +454,22 @@ const _: () = {
     assert!(zone::MQ_STATS + MAX_RANKS as u64 * MQ_STATS_LEN <= zone::HEADS);
     assert!(stats::LARGE_ALLREDUCE_BYTES + 8 <= stats::LEN);
     assert!(stats::GET_BYTES + 8 <= stats::LEN);
-    assert!(REGIONS - STATE + 4 <= LINE);
+    assert!(REGIONS + 4 <= REACH && REACH.is_multiple_of(8) && REACH - STATE + 8 <= LINE);
     assert!(zone::HEADS + MAX_RANKS as u64 * LINE <= zone::COLL);
     assert!(zone::COLL + 2 * COLL_SLOT <= zone::RINGS);
     assert!(zone(MAX_RANKS) <= WINDOW_SIZE);
     assert!(WINDOW_OFFSET + WINDOW_SIZE <= crate::pci::BAR4_SIZE);
     assert!(ZONE_SIZE <= crate::pci::BAR3_SIZE);
-    assert!(MAX_RANKS <= 32, "REACH is a 32-bit mask");
+    assert!(MAX_RANKS <= 64, "REACH is a 64-bit mask");
+    assert!(MAX_RANKS < 0xFF, "mq_lock names rank + 1 in a byte");
+    assert!(MAX_RANKS <= 64, "peer_region names the rank in 6 bits");
+    assert!(ring_bytes(MAX_RANKS) * MAX_RANKS as u64 <= RINGS_BYTES);
+    assert!(ring_bytes(1) == MAX_RING_BYTES && ring_bytes(16) == MAX_RING_BYTES);
     assert!(EAGER_MAX <= u16::MAX as u64, "len is a u16");
     assert!(crate::fastpath::AM_MAX_PAYLOAD <= EAGER_MAX);
     assert!(stats::AMS_TAKEN + 8 <= stats::LEN);
-    assert!(1 + (EAGER_MAX - INLINE).div_ceil(CONT) < RING_SLOTS as u64 / 4);
+    // The smallest ring still holds a largest eager message with room to spare.
+    assert!(1 + (EAGER_MAX - INLINE).div_ceil(CONT) < ring_slots(MAX_RANKS) as u64);
 };
 
 #[cfg(test)]
@@ -536,7 +559,11 @@ mod tests {
             mine(coll_slot(1, r), COLL_SLOT);
             for p in 0..MAX_RANKS {
                 mine(ring_head(p, r), 4);
-                mine(ring_data(r, p), RING_BYTES);
+            }
+            for size in (r + 1..=MAX_RANKS).filter(|n| [1, 2, 16, 17, 33, 64].contains(n)) {
+                for p in 0..size {
+                    mine(ring_data(r, p, size), ring_bytes(size));
+                }
             }
             assert_eq!(owner(state_word(r)), None);
             assert_eq!(owner(reach_word(r)), None);
@@ -545,6 +572,17 @@ mod tests {
         assert_eq!(owner(zone(MAX_RANKS)), None);
         assert_eq!(zone(1) - zone(0), ZONE_SIZE);
         assert_eq!(zone_region(0), 10);
+    }
+
+    #[test]
+    fn rings_halve_as_partitions_double_beyond_sixteen() {
+        let sizes = [(2, 32 << 10), (16, 32 << 10), (17, 16 << 10), (32, 16 << 10)];
+        for (size, bytes) in sizes.into_iter().chain([(33, 8 << 10), (64, 8 << 10)]) {
+            assert_eq!(ring_bytes(size), bytes, "{size} members");
+            assert!(ring_slots(size).is_power_of_two());
+            // The last ring ends inside the zone.
+            assert!(ring_data(0, size - 1, size) + bytes <= zone(1));
+        }
     }
 
     #[test]

@@ -562,14 +562,14 @@ impl State {
         let wins: Vec<Arc<window::Window>> = self.windows.values().cloned().collect();
         for w in wins {
             for (ra, &a) in w.members.iter().enumerate() {
-                let mut mask = 0u32;
+                let mut mask = 0u64;
                 for (rb, &b) in w.members.iter().enumerate() {
                     let (a, b) = (a as usize, b as usize);
                     let ok = a == b
                         || (self.nodes[a].port.up()
                             && self.nodes[b].port.up()
                             && self.hops(a, b).is_ok());
-                    mask |= (ok as u32) << rb;
+                    mask |= (ok as u64) << rb;
                 }
                 w.set_reach(ra as u32, mask);
             }

@@ -437,7 +437,7 @@ impl Window {
         for peer in 0..p {
             for (s, d) in [(rank, peer), (peer, rank)] {
                 self.u32(w::ring_head(s, d)).store(0, Ordering::Relaxed);
-                self.zero(w::ring_data(s, d), w::RING_BYTES);
+                self.zero(w::ring_data(s, d, p), w::ring_bytes(p));
             }
             self.zero(w::coll_slot(0, peer), 2 * w::COLL_SLOT);
         }
@@ -476,8 +476,8 @@ impl Window {
     }
 
     /// Publish which members `rank` reaches; a change moves `GEN`.
-    pub fn set_reach(&self, rank: u32, mask: u32) {
-        let r = self.u32(w::reach_word(rank));
+    pub fn set_reach(&self, rank: u32, mask: u64) {
+        let r = self.u64(w::reach_word(rank));
         if r.swap(mask, Ordering::AcqRel) != mask {
             self.u32(hdr::GEN).fetch_add(1, Ordering::AcqRel);
         }
@@ -580,7 +580,7 @@ mod tests {
             let win = Window::new(kind, vec![3, 5], 1000).unwrap();
             assert_eq!(win.kind(), kind);
             assert_eq!(win.rank_of(5), Some(1));
-            let slot = w::ring_data(1, 0) + 5 * w::SLOT;
+            let slot = w::ring_data(1, 0, 2) + 5 * w::SLOT;
             win.u32(slot).store(w::seq_for(5), Ordering::Relaxed);
             win.u32(w::ring_head(0, 1)).store(5, Ordering::Relaxed);
             win.u64(w::coll_slot(1, 0)).store(9, Ordering::Relaxed);
@@ -605,25 +605,47 @@ mod tests {
         }
     }
 
+    /// Beyond 16 members the rings shrink (`ring_bytes`) and every one is still emptied,
+    /// up to the last slot of the last ring of the last zone.
+    #[test]
+    fn a_sixty_four_member_window_empties_the_rings_of_a_member_that_comes_up() {
+        let members: Vec<u32> = (0..w::MAX_RANKS).collect();
+        let win = Window::new(Kind::Isolated, members, 1000).unwrap();
+        let n = w::MAX_RANKS;
+        let last = |s, d| w::ring_data(s, d, n) + w::ring_bytes(n) - w::SLOT;
+        for (s, d) in [(n - 1, 1), (1, n - 1), (1, 0)] {
+            win.u32(last(s, d)).store(9, Ordering::Relaxed);
+        }
+        win.u32(last(n - 1, 2)).store(9, Ordering::Relaxed);
+        win.set_reach(1, u64::MAX);
+        assert_eq!(win.u64(w::reach_word(1)).load(Ordering::Relaxed), u64::MAX);
+        win.member_up(1);
+        for (s, d) in [(n - 1, 1), (1, n - 1), (1, 0)] {
+            assert_eq!(win.u32(last(s, d)).load(Ordering::Relaxed), 0, "{s} → {d}");
+        }
+        // A ring that does not touch rank 1 keeps what it holds.
+        assert_eq!(win.u32(last(n - 1, 2)).load(Ordering::Relaxed), 9);
+    }
+
     /// Trapped writes obey the same rule as the mappings: a member's own zone only.
     #[test]
     fn trapped_writes_reach_only_the_writers_own_zone() {
         let win = Window::new(Kind::Isolated, vec![0, 1, 2], 1000).unwrap();
         let one = 7u32.to_le_bytes();
-        assert!(win.write(Some(1), w::ring_data(1, 0), &one));
-        assert_eq!(win.u32(w::ring_data(1, 0)).load(Ordering::Relaxed), 7);
+        assert!(win.write(Some(1), w::ring_data(1, 0, 3), &one));
+        assert_eq!(win.u32(w::ring_data(1, 0, 3)).load(Ordering::Relaxed), 7);
         assert!(win.write(Some(0), w::ring_head(1, 0), &one));
         // Someone else's cursor, ring or slot; the device page; a zone nobody has; a write
         // straddling the end of its own zone; a non-member.
-        assert!(!win.write(Some(0), w::ring_data(1, 0), &[0; 4]));
-        assert!(!win.write(Some(2), w::ring_data(1, 0), &[0; 64]));
+        assert!(!win.write(Some(0), w::ring_data(1, 0, 3), &[0; 4]));
+        assert!(!win.write(Some(2), w::ring_data(1, 0, 3), &[0; 64]));
         assert!(!win.write(Some(2), w::coll_slot(0, 0), &[0; 8]));
         assert!(!win.write(Some(0), hdr::GEN, &[0; 4]));
         assert!(!win.write(Some(0), w::state_word(0), &[0; 4]));
         assert!(!win.write(Some(5), w::sleeping(5), &[0; 4]));
         assert!(!win.write(Some(0), w::zone(1) - 2, &[0; 4]));
         assert!(!win.write(None, w::sleeping(0), &[0; 4]));
-        assert_eq!(win.u32(w::ring_data(1, 0)).load(Ordering::Relaxed), 7);
+        assert_eq!(win.u32(w::ring_data(1, 0, 3)).load(Ordering::Relaxed), 7);
         assert!(!win.write(Some(1), w::ring_head(1, 0), &[0; 4]));
         assert_eq!(
             win.u32(hdr::MAGIC).load(Ordering::Relaxed),

@@ -488,6 +488,66 @@ fn vectors(ni: &Ni) {
 
 /// Rank 1 joins nothing and waits to be killed (or sleeps past the collective timeout); the
 /// others must fail in bounded time, then (after a new rank 1 attaches) run again.
+/// A partition wider than 16 (`ni_abi::window::ring_bytes`: its rings are smaller): every
+/// pair exchanges messages in a ring that wraps several times (one slot, several slots, and
+/// rendezvous payloads), checked byte for byte and in order per pair; then collectives in
+/// the slots and through the exported scratch, checked against the inputs every rank derives.
+fn wide(ni: &Ni) {
+    let (p, me) = (ni.size(), ni.rank());
+    ni.wait_for_partition(Duration::from_secs(120)).unwrap();
+    const SIZES: [usize; 3] = [8, 3000, 20000];
+    let laps = 6u64;
+    let send = ni.alloc(64 << 10).unwrap();
+    let recv = ni.alloc(64 << 10).unwrap();
+    let bytes = |src: u32, dst: u32, n: u64, len: usize| -> Vec<u8> {
+        (0..len as u64)
+            .map(|i| mix(((src as u64) << 32) | dst as u64, (n << 20) | i) as u8)
+            .collect()
+    };
+    // Pairwise exchange: at shift s every rank sends to me + s and receives from me - s, so
+    // no rendezvous waits on a rank that is itself waiting.
+    for shift in 1..p {
+        let (dst, src) = ((me + shift) % p, (me + p - shift) % p);
+        for n in 0..laps * SIZES.len() as u64 {
+            let len = SIZES[(n % SIZES.len() as u64) as usize];
+            let r = ni
+                .irecv(Some(src), &recv, 0..len, n, u64::MAX)
+                .unwrap();
+            send.write_at(0, &bytes(me, dst, n, len));
+            ni.send(dst, &send, 0..len, n).unwrap();
+            let d = ni.wait(r).unwrap();
+            assert_eq!((d.rank, d.len, d.tag), (src, len as u64, n), "{src} → {me}");
+            let mut got = vec![0u8; len];
+            recv.read_at(0, &mut got);
+            assert!(got == bytes(src, me, n, len), "{src} → {me} message {n}");
+        }
+    }
+    ni.barrier().unwrap();
+    // One element, a vector in the slots, one through the scratch.
+    for count in [1usize, 100, 2000] {
+        let of = |r: u32, i: usize| (mix(r as u64, i as u64) % 2001) as i64 - 1000;
+        let mine: Vec<u8> = (0..count).flat_map(|i| of(me, i).to_le_bytes()).collect();
+        send.write_at(0, &mine);
+        ni.allreduce::<i64>(ReduceOp::Sum, &send, 0, &recv, 0, count)
+            .unwrap();
+        let mut got = vec![0u8; count * 8];
+        recv.read_at(0, &mut got);
+        for i in 0..count {
+            let want: i64 = (0..p).map(|r| of(r, i)).sum();
+            let g = i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+            assert_eq!(g, want, "allreduce of {count}, element {i}");
+        }
+    }
+    let root = p - 1;
+    let data = bytes(root, root, 99, 512);
+    send.write_at(0, if me == root { &data[..] } else { &[0u8; 512][..] });
+    ni.broadcast::<u64>(root, &send, 0, 64).unwrap();
+    let mut got = vec![0u8; 512];
+    send.read_at(0, &mut got);
+    assert!(got == data, "broadcast from {root}");
+    ni.barrier().unwrap();
+}
+
 fn victim(ni: &Ni) {
     if ni.rank() == 1 {
         println!("victim ready");
@@ -562,6 +622,7 @@ fn main() {
         "network-done" => network_done(&ni),
         "globals" => globals(&ni),
         "vectors" => vectors(&ni),
+        "wide" => wide(&ni),
         "victim" => victim(&ni),
         "rejoin" => rejoin(&ni),
         other => panic!("unknown scenario {other}"),

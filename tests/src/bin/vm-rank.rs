@@ -742,7 +742,7 @@ fn scribble_attack(ni: &Ni) {
             let off = i as u64 * 8;
             let mut v = rng;
             if off >= w::zone::RINGS && (off - w::zone::RINGS).is_multiple_of(w::SLOT) {
-                let index = ((off - w::zone::RINGS) % w::RING_BYTES / w::SLOT) as u32;
+                let index = ((off - w::zone::RINGS) % w::ring_bytes(ni.size()) / w::SLOT) as u32;
                 v = (v & !0xFFFF_FFFF) | w::seq_for(index) as u64;
             }
             // SAFETY: inside the BAR3 mapping (the zone), 8-aligned.
