@@ -1124,22 +1124,24 @@ impl Ni {
     /// else give the cpu away (yield; sleep in a guest).
     pub fn relax(&self, since: Instant) {
         let idle = since.elapsed();
-        let spin = {
+        let (spin, sharers) = {
             let mut i = self.lock();
-            i.direct() && i.direct_spinning(self.backoff, idle)
+            let sharers = i.cpu_sharers(self.backoff);
+            (i.direct_spinning(self.backoff, idle, sharers), sharers)
         };
-        self.give_way(spin, idle);
+        self.give_way(spin, idle, sharers);
     }
 
-    /// One pause of a waiter idle for `idle`: poll on (`spin`), or yield, or sleep.
-    fn give_way(&self, spin: bool, idle: Duration) {
+    /// One pause of a waiter idle for `idle`: poll on (`spin`), or yield (to `sharers`
+    /// members waiting on this cpu among others), or sleep.
+    fn give_way(&self, spin: bool, idle: Duration, sharers: u32) {
         if spin {
             std::hint::spin_loop();
         } else if idle >= SPIN && self.backoff == Backoff::Yield {
             self.contention
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .yield_now();
+                .yield_among(sharers);
         } else {
             pause(idle, self.backoff);
         }
@@ -1298,7 +1300,10 @@ impl Ni {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .blocking();
-            if idle > SPIN + YIELD || contended {
+            // Members that wait on this cpu too take their turns between our looks: the
+            // answer may be one of them, each turn a slice.
+            let sharers = i.cpu_sharers(self.backoff);
+            if idle > SPIN + YIELD * (sharers + 1) || contended {
                 i.check_alive(true)?;
                 // Ask for an interrupt, then look once more before sleeping.
                 i.sram_u32(ctrl::CQ_ARM).store(1, Ordering::Release);
@@ -1315,9 +1320,9 @@ impl Ni {
                     }
                 }
             } else {
-                let direct_spin = i.direct() && i.direct_spinning(self.backoff, idle);
+                let direct_spin = i.direct_spinning(self.backoff, idle, sharers);
                 drop(i);
-                self.give_way(direct_spin, idle);
+                self.give_way(direct_spin, idle, sharers);
                 return Ok(None);
             }
         }
@@ -2322,16 +2327,26 @@ impl Inner {
     /// (guests: a peer's answer through the window needs no device thread, and 1 µs sleeps
     /// cost a guest timer round trip each — 40 µs against 4.7 µs for an 8 B half round trip
     /// between two TCG guests).
-    fn direct_spinning(&mut self, backoff: Backoff, idle: Duration) -> bool {
+    fn direct_spinning(&self, backoff: Backoff, idle: Duration, sharers: u32) -> bool {
+        if !self.direct() {
+            return false;
+        }
         if let Some(d) = spin_env() {
             return idle < d;
         }
         match backoff {
-            Backoff::Yield => {
-                idle < SPIN_ALONE && self.win.as_mut().is_some_and(|w| w.alone_on_cpu())
-            }
+            Backoff::Yield => idle < SPIN_ALONE && sharers == 0,
             Backoff::Sleep => idle < Duration::from_micros(50),
         }
+    }
+
+    /// Members of the window that last waited on this thread's cpu (0 off the direct path,
+    /// and where waiters sleep: a guest's cpu numbers are its own vCPUs').
+    fn cpu_sharers(&mut self, backoff: Backoff) -> u32 {
+        if !self.direct() || backoff != Backoff::Yield {
+            return 0;
+        }
+        self.win.as_mut().map_or(0, |w| w.cpu_sharers())
     }
 }
 

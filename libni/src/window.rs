@@ -388,13 +388,13 @@ impl Window {
         r != self.rank && self.u32(w::sleeping(r)).load(Ordering::Acquire) != 0
     }
 
-    /// Whether no other member of the window last waited on the cpu this thread runs on:
-    /// then spinning costs no peer its turn. Says this rank's cpu (`zone::CPU`) if it moved.
-    pub fn alone_on_cpu(&mut self) -> bool {
+    /// How many other members of the window last waited on the cpu this thread runs on (0:
+    /// spinning costs no peer its turn). Says this rank's cpu (`zone::CPU`) if it moved.
+    pub fn cpu_sharers(&mut self) -> u32 {
         // SAFETY: sched_getcpu has no preconditions; it returns -1 on error.
         let cpu = unsafe { libc::sched_getcpu() };
         if cpu < 0 {
-            return false;
+            return 0;
         }
         let mine = cpu as u32 + 1;
         if self.cpu != mine {
@@ -402,11 +402,13 @@ impl Window {
             self.u32(w::cpu_word(self.rank))
                 .store(mine, Ordering::Relaxed);
         }
-        (0..self.size).all(|r| {
-            r == self.rank
-                || !state::up(self.states[r as usize])
-                || self.u32(w::cpu_word(r)).load(Ordering::Relaxed) != mine
-        })
+        (0..self.size)
+            .filter(|&r| {
+                r != self.rank
+                    && state::up(self.states[r as usize])
+                    && self.u32(w::cpu_word(r)).load(Ordering::Relaxed) == mine
+            })
+            .count() as u32
     }
 
     pub fn set_sleeping(&self, on: bool) {
