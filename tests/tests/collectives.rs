@@ -90,7 +90,10 @@ fn partitions_of_17_to_64_members_talk_and_combine_in_the_window() {
         // their payload crosses the fabric.
         if direct {
             assert!(sends >= pairs * 12, "P = {p}: {sends} sends in the window");
-            assert!(colls >= p as u64 * 5, "P = {p}: {colls} collectives in the window");
+            assert!(
+                colls >= p as u64 * 5,
+                "P = {p}: {colls} collectives in the window"
+            );
             assert_eq!(large, p as u64, "P = {p}: large allreduces");
         } else {
             assert_eq!((sends, colls, large), (0, 0, 0), "P = {p}");

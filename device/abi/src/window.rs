@@ -576,7 +576,12 @@ mod tests {
 
     #[test]
     fn rings_halve_as_partitions_double_beyond_sixteen() {
-        let sizes = [(2, 32 << 10), (16, 32 << 10), (17, 16 << 10), (32, 16 << 10)];
+        let sizes = [
+            (2, 32 << 10),
+            (16, 32 << 10),
+            (17, 16 << 10),
+            (32, 16 << 10),
+        ];
         for (size, bytes) in sizes.into_iter().chain([(33, 8 << 10), (64, 8 << 10)]) {
             assert_eq!(ring_bytes(size), bytes, "{size} members");
             assert!(ring_slots(size).is_power_of_two());

@@ -510,9 +510,7 @@ fn wide(ni: &Ni) {
         let (dst, src) = ((me + shift) % p, (me + p - shift) % p);
         for n in 0..laps * SIZES.len() as u64 {
             let len = SIZES[(n % SIZES.len() as u64) as usize];
-            let r = ni
-                .irecv(Some(src), &recv, 0..len, n, u64::MAX)
-                .unwrap();
+            let r = ni.irecv(Some(src), &recv, 0..len, n, u64::MAX).unwrap();
             send.write_at(0, &bytes(me, dst, n, len));
             ni.send(dst, &send, 0..len, n).unwrap();
             let d = ni.wait(r).unwrap();
@@ -540,7 +538,14 @@ fn wide(ni: &Ni) {
     }
     let root = p - 1;
     let data = bytes(root, root, 99, 512);
-    send.write_at(0, if me == root { &data[..] } else { &[0u8; 512][..] });
+    send.write_at(
+        0,
+        if me == root {
+            &data[..]
+        } else {
+            &[0u8; 512][..]
+        },
+    );
     ni.broadcast::<u64>(root, &send, 0, 64).unwrap();
     let mut got = vec![0u8; 512];
     send.read_at(0, &mut got);
