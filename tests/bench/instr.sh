@@ -11,6 +11,10 @@
 #
 #   tests/bench/instr.sh OUT_DIR [SIZE]      writes OUT_DIR/instr.json and OUT_DIR/instr.txt
 #
+# NIB_INSTR_PATTERN=send|recv: the message-rate pattern instead (`msgrate`: windows of 64
+# messages, the sender waits for all of them, a 0-byte answer closes the window), rank 0 the
+# sender (send) or the receiver (recv); counts are then per message (per window / 64).
+#
 # Stacks, each with its own private ni-device where it uses ni:
 #   ni        libni (Ni::irecv + send + wait; rank 1 recv + send), the partition window
 #   mpi       Open MPI over its shared memory (pml ob1, btl vader,self)
@@ -24,8 +28,14 @@ cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 OUT="${1:?usage: tests/bench/instr.sh OUT_DIR [SIZE]}"
 SIZE="${2:-8}"
-ITERS_A="${NIB_INSTR_A:-2000}"
-ITERS_B="${NIB_INSTR_B:-4000}"
+export NIB_INSTR_PATTERN="${NIB_INSTR_PATTERN:-pingpong}"
+case "$NIB_INSTR_PATTERN" in
+pingpong) PER=1 UNIT="round trip" DEF_A=2000 DEF_B=4000 ;;
+send | recv) PER=64 UNIT="message ($NIB_INSTR_PATTERN, windows of 64)" DEF_A=200 DEF_B=400 ;;
+*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send or recv" >&2; exit 2 ;;
+esac
+ITERS_A="${NIB_INSTR_A:-$DEF_A}"
+ITERS_B="${NIB_INSTR_B:-$DEF_B}"
 T="${CARGO_TARGET_DIR:-$ROOT/target}"
 case "$T" in /*) ;; *) T="$ROOT/$T" ;; esac # the provider is linked from elsewhere
 BIN="$T/release"
@@ -107,11 +117,11 @@ measure() {
         done
         if [ "$iters" = "$ITERS_A" ]; then ir_a=$best; else ir_b=$best; fi
     done
-    PER_RT[$stack]=$(( (ir_b - ir_a) / (ITERS_B - ITERS_A) ))
+    PER_RT[$stack]=$(( (ir_b - ir_a) / (ITERS_B - ITERS_A) / PER ))
     # where a round trip's instructions go: each function's own instructions, the same
     # difference of the two runs (so start-up and first-wait costs drop out)
     TOP[$stack]=$(python3 - "$WORK/$stack.$ITERS_A.cg" "$WORK/$stack.$ITERS_B.cg" \
-        "$((ITERS_B - ITERS_A))" <<'PY'
+        "$(((ITERS_B - ITERS_A) * PER))" <<'PY'
 import re, subprocess, sys
 def own(f):
     out = subprocess.run(["callgrind_annotate", "--auto=no", "--inclusive=no", "--threshold=100", f],
@@ -132,7 +142,7 @@ for per, k in reversed(rows[-12:]):
         print(f"{per:8.0f}  {k[:110]}")
 PY
 )
-    say "$stack: ${PER_RT[$stack]} instructions per round trip at rank 0 (Ir $ir_a at $ITERS_A, $ir_b at $ITERS_B)"
+    say "$stack: ${PER_RT[$stack]} instructions per $UNIT at rank 0 (Ir $ir_a at $ITERS_A, $ir_b at $ITERS_B)"
 }
 
 STACKS=()
@@ -151,7 +161,7 @@ else
 fi
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     mpicc -O2 -o "$WORK/instr" tests/bench/mpi/instr.c
-    ompi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 -x NIB_CG_OUT)
+    ompi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 -x NIB_CG_OUT -x NIB_INSTR_PATTERN)
     say "mpi: Open MPI ob1 + vader, rank 0 under callgrind"
     if measure mpi "${ompi[@]}" --mca pml ob1 --mca btl self,vader \
         "$WORK/rank0-under-callgrind" "$WORK/instr"; then STACKS+=(mpi); fi
@@ -182,17 +192,22 @@ else
 fi
 
 {
-    printf 'instructions per %s-byte round trip at rank 0 (one send + one receive, waiting included;\n' "$SIZE"
-    printf 'callgrind, (Ir at %s - Ir at %s round trips) / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$REPS"
+    if [ "$PER" = 1 ]; then
+        printf 'instructions per %s-byte round trip at rank 0 (one send + one receive, waiting included;\n' "$SIZE"
+        printf 'callgrind, (Ir at %s - Ir at %s round trips) / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$REPS"
+    else
+        printf 'instructions per %s-byte %s at rank 0 (waiting and the answer closing each window included;\n' "$SIZE" "$UNIT"
+        printf 'callgrind, (Ir at %s - Ir at %s windows) / %s / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$PER" "$REPS"
+    fi
     printf 'load average when it ended: %s)\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-    printf '%-10s %12s %10s\n' stack 'Ir/round' 'x mpi'
+    printf '%-10s %12s %10s\n' stack "$([ "$PER" = 1 ] && echo Ir/round || echo Ir/msg)" 'x mpi'
     for s in "${STACKS[@]}"; do
         ratio="-"
         [ -n "${PER_RT[mpi]:-}" ] && ratio=$(python3 -c "print(f'{${PER_RT[$s]}/${PER_RT[mpi]}:.2f}')")
         printf '%-10s %12s %10s\n' "$s" "${PER_RT[$s]}" "$ratio"
     done
     for s in "${STACKS[@]}"; do
-        printf '\n%s: instructions per round trip by function (their own, not their callees'"'"')\n%s\n' \
+        printf '\n%s: instructions per '"$UNIT"' by function (their own, not their callees'"'"')\n%s\n' \
             "$s" "${TOP[$s]}"
     done
 } >"$OUT/instr.txt"
@@ -200,7 +215,8 @@ python3 - "$OUT/instr.json" "$SIZE" "$ITERS_A" "$ITERS_B" "${STACKS[@]/#/}" <<PY
 import json, sys
 out, size, a, b, *stacks = sys.argv[1:]
 per = {$(for s in "${STACKS[@]}"; do printf '"%s": %s, ' "$s" "${PER_RT[$s]}"; done)}
-json.dump({"size": int(size), "iters": [int(a), int(b)], "per_round_trip": per,
+key = "per_round_trip" if "$NIB_INSTR_PATTERN" == "pingpong" else "per_message"
+json.dump({"size": int(size), "iters": [int(a), int(b)], "pattern": "$NIB_INSTR_PATTERN", key: per,
            "method": "callgrind Ir inside nib_pingpong at rank 0, difference of two runs"},
           open(out, "w"), indent=1)
 PY

@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use ni::{Done, Error as NiError, Ni, Region, Status};
+use smallvec::{smallvec, SmallVec};
 
 use crate::cq::{Cq, Entry};
 use crate::ffi::errno::*;
@@ -172,15 +173,17 @@ impl Header {
 
 /// A user buffer: (address, length) pieces. Addresses are the application's; kept as
 /// integers so the engine is `Send` (the application owns the memory until the completion).
+/// One piece is held inline: a heap allocation and its free per message were a tenth of an
+/// MPI send's instructions (tests/bench/instr.sh, NIB_INSTR_PATTERN=send).
 #[derive(Clone, Debug, Default)]
-pub struct Iov(pub Vec<(usize, usize)>);
+pub struct Iov(pub SmallVec<[(usize, usize); 1]>);
 
 impl Iov {
     pub fn one(ptr: *mut u8, len: usize) -> Iov {
         if ptr.is_null() || len == 0 {
-            Iov(Vec::new())
+            Iov(SmallVec::new())
         } else {
-            Iov(vec![(ptr as usize, len)])
+            Iov(smallvec![(ptr as usize, len)])
         }
     }
 
@@ -280,7 +283,7 @@ fn piece(
         Some(used) => {
             let room = p.iov.len() - used;
             let take = len.min(room);
-            d.iov = Iov(vec![(p.iov.first() + used, take)]);
+            d.iov = Iov(smallvec![(p.iov.first() + used, take)]);
             d.multi_done = room - take < min_multi_recv;
             p.multi = Some(used + take);
             let done = d.multi_done;
@@ -298,8 +301,10 @@ fn piece(
 struct Unexpected {
     src: u32,
     hdr: Header,
-    /// Eager: the payload, copied out of its slot (so the slot is posted again at once).
-    payload: Option<Vec<u8>>,
+    /// Eager: the payload, copied out of its slot (so the slot is posted again at once);
+    /// a small one inline: most messages a stream sends arrive before their receive is
+    /// posted, and an allocation each was a tenth of their instructions.
+    payload: Option<SmallVec<[u8; 64]>>,
 }
 
 impl Unexpected {
@@ -700,8 +705,9 @@ impl Engine {
                 return;
             }
         }
-        let payload = (h.kind == KIND_EAGER)
-            .then(|| self.slot_bytes(slot, HEADER + h.len as usize)[HEADER..].to_vec());
+        let payload = (h.kind == KIND_EAGER).then(|| {
+            SmallVec::from_slice(&self.slot_bytes(slot, HEADER + h.len as usize)[HEADER..])
+        });
         let u = Unexpected {
             src,
             hdr: h,
@@ -1088,25 +1094,28 @@ impl Engine {
             },
             r.is_ok(),
         );
-        let what = format!(
-            "{} of {} bytes with rank {}",
-            if p.write { "fi_write" } else { "fi_read" },
-            u.len,
-            u.dest
-        );
+        let (op, len, dest) = (if p.write { "fi_write" } else { "fi_read" }, u.len, u.dest);
+        let what = move || format!("{op} of {len} bytes with rank {dest}");
         // fi_cq(3): an RMA completion's len is 0 (nothing was received)
-        self.report_tx(u, 0, r, &what);
+        self.report_tx(u, 0, r, what);
     }
 
     fn complete_send(&mut self, u: SendDone, r: Result<(), NiError>) {
         crate::cntr::count(&self.cntrs.send, r.is_ok());
-        let (len, what) = (u.len, format!("send to rank {}", u.dest));
-        self.report_tx(u, len, r, &what);
+        let (len, dest) = (u.len, u.dest);
+        self.report_tx(u, len, r, || format!("send to rank {dest}"));
     }
 
     /// A transmit-side completion on the transmit CQ: a success if asked for, a failure
-    /// (with a warning naming `what`) whenever there is a context to report it under.
-    fn report_tx(&mut self, u: SendDone, len: usize, r: Result<(), NiError>, what: &str) {
+    /// (with a warning naming `what`, said only then: sends complete by the million) whenever
+    /// there is a context to report it under.
+    fn report_tx(
+        &mut self,
+        u: SendDone,
+        len: usize,
+        r: Result<(), NiError>,
+        what: impl FnOnce() -> String,
+    ) {
         if r.is_ok() && !u.report {
             return;
         }
@@ -1123,7 +1132,7 @@ impl Engine {
         match r {
             Ok(()) => cq.push(e),
             Err(err) => {
-                warn(FI_LOG_EP_DATA, &format!("ni: {what}: {err}"));
+                warn(FI_LOG_EP_DATA, &format!("ni: {}: {err}", what()));
                 if u.context != 0 {
                     cq.push_err(e, 0, fi_err(&err), 0);
                 }
@@ -1620,7 +1629,7 @@ mod tests {
     fn an_iov_scatters_and_gathers_across_pieces() {
         let mut a = [0u8; 3];
         let mut b = [0u8; 4];
-        let iov = Iov(vec![
+        let iov = Iov(smallvec![
             (a.as_mut_ptr() as usize, 3),
             (b.as_mut_ptr() as usize, 4),
         ]);

@@ -404,7 +404,7 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Iov, (c_int, String)> 
     if count > 0 && iov.is_null() {
         return Err((FI_EINVAL, "a null iovec array".into()));
     }
-    let mut v = Vec::with_capacity(count);
+    let mut v = smallvec::SmallVec::new();
     for i in 0..count {
         // SAFETY: caller contract.
         let e = unsafe { &*iov.add(i) };

@@ -2,15 +2,43 @@
  * `pt2pt pingpong`), for tests/bench/instr.sh, which runs rank 0 under
  * `valgrind --tool=callgrind` collecting only inside nib_pingpong and takes the difference of
  * two ITERS to get the instructions one round trip costs rank 0. 200 round trips before it
- * warm everything up. */
+ * warm everything up.
+ * NIB_INSTR_PATTERN=send|recv: instead, rank 0 streams (send) or takes (recv) windows of
+ * WINDOW messages as `pt2pt msgrate` does; an iteration is one window. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int rank;
+static int pattern; /* 0 ping-pong, 1 rank 0 sends, 2 rank 0 receives */
+
+#define WINDOW 64
+static MPI_Request reqs[WINDOW];
+
+static void window(int size, char *buf, int sender)
+{
+    int peer = 1 - rank;
+    for (int w = 0; w < WINDOW; w++) {
+        if (sender)
+            MPI_Isend(buf, size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &reqs[w]);
+        else
+            MPI_Irecv(buf, size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &reqs[w]);
+    }
+    MPI_Waitall(WINDOW, reqs, MPI_STATUSES_IGNORE);
+    if (sender)
+        MPI_Recv(buf, 0, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    else
+        MPI_Send(buf, 0, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
+}
 
 __attribute__((noinline)) void nib_pingpong(long iters, int size, char *buf)
 {
+    if (pattern) {
+        for (long i = 0; i < iters; i++)
+            window(size, buf, (rank == 0) == (pattern == 1));
+        return;
+    }
     for (long i = 0; i < iters; i++) {
         if (rank == 0) {
             MPI_Send(buf, size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
@@ -33,6 +61,12 @@ int main(int argc, char **argv)
     int size = atoi(argv[2]);
     char *buf = calloc(1, size > 0 ? size : 1);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const char *p = getenv("NIB_INSTR_PATTERN");
+    pattern = !p || !strcmp(p, "pingpong") ? 0 : !strcmp(p, "send") ? 1 : !strcmp(p, "recv") ? 2 : -1;
+    if (pattern < 0) {
+        fprintf(stderr, "NIB_INSTR_PATTERN=%s: pingpong, send or recv\n", p);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     nib_pingpong(200, size, buf);
     nib_pingpong(iters, size, buf);

@@ -148,11 +148,16 @@ impl NiLink {
     fn am_wait(&mut self) -> R<()> {
         self.ams_due += 1;
         let t = Instant::now();
-        while self.ams.load(Ordering::Relaxed) < self.ams_due {
+        loop {
             self.ni.progress().map_err(e)?;
+            // Look before pausing: the handler may have run in that progress, and a yield
+            // now would hand the cpu to a peer with nothing to do (on a shared cpu, two
+            // context switches per message).
+            if self.ams.load(Ordering::Relaxed) >= self.ams_due {
+                return Ok(());
+            }
             self.ni.relax(t);
         }
-        Ok(())
     }
 
     fn mq_send(&self, dest: u32) -> R<()> {

@@ -3,15 +3,71 @@
 //! `tests/bench/instr.sh`, which runs rank 0 under `valgrind --tool=callgrind` collecting only
 //! inside [`nib_pingpong`] and takes the difference of two ITERS to get the instructions one
 //! round trip costs rank 0. 200 round trips before it warm everything up.
+//!
+//! `NIB_INSTR_PATTERN=send|recv`: instead, rank 0 streams (`send`) or takes (`recv`) windows
+//! of [`WINDOW`] messages as `ni-bench msgrate` does (isends, wait for all, a 0-byte answer
+//! closes the window); an iteration is one window.
 
 use ni::{Ni, Region};
 
 const TAG_DATA: u64 = 1;
 const TAG_BACK: u64 = 2;
 
+pub const WINDOW: usize = 64;
+const TAG_ACK: u64 = 3;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Pattern {
+    PingPong,
+    /// Rank 0 sends the windows.
+    Send,
+    /// Rank 0 receives them.
+    Recv,
+}
+
+fn pattern() -> Pattern {
+    match std::env::var("NIB_INSTR_PATTERN").as_deref() {
+        Ok("send") => Pattern::Send,
+        Ok("recv") => Pattern::Recv,
+        Ok("pingpong") | Err(_) => Pattern::PingPong,
+        Ok(other) => panic!("NIB_INSTR_PATTERN={other}: pingpong, send or recv"),
+    }
+}
+
+/// One window of `msgrate`: the sender's isends and waits, then the receiver's answer.
+fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, ops: &mut Vec<ni::Op>) {
+    let peer = 1 - ni.rank();
+    for _ in 0..WINDOW {
+        ops.push(if sender {
+            ni.isend(peer, buf, 0..size, TAG_DATA).expect("isend")
+        } else {
+            ni.irecv(Some(peer), buf, 0..size, TAG_DATA, u64::MAX)
+                .expect("irecv")
+        });
+    }
+    for o in ops.drain(..) {
+        ni.wait(o).expect("wait");
+    }
+    if sender {
+        ni.recv(Some(peer), buf, 0..0, TAG_ACK, u64::MAX)
+            .expect("ack");
+    } else {
+        ni.send(peer, buf, 0..0, TAG_ACK).expect("ack");
+    }
+}
+
 #[inline(never)]
 #[no_mangle]
 pub fn nib_pingpong(ni: &Ni, buf: &Region, iters: u64, size: usize) {
+    let p = pattern();
+    if p != Pattern::PingPong {
+        let mut ops = Vec::with_capacity(WINDOW);
+        let sender = (ni.rank() == 0) == (p == Pattern::Send);
+        for _ in 0..iters {
+            window(ni, buf, size, sender, &mut ops);
+        }
+        return;
+    }
     for _ in 0..iters {
         if ni.rank() == 0 {
             let back = ni
