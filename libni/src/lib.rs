@@ -151,13 +151,44 @@ pub struct Op {
     user: u64,
     opcode: u8,
     rank: u32,
+    /// How it ended, when it ended inside the call that started it (an eager send into the
+    /// window, a receive of a message that was already there): `wait` and `test` then
+    /// answer without taking the NI's lock, and [`Ni::drain`] never reports it.
+    early: std::cell::Cell<Option<Completion>>,
 }
 
 impl Op {
+    fn new(user: u64, opcode: u8, rank: u32) -> Op {
+        Op {
+            user,
+            opcode,
+            rank,
+            early: std::cell::Cell::new(None),
+        }
+    }
+
+    /// An operation started under `i`'s lock: if it already ended, it takes its completion
+    /// out of the finished ones, so that nothing needs the lock again to finish it.
+    fn started(i: &mut Inner, user: u64, opcode: u8, rank: u32) -> Op {
+        let op = Op::new(user, opcode, rank);
+        op.early.set(i.done.remove(user));
+        op
+    }
+
     /// The operation's id, as [`Ni::drain`] reports it: unique among this `Ni`'s pending
     /// operations.
     pub fn id(&self) -> u64 {
         self.user
+    }
+
+    /// Whether it ended inside the call that started it: [`Ni::wait`] and [`Ni::test`]
+    /// return its result at once, and [`Ni::drain`] does not report it (a caller that
+    /// tracks operations by `drain` takes its result with `wait`).
+    pub fn ready(&self) -> bool {
+        let c = self.early.take();
+        let ready = c.is_some();
+        self.early.set(c);
+        ready
     }
 }
 
@@ -1044,13 +1075,7 @@ impl Ni {
             loop {
                 let s = self.lock().w_collective(&r)?;
                 match s {
-                    direct::CollStart::Started(user) => {
-                        return Ok(Op {
-                            user,
-                            opcode: r.opcode,
-                            rank: r.rank,
-                        })
-                    }
+                    direct::CollStart::Started(user) => return Ok(Op::new(user, r.opcode, r.rank)),
                     direct::CollStart::Fabric => break,
                     direct::CollStart::NotYet => {
                         self.lock().progress()?;
@@ -1062,13 +1087,7 @@ impl Ni {
         loop {
             let posted = self.lock().post(r);
             match posted {
-                Ok(user) => {
-                    return Ok(Op {
-                        user,
-                        opcode: r.opcode,
-                        rank: r.rank,
-                    })
-                }
+                Ok(user) => return Ok(Op::new(user, r.opcode, r.rank)),
                 Err(Error::WouldBlock) => {
                     // Take completions but run no handler: a caller may hold the bounce
                     // buffer, which a handler's own am_send would need.
@@ -1185,6 +1204,9 @@ impl Ni {
 
     /// Whether `op` has finished; `Some` at most once.
     pub fn test(&self, op: &Op) -> Result<Option<Done>> {
+        if let Some(c) = op.early.take() {
+            return finish(op, c).map(Some);
+        }
         let r = {
             let mut i = self.lock();
             i.progress()
@@ -1197,7 +1219,8 @@ impl Ni {
     /// Take every finished operation at once, as (its [`Op::id`], how it ended), in no
     /// particular order: one pass for a caller that tracks many operations (the libfabric
     /// provider) instead of a `test` per operation. What this returns is gone for `test` and
-    /// `wait`. Returns how many it added to `out`.
+    /// `wait`. An operation that ended inside the call that started it ([`Op::ready`]) is
+    /// not here: its `Op` holds its result. Returns how many it added to `out`.
     pub fn drain(&self, out: &mut Vec<(u64, Result<Done>)>) -> Result<usize> {
         let r = {
             let mut i = self.lock();
@@ -1226,6 +1249,9 @@ impl Ni {
     /// Give up on `op` without waiting: its completion, now or later, is discarded (the NI
     /// still carries the operation out: a receive may still fill its buffer).
     pub fn forget(&self, op: Op) {
+        if op.ready() {
+            return;
+        }
         let mut i = self.lock();
         if i.done.remove(op.user).is_none() {
             i.ignored.insert(op.user);
@@ -1248,6 +1274,9 @@ impl Ni {
     }
 
     fn wait_inner(&self, op: Op, timeout: Option<Duration>, handlers: bool) -> Result<Done> {
+        if let Some(c) = op.early.take() {
+            return finish(&op, c);
+        }
         // When the wait began: taken at the first look that finds `op` unfinished.
         let mut t = None;
         loop {
@@ -1354,11 +1383,7 @@ impl Ni {
             let mut i = self.lock();
             if i.direct() {
                 let user = i.w_send(dest, addr, len, tag)?;
-                return Ok(Op {
-                    user,
-                    opcode: op::SEND,
-                    rank: dest,
-                });
+                return Ok(Op::started(&mut i, user, op::SEND, dest));
             }
         }
         self.start(Request {
@@ -1392,11 +1417,7 @@ impl Ni {
             if i.direct() {
                 let src = src.unwrap_or(ANY_RANK);
                 let user = i.w_recv(src, addr, len, tag, mask)?;
-                return Ok(Op {
-                    user,
-                    opcode: op::RECV,
-                    rank: src,
-                });
+                return Ok(Op::started(&mut i, user, op::RECV, src));
             }
         }
         self.start(Request {
@@ -1488,11 +1509,7 @@ impl Ni {
             let mut i = self.lock();
             if i.direct() {
                 if let Some(user) = i.w_one_sided(opcode, dest, addr, len, key, offset)? {
-                    return Ok(Op {
-                        user,
-                        opcode,
-                        rank: dest,
-                    });
+                    return Ok(Op::started(&mut i, user, opcode, dest));
                 }
             }
         }
@@ -1580,12 +1597,8 @@ impl Ni {
             let mut i = self.lock();
             if i.direct() {
                 let user = i.w_am_send(dest, handler, payload)?;
+                let o = Op::started(&mut i, user, op::ROP, dest);
                 drop(i);
-                let o = Op {
-                    user,
-                    opcode: op::ROP,
-                    rank: dest,
-                };
                 // As below: no handler runs inside, so a handler's own reply never nests.
                 return self.wait_quiet(o).map(|_| ());
             }

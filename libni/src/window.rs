@@ -23,8 +23,9 @@ pub(crate) struct Window {
     mem: Mem,
     pub rank: u32,
     pub size: u32,
-    /// Slots of every ring of this partition (`w::ring_slots`).
+    /// Slots and bytes of every ring of this partition (`w::ring_slots`, `w::ring_bytes`).
     ring_slots: u32,
+    ring_bytes: u64,
     /// `GEN` when this rank last looked at the members' states, and those states.
     gen: u32,
     pub states: Vec<u32>,
@@ -69,6 +70,7 @@ impl Window {
             rank,
             size,
             ring_slots: w::ring_slots(size.max(1)),
+            ring_bytes: w::ring_bytes(size.max(1)),
             gen: 0,
             states: vec![0; size as usize],
             out_tail: vec![0; size as usize],
@@ -205,7 +207,16 @@ impl Window {
     }
 
     fn slot_ptr(&self, src: u32, dst: u32, index: u32) -> u64 {
-        w::ring_data(src, dst, self.size) + (index % self.ring_slots) as u64 * w::SLOT
+        debug_assert_eq!(
+            w::ring_data(src, dst, self.size),
+            w::zone(src) + w::zone::RINGS + dst as u64 * self.ring_bytes
+        );
+        // `w::ring_data` without its division, and a power of two of slots (`w::ring_slots`):
+        // a mask, not a division, on every slot.
+        w::zone(src)
+            + w::zone::RINGS
+            + dst as u64 * self.ring_bytes
+            + (index & (self.ring_slots - 1)) as u64 * w::SLOT
     }
 
     fn seq(&self, src: u32, dst: u32, index: u32) -> &AtomicU32 {
@@ -445,6 +456,8 @@ impl Window {
             if self.seq(src, self.rank, head).load(Ordering::Acquire) != w::seq_for(head) {
                 return None;
             }
+            self.prefetch(src, head.wrapping_add(1));
+            self.prefetch(src, head.wrapping_add(2));
             let mut b = [0u8; w::SLOT as usize];
             self.mem
                 .read_at(self.slot_ptr(src, self.rank, head) as usize, &mut b);
@@ -455,6 +468,22 @@ impl Window {
                     self.in_head[src as usize] = head.wrapping_add(1);
                 }
             }
+        }
+    }
+
+    /// Ask for slot `index` of ring (`src` → this rank) ahead of reading it.
+    #[inline]
+    fn prefetch(&self, src: u32, index: u32) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch reads nothing architecturally, and the slot is inside the
+        // mapping anyway.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let p = self
+                .mem
+                .ptr()
+                .add(self.slot_ptr(src, self.rank, index) as usize);
+            _mm_prefetch(p as *const i8, _MM_HINT_T0);
         }
     }
 

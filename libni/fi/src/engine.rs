@@ -171,6 +171,16 @@ impl Header {
     }
 }
 
+/// The id under which an operation's result reaches `Engine::progress`: `drain` reports it,
+/// or, when libni finished it inside the call that started it, `early` holds it.
+fn note(ni: &Ni, early: &mut Vec<(u64, ni::Result<Done>)>, op: ni::Op) -> u64 {
+    let id = op.id();
+    if op.ready() {
+        early.push((id, ni.wait(op)));
+    }
+    id
+}
+
 /// A user buffer: (address, length) pieces. Addresses are the application's; kept as
 /// integers so the engine is `Send` (the application owns the memory until the completion).
 /// One piece is held inline: a heap allocation and its free per message were a tenth of an
@@ -441,6 +451,9 @@ pub struct Engine {
     /// `CTS` answers (to rank, id) waiting for a transmit slot.
     cts_out: VecDeque<(u32, u32)>,
     batch: Vec<(u64, ni::Result<Done>)>,
+    /// Operations libni finished inside the call that started them (`Op::ready`): the next
+    /// progress takes their results with what `drain` reports.
+    early: Vec<(u64, ni::Result<Done>)>,
     /// `progress`'s arrivals, kept with their capacity: (source, sequence, slot, outcome).
     arrivals: Vec<(u32, u32, usize, ni::Result<Done>)>,
     pub counters: Counters,
@@ -509,6 +522,7 @@ impl Engine {
             cts_ready: VecDeque::new(),
             cts_out: VecDeque::new(),
             batch: Vec::new(),
+            early: Vec::new(),
             arrivals: Vec::new(),
             counters: Counters::default(),
         }
@@ -545,7 +559,7 @@ impl Engine {
         let op = self
             .ni
             .irecv(None, rx, s * SLOT..(s + 1) * SLOT, EAGER_TAG, u64::MAX)?;
-        self.rx_ops.insert(op.id(), s);
+        self.rx_ops.insert(note(&self.ni, &mut self.early, op), s);
         Ok(())
     }
 
@@ -585,6 +599,7 @@ impl Engine {
         if let Err(e) = self.ni.drain(&mut batch) {
             warn(FI_LOG_EP_DATA, &format!("ni: progress: {e}"));
         }
+        batch.append(&mut self.early);
         // Arrivals in (source, sequence) order: a batch holds every completion the NI wrote
         // so far, and libni completes one sender's messages in order.
         let mut arrivals = std::mem::take(&mut self.arrivals);
@@ -803,7 +818,10 @@ impl Engine {
                     self.cts_out.push_back((to.src, to.hdr.id as u32));
                     self.flush_cts();
                 }
-                self.ops.insert(op.id(), Pending::RndvRecv { staging, to });
+                self.ops.insert(
+                    note(&self.ni, &mut self.early, op),
+                    Pending::RndvRecv { staging, to },
+                );
             }
             Err(e) => {
                 if let Some(s) = staging {
@@ -834,8 +852,10 @@ impl Engine {
                 Ok(op) => {
                     self.tx_free.pop();
                     self.tx_seq[to as usize] = h.seq.wrapping_add(1);
-                    self.ops
-                        .insert(op.id(), Pending::Eager { slot, user: None });
+                    self.ops.insert(
+                        note(&self.ni, &mut self.early, op),
+                        Pending::Eager { slot, user: None },
+                    );
                     self.cts_out.pop_front();
                 }
                 // libni's send ring is full: try again on the next progress.
@@ -879,7 +899,7 @@ impl Engine {
             match self.ni.isend(dest, &staging, 0..len, RNDV_TAG | id as u64) {
                 Ok(op) => {
                     self.ops.insert(
-                        op.id(),
+                        note(&self.ni, &mut self.early, op),
                         Pending::RndvSend {
                             staging,
                             class: Class::Cts,
@@ -1054,7 +1074,7 @@ impl Engine {
             Ok(op) => {
                 let copy_out = (!write && staging.is_some()).then_some((buf, len));
                 self.ops.insert(
-                    op.id(),
+                    note(&self.ni, &mut self.early, op),
                     Pending::Rma(RmaPending {
                         _region: region,
                         staging,
@@ -1252,7 +1272,10 @@ impl Engine {
                 .map_err(|e| (fi_err(&e), format!("send to rank {dest}: {e}")))?;
             self.tx_free.pop();
             self.tx_seq[dest as usize] = seq.wrapping_add(1);
-            self.ops.insert(op.id(), Pending::Eager { slot, user });
+            self.ops.insert(
+                note(&self.ni, &mut self.early, op),
+                Pending::Eager { slot, user },
+            );
             self.counters.eager_sent += 1;
             return Ok(());
         }
@@ -1292,7 +1315,7 @@ impl Engine {
         match staged {
             Some((staging, op)) => {
                 self.ops.insert(
-                    op.id(),
+                    note(&self.ni, &mut self.early, op),
                     Pending::RndvSend {
                         staging,
                         class: Class::Eager,
@@ -1316,8 +1339,10 @@ impl Engine {
             Ok(op) => {
                 self.tx_free.pop();
                 self.tx_seq[dest as usize] = seq.wrapping_add(1);
-                self.ops
-                    .insert(op.id(), Pending::Eager { slot, user: None });
+                self.ops.insert(
+                    note(&self.ni, &mut self.early, op),
+                    Pending::Eager { slot, user: None },
+                );
                 self.counters.rndv_sent += 1;
                 Ok(())
             }

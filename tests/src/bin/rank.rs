@@ -60,6 +60,39 @@ fn integrity(ni: &Ni) {
         buf.read_at(1000, &mut got);
         assert_eq!(&got[..], &pattern(100, 9)[..10]);
     }
+    // Operations that end inside the call that starts them (`Op::ready`): an eager send into
+    // the window, a receive of a message that already waited. `test` gives the result once.
+    if ni.rank() == 0 {
+        buf.write_at(0, &pattern(8, 10));
+        let o = ni.isend(1, &buf, 0..8, 555).unwrap();
+        assert_eq!(
+            o.ready(),
+            ni.direct(),
+            "an eager send in the window is done at once"
+        );
+        // Through the fabric a send ends when it is received: 556 first, then 555.
+        ni.send(1, &buf, 0..0, 556).unwrap();
+        let mut done = None;
+        while done.is_none() {
+            done = ni.test(&o).unwrap();
+        }
+        assert_eq!(done.unwrap().tag, 555);
+        assert!(ni.test(&o).unwrap().is_none(), "test gives a result once");
+    } else if ni.rank() == 1 {
+        // 555 was sent first: once 556 is here, 555 waits unexpected.
+        ni.recv(Some(0), &buf, 0..0, 556, u64::MAX).unwrap();
+        let o = ni.irecv(Some(0), &buf, 0..64, 555, u64::MAX).unwrap();
+        assert_eq!(
+            o.ready(),
+            ni.direct(),
+            "a waiting message is received at once"
+        );
+        let d = ni.wait(o).unwrap();
+        assert_eq!((d.len, d.tag, d.rank), (8, 555, 0));
+        let mut got = [0u8; 8];
+        buf.read_at(0, &mut got);
+        assert_eq!(&got[..], &pattern(8, 10)[..]);
+    }
 }
 
 /// Every rank but 0 sends `K` messages to rank 0, which receives from any source and checks
