@@ -430,6 +430,12 @@ impl Window {
         }
     }
 
+    /// Nothing to do for a progress pass: no message to take, no member whose state moved,
+    /// nothing waiting for room in a ring.
+    pub fn quiet(&self) -> bool {
+        self.backlogged == 0 && !self.gen_moved() && !self.has_arrivals()
+    }
+
     /// Whether any ring toward this rank holds a message we have not taken.
     pub fn has_arrivals(&self) -> bool {
         (0..self.size).any(|src| {
