@@ -106,6 +106,10 @@ pub(crate) struct DirectState {
     /// `Window::flush`'s outputs, kept between calls with their capacity.
     pub wake: Vec<u32>,
     pub done: Vec<Completion>,
+    /// Where a window collective's result is combined (`coll_result`): two slots' worth,
+    /// kept so that no collective zeroes 8 KiB of stack for a few bytes.
+    pub coll_acc: Vec<u8>,
+    pub coll_x: Vec<u8>,
 }
 
 fn completion(opcode: u8, user: u64, status: Status, rank: u32, len: u64, tag: u64) -> Completion {
@@ -910,7 +914,8 @@ impl Inner {
             if (0..win.size).any(|m| win.coll_meta(c.round, m) != c.meta) {
                 Status::Collision
             } else {
-                Self::coll_result(win, c);
+                let bufs = (&mut self.d.coll_acc, &mut self.d.coll_x);
+                Self::coll_result(win, c, bufs);
                 win.count_collective();
                 Status::Ok
             }
@@ -933,7 +938,7 @@ impl Inner {
 
     /// Combine the members' slots into this rank's result, in rank order (the fabric's
     /// order, so every member and both paths get the same bits).
-    fn coll_result(win: &crate::window::Window, c: &WColl) {
+    fn coll_result(win: &crate::window::Window, c: &WColl, bufs: (&mut Vec<u8>, &mut Vec<u8>)) {
         let me = win.rank;
         let out = |at: u64, data: &[u8]| {
             // SAFETY: `at` and the length were checked as registered when the collective
@@ -941,9 +946,12 @@ impl Inner {
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) }
         };
         let n = c.bytes;
-        let mut acc_buf = [0u8; w::COLL_MAX as usize];
-        let mut x_buf = [0u8; w::COLL_MAX as usize];
-        let (acc, x) = (&mut acc_buf[..n], &mut x_buf[..n]);
+        for b in [&mut *bufs.0, &mut *bufs.1] {
+            if b.len() < n {
+                b.resize(n, 0);
+            }
+        }
+        let (acc, x) = (&mut bufs.0[..n], &mut bufs.1[..n]);
         match c.kind {
             coll::BARRIER => {}
             coll::BCAST => {

@@ -393,8 +393,9 @@ impl Backoff {
 const CQ_ENTRIES: u32 = 4096;
 /// Blocking element-wise collectives up to this many bytes go through the window in
 /// slot-sized pieces (`Ni::collective_pieces`). Larger allreduces go through the members'
-/// exported scratch (`allreduce.rs`), which beats a third piece: 2 KiB at P = 8 20.9 ->
-/// 14.0 us, at P = 2 1.54 -> 1.63 us (tests/bench/README.md).
+/// exported scratch (`allreduce.rs`), which beat a third piece when slots held 960 B (2 KiB
+/// at P = 8 20.9 -> 14.0 us, tests/bench/README.md); with 4032-byte slots two pieces and the
+/// scratch path tie at 1 Ki f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
 const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
 const AM_SLOTS: u32 = 64;
 const BOUNCE: usize = 64 << 10;

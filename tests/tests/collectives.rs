@@ -59,7 +59,7 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
     for p in [1, 2, 3, 8] {
         let d = Daemon::start(p);
         run(&d, p, "vectors");
-        // Allreduces of 1000 elements and up go through the members' exported scratch
+        // Allreduces of 2000 elements and up go through the members' exported scratch
         // (fastpath.md, "Large allreduce in the window").
         let large = d.counter(0, "window_large_allreduces");
         assert_eq!(

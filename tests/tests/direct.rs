@@ -670,7 +670,8 @@ fn a_large_allreduce_after_a_member_came_back_as_a_new_client() {
     if window_off() {
         return;
     }
-    const N: usize = 1000;
+    // Past the window's two slots (`PIECES_MAX`).
+    const N: usize = 2000;
     let d = Daemon::start(2);
     let value = |rank: usize, round: usize, i: usize| (rank * 1_000_000 + round * 1000 + i) as i64;
     let run = |ni: &Ni, round: usize| {

@@ -62,7 +62,8 @@ pub mod hdr {
     pub const VERSION: u64 = 0x04;
     /// 3: ring slots carry their own sequence ([`super::SEQ`]); no `TAIL` words.
     /// 4: members store T3E SENDs into peers' exported queues under [`super::mq_lock`].
-    /// 5: up to 64 members; `REACH` is a u64; ring size depends on the partition's size.
+    /// 5: up to 64 members; `REACH` is a u64; ring size depends on the partition's size;
+    /// collective slots of 4 KiB.
     pub const VERSION_VALUE: u32 = 5;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
@@ -154,9 +155,9 @@ pub mod zone {
     /// this rank has taken.
     pub const HEADS: u64 = 0x1400;
     /// Collective slots, `COLL_SLOT` per parity.
-    pub const COLL: u64 = 0x2400;
+    pub const COLL: u64 = 0x4000;
     /// Ring (this rank → `d`) at `+ ring_bytes(size)·d`.
-    pub const RINGS: u64 = 0x4000;
+    pub const RINGS: u64 = 0x6000;
 }
 
 pub fn sleeping(rank: u32) -> u64 {
@@ -276,7 +277,7 @@ pub mod state {
 }
 
 /// Collective slots: two per rank, round `n` uses parity `n % 2`.
-pub const COLL_SLOT: u64 = 1024;
+pub const COLL_SLOT: u64 = 4096;
 /// In a slot: `seq` (u64, `n + 1`, stored last with release), `meta` (u64, [`coll_meta`]),
 /// data from `COLL_DATA`.
 pub const COLL_SEQ: u64 = 0;

@@ -345,10 +345,10 @@ fn vectors(ni: &Ni) {
         assert!(got == data, "broadcast from {root}");
     }
     // Allreduce of f64, 1 element to 64 MiB: rank order, bit-identical to the reference.
-    // 300: three window slots in a row (`collective_pieces`); 1000 and up: reduce-scatter
-    // and allgather through the members' exported scratch (`allreduce.rs`), or with
-    // NI_TEST_DIRECT=off the fabric's path.
-    for &count in &[1usize, 3, 300, 1000, 131072, (64 << 20) / 8] {
+    // 300: one window slot; 700: two slots in a row (`collective_pieces`); 2000 and up:
+    // reduce-scatter and allgather through the members' exported scratch (`allreduce.rs`),
+    // or with NI_TEST_DIRECT=off the fabric's path.
+    for &count in &[1usize, 3, 300, 700, 2000, 131072, (64 << 20) / 8] {
         if count * 8 > max {
             continue;
         }
@@ -471,7 +471,7 @@ fn vectors(ni: &Ni) {
     assert_eq!(f32::from_le_bytes(g), (p - 1) as f32 + 0.5);
     // Bitwise ops on floats are refused, in a window slot and past the slots (where the
     // window would otherwise take the exported-scratch path).
-    for count in [1, 1000] {
+    for count in [1, 2000] {
         assert!(
             matches!(
                 ni.allreduce::<f64>(ReduceOp::Xor, &send, 0, &recv, 0, count),
