@@ -62,9 +62,9 @@ pub mod hdr {
     pub const VERSION: u64 = 0x04;
     /// 3: ring slots carry their own sequence ([`super::SEQ`]); no `TAIL` words.
     /// 4: members store T3E SENDs into peers' exported queues under [`super::mq_lock`].
-    /// 5: up to 64 members; `REACH` is a u64; ring size depends on the partition's size;
-    /// collective slots of 4 KiB.
-    pub const VERSION_VALUE: u32 = 5;
+    /// 5: up to 64 members; `REACH` is a u64; ring size depends on the partition's size.
+    /// 6: collective slots of 4 KiB.
+    pub const VERSION_VALUE: u32 = 6;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
