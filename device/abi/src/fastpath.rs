@@ -533,16 +533,32 @@ pub mod regs {
 /// Telling a free core from one taken by a CPU-bound thread, for the waits on both sides of the
 /// fast path. `sched_yield` to a busy core returns only after the other thread's whole time
 /// slice (milliseconds); after `LATE_YIELDS` such yields in a row, a waiter blocks instead of
-/// yielding for `BLOCK_FOR`, then tries yielding again.
-#[derive(Debug, Default)]
+/// yielding, first for `BLOCK_MIN`, then tries yielding again. Each time the yields are late
+/// again the block doubles, up to `BLOCK_FOR`; a yield on time starts again from `BLOCK_MIN`.
+/// A core taken for a moment (a peer faulting in 16 MiB of buffers) so costs a few
+/// milliseconds of blocked waits, not `BLOCK_FOR` of them (an allreduce at P = 8 right after
+/// such a start: 23-75 µs a call against 5).
+#[derive(Debug)]
 pub struct Contention {
     late: u32,
     block_until: Option<std::time::Instant>,
+    block_for: std::time::Duration,
+}
+
+impl Default for Contention {
+    fn default() -> Self {
+        Contention {
+            late: 0,
+            block_until: None,
+            block_for: Self::BLOCK_MIN,
+        }
+    }
 }
 
 impl Contention {
     pub const LATE: std::time::Duration = std::time::Duration::from_micros(500);
     pub const LATE_YIELDS: u32 = 2;
+    pub const BLOCK_MIN: std::time::Duration = std::time::Duration::from_millis(4);
     pub const BLOCK_FOR: std::time::Duration = std::time::Duration::from_millis(100);
 
     /// `sched_yield`, noting whether the core was taken.
@@ -558,15 +574,27 @@ impl Contention {
     pub fn yield_among(&mut self, others: u32) {
         let t = std::time::Instant::now();
         std::thread::yield_now();
-        if t.elapsed() > Self::LATE * (others + 1) {
+        self.note(t.elapsed(), others);
+    }
+
+    /// A yield that took `took` on a core `others` known waiters share.
+    fn note(&mut self, took: std::time::Duration, others: u32) {
+        if took > Self::LATE * (others + 1) {
             self.late += 1;
             if self.late >= Self::LATE_YIELDS {
-                self.block_until = Some(std::time::Instant::now() + Self::BLOCK_FOR);
+                self.block_until = Some(std::time::Instant::now() + self.block_for);
+                self.block_for = (self.block_for * 2).min(Self::BLOCK_FOR);
                 self.late = 0;
             }
         } else {
             self.late = 0;
+            self.block_for = Self::BLOCK_MIN;
         }
+    }
+
+    /// How long the next block lasts, if the yields are late again.
+    pub fn next_block(&self) -> std::time::Duration {
+        self.block_for
     }
 
     /// Whether a waiter should block now rather than yield.
@@ -579,5 +607,33 @@ impl Contention {
             }
             None => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Contention;
+    use std::time::Duration;
+
+    /// Late yields block for 4 ms, then 8, 16...; one on time starts again from 4 ms, and
+    /// a yield is late only past `LATE` for each waiter sharing the core.
+    #[test]
+    fn a_busy_core_blocks_waiters_for_longer_each_time_and_a_free_one_resets_it() {
+        let mut c = Contention::default();
+        let late = Contention::LATE + Duration::from_micros(1);
+        c.note(late * 3, 3);
+        c.note(late * 3, 3);
+        assert!(!c.blocking(), "three sharers: not late for four turns");
+        for want in [4, 8, 16, 32, 64, 100, 100] {
+            assert_eq!(c.next_block(), Duration::from_millis(want));
+            c.note(late, 0);
+            assert!(!c.blocking(), "one late yield does not block");
+            c.note(late, 0);
+            assert!(c.blocking(), "two in a row do");
+            c.block_until = None;
+        }
+        c.note(Duration::from_micros(10), 0);
+        assert_eq!(c.next_block(), Contention::BLOCK_MIN);
+        assert!(!c.blocking());
     }
 }
