@@ -695,7 +695,9 @@ impl Inner {
         let mut failed = Ok(());
         for src in 0..size {
             failed = self.w_take(src);
-            self.win.as_mut().unwrap().publish_head(src);
+            if self.win.as_mut().unwrap().publish_head(src) {
+                self.d.wake.push(src);
+            }
             if failed.is_err() {
                 break;
             }
@@ -711,6 +713,8 @@ impl Inner {
             self.finish_lib(c);
         }
         self.d.done = done;
+        wake.sort_unstable();
+        wake.dedup();
         let woken = self.wake(&wake);
         wake.clear();
         self.d.wake = wake;
@@ -795,6 +799,7 @@ impl Inner {
         };
         win.has_arrivals()
             || win.gen_moved()
+            || win.room_moved()
             || self
                 .d
                 .wcoll

@@ -1276,6 +1276,11 @@ impl Ni {
 
     fn wait_inner(&self, op: Op, timeout: Option<Duration>, handlers: bool) -> Result<Done> {
         if let Some(c) = op.early.take() {
+            // As a wait that found its operation done at the first look: handlers queued
+            // meanwhile run now.
+            if handlers {
+                self.run_handlers();
+            }
             return finish(&op, c);
         }
         // When the wait began: taken at the first look that finds `op` unfinished.

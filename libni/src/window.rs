@@ -69,8 +69,8 @@ impl Window {
             mem,
             rank,
             size,
-            ring_slots: w::ring_slots(size.max(1)),
-            ring_bytes: w::ring_bytes(size.max(1)),
+            ring_slots: w::ring_slots(size.clamp(1, w::MAX_RANKS)),
+            ring_bytes: w::ring_bytes(size.clamp(1, w::MAX_RANKS)),
             gen: 0,
             states: vec![0; size as usize],
             out_tail: vec![0; size as usize],
@@ -235,10 +235,11 @@ impl Window {
         };
         if !fits(self.out_head[d]) {
             let head = self.head(self.rank, dst).load(Ordering::Acquire);
+            // Kept even when it does not fit yet: `room_moved` watches for the next move.
+            self.out_head[d] = head;
             if !fits(head) {
                 return false;
             }
-            self.out_head[d] = head;
         }
         let inline = payload.len().min(w::INLINE as usize);
         let mut at = inline;
@@ -422,12 +423,28 @@ impl Window {
             .count() as u32
     }
 
+    /// Say that this rank blocks on its interrupt (and whether it waits for room in a ring
+    /// too: [`w::SLEEPING_FOR_ROOM`]), or no longer does.
     pub fn set_sleeping(&self, on: bool) {
-        self.u32(w::sleeping(self.rank))
-            .store(on as u32, Ordering::Release);
+        let v = match (on, self.backlogged > 0) {
+            (false, _) => 0,
+            (true, false) => w::SLEEPING_BLOCKED,
+            (true, true) => w::SLEEPING_BLOCKED | w::SLEEPING_FOR_ROOM,
+        };
+        self.u32(w::sleeping(self.rank)).store(v, Ordering::Release);
         if on {
             fence(Ordering::SeqCst);
         }
+    }
+
+    /// Whether a receiver moved `HEAD` of a ring this rank has messages waiting for (so the
+    /// backlog can move on).
+    pub fn room_moved(&self) -> bool {
+        self.backlogged > 0
+            && (0..self.size).any(|d| {
+                !self.backlog[d as usize].is_empty()
+                    && self.head(self.rank, d).load(Ordering::Acquire) != self.out_head[d as usize]
+            })
     }
 
     /// Nothing to do for a progress pass: no message to take, no member whose state moved,
@@ -521,13 +538,22 @@ impl Window {
     }
 
     /// Tell `src` how far this rank has read, if that moved.
-    pub fn publish_head(&mut self, src: u32) {
+    /// Returns whether `src` must be woken: it blocks waiting for room in a ring (only ours
+    /// can be the one: a wake it did not need costs it a look). Pairs with its store of
+    /// `SLEEPING`, fence, look at `HEAD` (`set_sleeping`, `room_moved`).
+    pub fn publish_head(&mut self, src: u32) -> bool {
         let s = src as usize;
-        if self.in_published[s] != self.in_head[s] {
-            self.in_published[s] = self.in_head[s];
-            self.head(src, self.rank)
-                .store(self.in_head[s], Ordering::Release);
+        if self.in_published[s] == self.in_head[s] {
+            return false;
         }
+        self.in_published[s] = self.in_head[s];
+        self.head(src, self.rank)
+            .store(self.in_head[s], Ordering::Release);
+        if src == self.rank {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        self.u32(w::sleeping(src)).load(Ordering::Acquire) & w::SLEEPING_FOR_ROOM != 0
     }
 
     /// Publish this rank's contribution to collective round `round`.

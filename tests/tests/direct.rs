@@ -717,3 +717,54 @@ fn a_large_allreduce_after_a_member_came_back_as_a_new_client() {
     }
     assert_eq!(d.counter(0, "window_large_allreduces"), 4);
 }
+
+/// A sender whose messages wait for room in a full ring and that went to sleep on its
+/// interrupt is woken by the receiver when it takes them (`fastpath.md`, "Waiting and
+/// waking": `SLEEPING` bit 1), not by its wait's 20 ms timeout: the receiver, which sends
+/// nothing itself, posts the `WAKE`.
+#[test]
+fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
+    if window_off() {
+        return;
+    }
+    const N: usize = 24;
+    const LEN: usize = 4096;
+    let d = Daemon::start(2);
+    let a = Ni::attach_path(&d.sock(0)).unwrap();
+    let b = Ni::attach_path(&d.sock(1)).unwrap();
+    for ni in [&a, &b] {
+        ni.wait_for_partition(Duration::from_secs(10)).unwrap();
+    }
+    let wakes_before = d.counter(1, "wakes");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let buf = a.alloc(N * LEN).unwrap();
+            for i in 0..N {
+                buf.write_at(i * LEN, &[i as u8; LEN]);
+            }
+            // 512 slots hold 6 of these (74 slots each): the rest wait for room.
+            let ops: Vec<_> = (0..N)
+                .map(|i| a.isend(1, &buf, i * LEN..(i + 1) * LEN, i as u64).unwrap())
+                .collect();
+            assert!(!ops.last().unwrap().ready(), "the last send waits for room");
+            for o in ops {
+                a.wait(o).unwrap();
+            }
+        });
+        // Long enough for the sender to yield, then block on its interrupt.
+        std::thread::sleep(Duration::from_millis(300));
+        let buf = b.alloc(LEN).unwrap();
+        for i in 0..N {
+            let got = b.recv(Some(0), &buf, 0..LEN, i as u64, u64::MAX).unwrap();
+            assert_eq!(got.len as usize, LEN);
+            let mut data = vec![0u8; LEN];
+            buf.read_at(0, &mut data);
+            assert!(data.iter().all(|&x| x == i as u8), "message {i}");
+        }
+    });
+    assert!(
+        d.counter(1, "wakes") > wakes_before,
+        "the receiver woke the sender waiting for room"
+    );
+    assert_eq!(d.counter(0, "window_sends"), N as u64);
+}

@@ -160,6 +160,11 @@ pub mod zone {
     pub const RINGS: u64 = 0x6000;
 }
 
+/// `SLEEPING` bits: the rank blocks on its interrupt; and it waits for room in a ring toward
+/// some peer (whose receiver, on moving that ring's `HEAD`, asks for its `WAKE` too).
+pub const SLEEPING_BLOCKED: u32 = 1;
+pub const SLEEPING_FOR_ROOM: u32 = 2;
+
 pub fn sleeping(rank: u32) -> u64 {
     zone(rank) + zone::SLEEPING
 }

@@ -239,6 +239,20 @@ impl Window {
         };
         NEXT_SERIAL.fetch_max(img.serial.saturating_add(1), Ordering::Relaxed);
         let mut win = Self::build(kind, img.members.clone(), Some(files))?;
+        // Files of the same size can hold another layout (an earlier daemon's version).
+        let (magic, version) = (win.u32(hdr::MAGIC), win.u32(hdr::VERSION));
+        if magic.load(Ordering::Acquire) != hdr::MAGIC_VALUE
+            || version.load(Ordering::Relaxed) != hdr::VERSION_VALUE
+        {
+            return Err(SharedMemError::Map(
+                "partition window",
+                format!(
+                    "the handed-over window is version {}, this daemon's is {}",
+                    version.load(Ordering::Relaxed),
+                    hdr::VERSION_VALUE
+                ),
+            ));
+        }
         win.serial = img.serial;
         Ok(win)
     }
@@ -625,6 +639,32 @@ mod tests {
         }
         // A ring that does not touch rank 1 keeps what it holds.
         assert_eq!(win.u32(last(n - 1, 2)).load(Ordering::Relaxed), 9);
+    }
+
+    /// A handover adopts the window's files only if they hold this daemon's layout: files of
+    /// the same size from another version would have their rings zeroed in the wrong places.
+    #[test]
+    fn a_handed_over_window_of_another_version_is_refused() {
+        for kind in [Kind::Isolated, Kind::Shared] {
+            let win = Window::new(kind, vec![0, 1], 1000).unwrap();
+            let img = win.image();
+            let files = || -> Vec<File> {
+                img.fds
+                    .iter()
+                    .map(|&fd| {
+                        // SAFETY: `fd` is one of `win`'s descriptors, alive while it is;
+                        // the duplicate is owned by the returned `File`.
+                        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                        File::from(fd.try_clone_to_owned().unwrap())
+                    })
+                    .collect()
+            };
+            assert!(Window::adopt(&img, files()).is_ok());
+            win.u32(hdr::VERSION)
+                .store(hdr::VERSION_VALUE - 1, Ordering::Relaxed);
+            let e = Window::adopt(&img, files()).err().expect("refused");
+            assert!(e.to_string().contains("version"), "{e}");
+        }
     }
 
     /// Trapped writes obey the same rule as the mappings: a member's own zone only.
