@@ -351,7 +351,7 @@ impl Inner {
         key: u32,
         offset: u64,
         msg: &[u8; 64],
-    ) -> Result<Option<std::result::Result<u64, ()>>> {
+    ) -> Result<Option<std::result::Result<(u64, bool), ()>>> {
         self.w_sync()?;
         // Not before we are up as ourselves: the lock would name an incarnation gone.
         if !self.win.as_mut().unwrap().live() || self.w_unreachable_why(dest).is_some() {
@@ -422,20 +422,9 @@ impl Inner {
             }
             Some(Ok((tail, hit))) => {
                 win.count_mq(dest, true);
-                if hit {
-                    // Sig is set; IR_STATUS, MSG_ADDR and the interrupt are the device's.
-                    self.post_or_defer(
-                        Request {
-                            opcode: op::MQ_SIGNAL,
-                            rank: dest,
-                            key,
-                            tag: offset,
-                            ..Default::default()
-                        },
-                        None,
-                    )?;
-                }
-                Some(Ok(tail))
+                // On a hit Sig is set; IR_STATUS, MSG_ADDR and the interrupt are the
+                // device's: the caller posts MQ_SIGNAL.
+                Some(Ok((tail, hit)))
             }
         })
     }

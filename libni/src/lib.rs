@@ -1634,7 +1634,28 @@ impl Ni {
             let mut i = self.lock();
             if i.direct() {
                 match i.w_mq_send(dest, mq.key, mq.offset, msg)? {
-                    Some(Ok(tail)) => return Ok(MqOutcome::Accepted { tail }),
+                    Some(Ok((tail, false))) => return Ok(MqOutcome::Accepted { tail }),
+                    Some(Ok((tail, true))) => {
+                        drop(i);
+                        // The threshold was hit: the device latches the receiver's
+                        // IR_STATUS and MSG_ADDR and interrupts it. Waited for, so that
+                        // nothing this sender does next reaches the receiver before it.
+                        let o = self.start(Request {
+                            opcode: op::MQ_SIGNAL,
+                            rank: dest,
+                            key: mq.key,
+                            tag: mq.offset,
+                            ..Default::default()
+                        })?;
+                        match self.wait_quiet(o) {
+                            Ok(_) => {}
+                            // The message is in the queue; only its signal failed (the
+                            // receiver left): the SEND still happened.
+                            Err(Error::Failed { .. }) => {}
+                            Err(e) => return Err(e),
+                        }
+                        return Ok(MqOutcome::Accepted { tail });
+                    }
                     Some(Err(())) => return Ok(MqOutcome::Rejected),
                     None => {}
                 }
