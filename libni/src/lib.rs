@@ -1637,23 +1637,7 @@ impl Ni {
                     Some(Ok((tail, false))) => return Ok(MqOutcome::Accepted { tail }),
                     Some(Ok((tail, true))) => {
                         drop(i);
-                        // The threshold was hit: the device latches the receiver's
-                        // IR_STATUS and MSG_ADDR and interrupts it. Waited for, so that
-                        // nothing this sender does next reaches the receiver before it.
-                        let o = self.start(Request {
-                            opcode: op::MQ_SIGNAL,
-                            rank: dest,
-                            key: mq.key,
-                            tag: mq.offset,
-                            ..Default::default()
-                        })?;
-                        match self.wait_quiet(o) {
-                            Ok(_) => {}
-                            // The message is in the queue; only its signal failed (the
-                            // receiver left): the SEND still happened.
-                            Err(Error::Failed { .. }) => {}
-                            Err(e) => return Err(e),
-                        }
+                        self.mq_signal(dest, mq)?;
                         return Ok(MqOutcome::Accepted { tail });
                     }
                     Some(Err(())) => return Ok(MqOutcome::Rejected),
@@ -1682,6 +1666,28 @@ impl Ni {
                 status: Status::QueueFull,
                 ..
             }) => Ok(MqOutcome::Rejected),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A SEND stored member to member hit its queue's threshold: the device latches the
+    /// receiver's IR_STATUS and MSG_ADDR and interrupts it. Waited for, so that nothing this
+    /// sender does next reaches the receiver before it. Out of `mq_send`'s way: rare.
+    #[cold]
+    #[inline(never)]
+    fn mq_signal(&self, dest: u32, mq: MqAddr) -> Result<()> {
+        let o = self.start(Request {
+            opcode: op::MQ_SIGNAL,
+            rank: dest,
+            key: mq.key,
+            tag: mq.offset,
+            ..Default::default()
+        })?;
+        match self.wait_quiet(o) {
+            Ok(_) => Ok(()),
+            // The message is in the queue; only its signal failed (the receiver left): the
+            // SEND still happened.
+            Err(Error::Failed { .. }) => Ok(()),
             Err(e) => Err(e),
         }
     }
