@@ -33,12 +33,13 @@ struct Args {
     /// NIs].
     #[arg(long, value_name = "XxYxZ")]
     torus: Option<String>,
-    /// The direct path: each partition of up to 16 NIs gets a window of shared memory where
+    /// The direct path: each partition of up to 64 NIs gets a window of shared memory where
     /// its members exchange small messages and collectives without the daemon's poller.
     /// `isolated` (or `on`): one file per writer, each member maps its own part writable and
-    /// the rest read-only — host processes only. `shared`: one file in BAR4 every member maps
-    /// read-write — what guests (QEMU) can map; members trust each other. `off`: everything
-    /// through the fabric [default: isolated, or the config file's `direct`].
+    /// the rest read-only — host processes only. `shared`: one file, the whole window
+    /// read-only in BAR4 and the member's own part read-write in BAR3 — what guests (QEMU)
+    /// can map. `off`: everything through the fabric [default: isolated, or the config
+    /// file's `direct`].
     #[arg(long, value_name = "isolated|shared|off", value_parser = parse_direct)]
     direct: Option<Direct>,
     /// A fabric that spans hosts: a TOML file with `[[host]]` tables (`name`, `link =
