@@ -185,10 +185,7 @@ impl Op {
     /// return its result at once, and [`Ni::drain`] does not report it (a caller that
     /// tracks operations by `drain` takes its result with `wait`).
     pub fn ready(&self) -> bool {
-        let c = self.early.take();
-        let ready = c.is_some();
-        self.early.set(c);
-        ready
+        self.early.get().is_some()
     }
 }
 

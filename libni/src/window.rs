@@ -207,16 +207,8 @@ impl Window {
     }
 
     fn slot_ptr(&self, src: u32, dst: u32, index: u32) -> u64 {
-        debug_assert_eq!(
-            w::ring_data(src, dst, self.size),
-            w::zone(src) + w::zone::RINGS + dst as u64 * self.ring_bytes
-        );
-        // `w::ring_data` without its division, and a power of two of slots (`w::ring_slots`):
-        // a mask, not a division, on every slot.
-        w::zone(src)
-            + w::zone::RINGS
-            + dst as u64 * self.ring_bytes
-            + (index & (self.ring_slots - 1)) as u64 * w::SLOT
+        // A power of two of slots (`w::ring_slots`): a mask, not a division, on every slot.
+        w::ring_at(src, dst, self.ring_bytes) + (index & (self.ring_slots - 1)) as u64 * w::SLOT
     }
 
     fn seq(&self, src: u32, dst: u32, index: u32) -> &AtomicU32 {
@@ -389,11 +381,16 @@ impl Window {
     /// After publishing: is `dst` blocked? Pairs with its store of `SLEEPING`, fence, last
     /// look at its rings (`set_sleeping`).
     fn sleeping_after_store(&self, dst: u32) -> bool {
-        if dst == self.rank {
-            return false;
+        self.sleeping_word_after_store(dst) != 0
+    }
+
+    /// `r`'s `SLEEPING` word as it is after what this rank just stored (0 for itself).
+    fn sleeping_word_after_store(&self, r: u32) -> u32 {
+        if r == self.rank {
+            return 0;
         }
         fence(Ordering::SeqCst);
-        self.u32(w::sleeping(dst)).load(Ordering::Acquire) != 0
+        self.u32(w::sleeping(r)).load(Ordering::Acquire)
     }
 
     pub fn sleeping(&self, r: u32) -> bool {
@@ -549,11 +546,7 @@ impl Window {
         self.in_published[s] = self.in_head[s];
         self.head(src, self.rank)
             .store(self.in_head[s], Ordering::Release);
-        if src == self.rank {
-            return false;
-        }
-        fence(Ordering::SeqCst);
-        self.u32(w::sleeping(src)).load(Ordering::Acquire) & w::SLEEPING_FOR_ROOM != 0
+        self.sleeping_word_after_store(src) & w::SLEEPING_FOR_ROOM != 0
     }
 
     /// Publish this rank's contribution to collective round `round`.

@@ -331,7 +331,12 @@ pub const fn ring_slots(size: u32) -> u32 {
 
 /// Ring (src → dst) of a partition of `size` members, in the source's zone.
 pub const fn ring_data(src: u32, dst: u32, size: u32) -> u64 {
-    zone(src) + zone::RINGS + dst as u64 * ring_bytes(size)
+    ring_at(src, dst, ring_bytes(size))
+}
+
+/// [`ring_data`] for a caller that keeps the partition's [`ring_bytes`] (no division).
+pub const fn ring_at(src: u32, dst: u32, ring_bytes: u64) -> u64 {
+    zone(src) + zone::RINGS + dst as u64 * ring_bytes
 }
 
 /// Message kinds in a ring's header slot.
