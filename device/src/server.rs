@@ -719,11 +719,15 @@ pub fn serve(
             }
             Ok(Err(e)) => tracing::info!(ni = index, "client session ended: {e}"),
         }
-        *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
         drop(stream);
-        let mut ni = lock(&slot.ni);
-        ni.window = None;
-        ni.detach();
+        {
+            let mut ni = lock(&slot.ni);
+            ni.window = None;
+            ni.detach();
+        }
+        // Free only once detached: `nodes` must not show a free NI still holding the last
+        // client's DMA mappings.
+        *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
     }
 }
 
