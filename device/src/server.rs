@@ -673,9 +673,14 @@ pub fn serve(
                         continue;
                     }
                 };
-                // Attached first, then the window read: a partition created from now on
-                // sees this NI attached and gets no window (`State::sync_windows`), so the
-                // window this session binds is the one its partition keeps.
+                // Attached under the NI's lock, with the generation's move (`attached`): the
+                // fabric must not see this client attached at the old generation (it would
+                // publish an identity, then again at the new one, and the client could read
+                // the first EPOCH). Attached first, then the window read: a partition created
+                // from now on sees this NI attached and gets no window
+                // (`State::sync_windows`), so the window this session binds is the one its
+                // partition keeps.
+                let mut ni = lock(&slot.ni);
                 *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment {
                     attached: true,
                     client_pid: None,
@@ -686,7 +691,6 @@ pub fn serve(
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
-                let mut ni = lock(&slot.ni);
                 ni.window = window.clone();
                 ni.counters.attaches += 1;
                 // The fabric publishes the fast path's control page for the new client.
@@ -719,15 +723,23 @@ pub fn serve(
             }
             Ok(Err(e)) => tracing::info!(ni = index, "client session ended: {e}"),
         }
+        // `stream_fd` names the socket only while it is open (the handover shuts it down).
+        slot.attachment
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stream_fd = None;
         drop(stream);
-        {
-            let mut ni = lock(&slot.ni);
-            ni.window = None;
-            ni.detach();
-        }
-        // Free only once detached: `nodes` must not show a free NI still holding the last
-        // client's DMA mappings.
+        let mut ni = lock(&slot.ni);
+        ni.window = None;
+        ni.detach();
+        // Freed under the NI's lock, with the detach: the fabric reads generation and
+        // attachment under it too, so it never sees the detach's generation with the old
+        // client still attached (it would publish an identity into the next client's SRAM,
+        // then publish again at its attach: a new EPOCH, and that client's attach fails with
+        // `Reset`); and `nodes` never shows a free NI still holding the last client's DMA
+        // mappings.
         *slot.attachment.lock().unwrap_or_else(|e| e.into_inner()) = Attachment::default();
+        drop(ni);
     }
 }
 

@@ -157,3 +157,42 @@ fn partitions_isolate_and_number_relatively() {
         "nothing leaked into b"
     );
 }
+
+/// One client after another on the same NI, each attaching while the last one's detach is
+/// still under way (the daemon's session ends as the next client connects): each must get a
+/// fresh, stable control page. The fabric once could see the detach's generation with the
+/// old client still attached and publish an identity into the next client's SRAM, then a
+/// second at its attach: a new EPOCH under the new client, whose attach failed with `Reset`
+/// (multihost libfabric.sh, `combines` after `vectors`).
+#[test]
+fn clients_attaching_one_after_another_never_see_a_reset() {
+    let d = Daemon::start(2);
+    let peer = ni::Ni::attach_path(&d.sock(1)).unwrap();
+    // Both cores kept busy, so the daemon's threads are preempted in between their steps
+    // (unloaded, the race this guards showed once in hundreds of CI runs; loaded, within
+    // 100 rounds).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    for round in 0..400 {
+        let a = ni::Ni::attach_path(&d.sock(0)).unwrap_or_else(|e| panic!("attach {round}: {e}"));
+        a.wait_for_partition(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("partition {round}: {e}"));
+        a.ping(1)
+            .unwrap_or_else(|e| panic!("ping after attach {round}: {e}"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    drop(peer);
+    assert_eq!(d.counter(0, "attaches"), 400);
+}
