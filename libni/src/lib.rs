@@ -1109,11 +1109,11 @@ impl Ni {
         self.lock().direct()
     }
 
-    /// Write one raw 64-byte slot into the window ring toward `dest`, as if it were a
-    /// message (conformance tests: what a misbehaving peer can do to a receiver). Returns
-    /// false when there is no window.
+    /// Write one raw slot into the window ring toward `dest`, as if it were a message
+    /// (conformance tests: what a misbehaving peer can do to a receiver). Returns false when
+    /// there is no window.
     #[doc(hidden)]
-    pub fn window_inject(&self, dest: u32, raw: &[u8; 64]) -> bool {
+    pub fn window_inject(&self, dest: u32, raw: &[u8; ni_abi::window::SLOT as usize]) -> bool {
         let mut i = self.lock();
         // Current member states first: a peer that came up resets the rings toward it.
         if i.w_progress().is_err() {

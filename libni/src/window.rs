@@ -234,16 +234,25 @@ impl Window {
             }
         }
         let inline = payload.len().min(w::INLINE as usize);
-        let mut at = inline;
         let mut i = tail.wrapping_add(1);
-        while at < payload.len() {
-            let n = (payload.len() - at).min(w::CONT as usize);
+        let mut rest = &payload[inline..];
+        while !rest.is_empty() {
             let p = self.slot_ptr(self.rank, dst, i);
             // Ordered before the header's SEQ by its release.
             self.u32(p + w::SEQ).store(w::seq_for(i), Ordering::Relaxed);
-            self.mem
-                .write_at((p + w::CONT_DATA) as usize, &payload[at..at + n]);
-            at += n;
+            let at = (p + w::CONT_DATA) as usize;
+            match rest.split_first_chunk::<{ w::CONT as usize }>() {
+                Some((chunk, tail)) => {
+                    // A whole slot's worth: a fixed-size copy the compiler inlines (most
+                    // slots of a message), not a call to memcpy per slot.
+                    self.write_chunk(at, chunk);
+                    rest = tail;
+                }
+                None => {
+                    self.mem.write_at(at, rest);
+                    rest = &[];
+                }
+            }
             i = i.wrapping_add(1);
         }
         let first = self.slot_ptr(self.rank, dst, tail);
@@ -257,7 +266,7 @@ impl Window {
 
     /// Publish one raw slot as the next message to `dst`, whatever it says after its `SEQ`
     /// (conformance tests: a peer that writes what no sender writes).
-    pub fn inject(&mut self, dst: u32, raw: &[u8; 64]) {
+    pub fn inject(&mut self, dst: u32, raw: &[u8; w::SLOT as usize]) {
         let tail = self.out_tail[dst as usize];
         let at = self.slot_ptr(self.rank, dst, tail);
         self.mem.write_at((at + 4) as usize, &raw[4..]);
@@ -516,15 +525,37 @@ impl Window {
         let inline = len.min(w::INLINE as usize);
         self.mem
             .read_at((first + w::HEADER) as usize, &mut out[..inline]);
-        let mut at = inline;
         let mut i = head.wrapping_add(1);
-        while at < len {
-            let k = (len - at).min(w::CONT as usize);
-            let p = self.slot_ptr(src, self.rank, i) + w::CONT_DATA;
-            self.mem.read_at(p as usize, &mut out[at..at + k]);
-            at += k;
+        let mut rest = &mut out[inline..len];
+        while !rest.is_empty() {
+            let at = (self.slot_ptr(src, self.rank, i) + w::CONT_DATA) as usize;
+            if rest.len() >= w::CONT as usize {
+                let (chunk, tail) = std::mem::take(&mut rest).split_at_mut(w::CONT as usize);
+                self.read_chunk(at, chunk.try_into().unwrap());
+                rest = tail;
+            } else {
+                self.mem.read_at(at, rest);
+                rest = &mut [];
+            }
             i = i.wrapping_add(1);
         }
+    }
+
+    /// One continuation slot's payload into the window at `at`.
+    #[inline]
+    fn write_chunk(&self, at: usize, chunk: &[u8; w::CONT as usize]) {
+        assert!(at + chunk.len() <= self.mem.len());
+        // SAFETY: inside the mapping (checked above); unaligned is fine for a byte array.
+        unsafe { (self.mem.ptr().add(at) as *mut [u8; w::CONT as usize]).write_unaligned(*chunk) }
+    }
+
+    /// One continuation slot's payload out of the window at `at`.
+    #[inline]
+    fn read_chunk(&self, at: usize, chunk: &mut [u8; w::CONT as usize]) {
+        assert!(at + chunk.len() <= self.mem.len());
+        // SAFETY: inside the mapping (checked above); unaligned is fine for a byte array.
+        *chunk =
+            unsafe { (self.mem.ptr().add(at) as *const [u8; w::CONT as usize]).read_unaligned() };
     }
 
     /// Done with the message [`Window::next`] returned; its slots go back to `src` at the

@@ -267,6 +267,31 @@ pub mod check {
     use ni::{Error, Status};
 
     /// Deterministic bytes for `(len, seed)`: senders and receivers make the same ones.
+    /// The message sizes of the `integrity` scenario: 0 B to 64 MiB, around the window
+    /// ring's slot boundaries too (`ni_abi::window`: the header slot's inline bytes, each
+    /// continuation slot's, the largest eager message).
+    pub fn integrity_sizes() -> Vec<usize> {
+        use ni_abi::window::{CONT, EAGER_MAX, INLINE};
+        let (inline, cont, eager) = (INLINE as usize, CONT as usize, EAGER_MAX as usize);
+        vec![
+            0,
+            1,
+            inline,
+            inline + 1,
+            inline + cont,
+            inline + cont + 1,
+            63,
+            64,
+            65,
+            1000,
+            eager - 1,
+            eager,
+            eager + 1,
+            1 << 20,
+            64 << 20,
+        ]
+    }
+
     pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..len)

@@ -100,20 +100,21 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     let d = Daemon::start(2);
     let (a, b) = d.attach_pair();
     let rbuf = b.alloc(8192).unwrap();
+    const SLOT: usize = ni_abi::window::SLOT as usize;
     // Lies a receiver must not follow (`ni_abi::window::Header`: kind @4, len @6): unknown
     // kind; an eager length far past the ring; a ready-to-send that claims ring payload; an
     // active message past the handlers' limit.
-    let mut lies = vec![[0xA5u8; 64]];
-    let mut long = [0u8; 64];
+    let mut lies = vec![[0xA5u8; SLOT]];
+    let mut long = [0u8; SLOT];
     long[4] = ni_abi::window::kind::EAGER;
     long[6..8].copy_from_slice(&u16::MAX.to_le_bytes());
     lies.push(long);
-    let mut odd = [0u8; 64];
+    let mut odd = [0u8; SLOT];
     odd[4] = ni_abi::window::kind::RTS;
     odd[6..8].copy_from_slice(&16u16.to_le_bytes());
     lies.push(odd);
     // An active message longer than any handler may be given.
-    let mut am = [0u8; 64];
+    let mut am = [0u8; SLOT];
     am[4] = ni_abi::window::kind::AM;
     am[6..8].copy_from_slice(&(ni_abi::fastpath::AM_MAX_PAYLOAD as u16 + 1).to_le_bytes());
     lies.push(am);
@@ -742,7 +743,7 @@ fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
             for i in 0..N {
                 buf.write_at(i * LEN, &[i as u8; LEN]);
             }
-            // 512 slots hold 6 of these (74 slots each): the rest wait for room.
+            // 1024 slots hold 6 of these (147 slots each): the rest wait for room.
             let ops: Vec<_> = (0..N)
                 .map(|i| a.isend(1, &buf, i * LEN..(i + 1) * LEN, i as u64).unwrap())
                 .collect();

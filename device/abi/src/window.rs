@@ -64,7 +64,8 @@ pub mod hdr {
     /// 4: members store T3E SENDs into peers' exported queues under [`super::mq_lock`].
     /// 5: up to 64 members; `REACH` is a u64; ring size depends on the partition's size.
     /// 6: collective slots of 4 KiB.
-    pub const VERSION_VALUE: u32 = 6;
+    /// 7: ring slots of 32 bytes (two small messages a cache line), continuation data at +4.
+    pub const VERSION_VALUE: u32 = 7;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -323,7 +324,7 @@ pub const fn ring_bytes(size: u32) -> u64 {
     }
 }
 pub const MAX_RING_BYTES: u64 = 32 << 10;
-pub const SLOT: u64 = 64;
+pub const SLOT: u64 = 32;
 /// Slots of one ring in a partition of `size` members.
 pub const fn ring_slots(size: u32) -> u32 {
     (ring_bytes(size) / SLOT) as u32
@@ -365,8 +366,8 @@ pub const SEQ: u64 = 0;
 /// u64 @8, then the first [`INLINE`] payload bytes (a `RTS`: `id` u64 @16, `full` u64 @24).
 pub const HEADER: u64 = 16;
 pub const INLINE: u64 = SLOT - HEADER;
-/// Continuation slot: `SEQ` u32 @0, 4 bytes unused, [`CONT`] payload bytes from @8.
-pub const CONT_DATA: u64 = 8;
+/// Continuation slot: `SEQ` u32 @0, [`CONT`] payload bytes from @4.
+pub const CONT_DATA: u64 = 4;
 pub const CONT: u64 = SLOT - CONT_DATA;
 
 /// The `SEQ` of the slot with free-running index `index`.
@@ -500,12 +501,14 @@ mod tests {
         let b = h.encode(&payload);
         assert_eq!(Header::decode(&b), Some(h));
         assert_eq!(&b[HEADER as usize..], &payload[..INLINE as usize]);
-        assert_eq!(h.slots(), 1 + 1);
+        // 16 inline, then 28 a continuation slot: 16 + 3 × 28 = 100.
+        assert_eq!(h.slots(), 1 + 3);
         assert_eq!(slots_for(0), 1);
-        assert_eq!(slots_for(48), 1);
-        assert_eq!(slots_for(49), 2);
-        assert_eq!(slots_for(48 + 56), 2);
-        assert_eq!(slots_for(48 + 57), 3);
+        assert_eq!(slots_for(16), 1);
+        assert_eq!(slots_for(17), 2);
+        assert_eq!(slots_for(16 + 28), 2);
+        assert_eq!(slots_for(16 + 29), 3);
+        assert_eq!(slots_for(EAGER_MAX), 147);
         let rts = Header {
             kind: kind::RTS,
             len: 0,

@@ -1,7 +1,7 @@
 //! One rank of a multi-process test scenario: `ni-test-rank SCENARIO`, with `NI_SOCKET` set.
 //! Prints `ok SCENARIO` and exits 0 when every check passed; panics (exit 101) otherwise.
 
-use ni_tests::check::{expect_status, pattern, status_of};
+use ni_tests::check::{expect_status, integrity_sizes, pattern, status_of};
 use std::time::{Duration, Instant};
 
 use ni::{opcode, Error, MqAddr, MqOutcome, Ni, Request, Status};
@@ -23,7 +23,7 @@ fn barrier(ni: &Ni, scratch: &ni::Region) {
 }
 
 fn integrity(ni: &Ni) {
-    let sizes = [0usize, 1, 63, 64, 65, 4096, 1 << 20, 64 << 20];
+    let sizes = integrity_sizes();
     let buf = ni.alloc(64 << 20).unwrap();
     for (i, &n) in sizes.iter().enumerate() {
         let want = pattern(n, i as u64 + 1);
