@@ -527,6 +527,22 @@ impl Inner {
             None if src != ANY_RANK && !self.win.as_ref().unwrap().up(src) => {
                 self.finish_lib(completion(op::RECV, user, Status::PeerDown, src, 0, tag));
             }
+            // No earlier receive could claim `src`'s next messages: the one this receive
+            // matches may already be in the ring, taken now (it then ends in this call).
+            None if src != ANY_RANK
+                && self
+                    .d
+                    .posted
+                    .iter()
+                    .all(|q| q.src != src && q.src != ANY_RANK) =>
+            {
+                if let Some(p) = self.w_take(src, Some(p))? {
+                    self.d.posted.push_back(p);
+                }
+                if self.win.as_mut().unwrap().publish_head_if_far(src) {
+                    self.wake(&[src])?;
+                }
+            }
             None => self.d.posted.push_back(p),
         }
         Ok(user)
@@ -683,7 +699,7 @@ impl Inner {
         let size = self.win.as_ref().unwrap().size;
         let mut failed = Ok(());
         for src in 0..size {
-            failed = self.w_take(src);
+            failed = self.w_take(src, None).map(|_| ());
             if self.win.as_mut().unwrap().publish_head(src) {
                 self.d.wake.push(src);
             }
@@ -692,6 +708,7 @@ impl Inner {
             }
         }
         failed?;
+        self.win.as_mut().unwrap().heads_published();
         self.w_states(changes)?;
         let (mut wake, mut done) = (
             std::mem::take(&mut self.d.wake),
@@ -712,10 +729,12 @@ impl Inner {
         Ok(())
     }
 
-    /// Take every message `src` published toward this rank, oldest first: an eager one a
+    /// Take the messages `src` published toward this rank, oldest first: an eager one a
     /// posted receive wants goes straight from the ring into its buffer (one copy), others
-    /// wait in `unexpected`. The caller publishes `HEAD`.
-    fn w_take(&mut self, src: u32) -> Result<()> {
+    /// wait in `unexpected`. With `want` (a receive not yet posted, which no posted one
+    /// precedes for `src`): only up to the message it matches, and `want` back if none
+    /// did; without, every message. The caller publishes `HEAD`.
+    fn w_take(&mut self, src: u32, mut want: Option<Posted>) -> Result<Option<Posted>> {
         while let Some(h) = self.win.as_mut().unwrap().next(src) {
             if h.kind == kind::AM {
                 let win = self.win.as_mut().unwrap();
@@ -726,8 +745,15 @@ impl Inner {
                 self.queue_am(h.tag, src, payload);
                 continue;
             }
-            let hit = self.d.posted.iter().position(|p| p.matches(src, h.tag));
-            let p = hit.map(|i| self.d.posted.remove(i).unwrap());
+            // With `want`, no posted receive is for `src` (the caller checked).
+            let (p, wanted) = match want.take() {
+                Some(w) if w.matches(src, h.tag) => (Some(w), true),
+                Some(w) => {
+                    want = Some(w);
+                    (None, false)
+                }
+                None => (self.take_posted(src, h.tag), false),
+            };
             match (h.kind, p) {
                 (kind::EAGER, Some(p)) => {
                     self.deliver_eager(p, src, h.tag, h.len as u64, |me, buf| {
@@ -759,8 +785,24 @@ impl Inner {
                     }
                 }
             }
+            if wanted {
+                return Ok(None);
+            }
         }
-        Ok(())
+        Ok(want)
+    }
+
+    /// The earliest posted receive that matches a message from `src` tagged `tag`.
+    fn take_posted(&mut self, src: u32, tag: u64) -> Option<Posted> {
+        let posted = &mut self.d.posted;
+        match posted.front() {
+            // The common case, receives posted in the order their messages come.
+            Some(p) if p.matches(src, tag) => posted.pop_front(),
+            _ => {
+                let i = posted.iter().position(|p| p.matches(src, tag))?;
+                posted.remove(i)
+            }
+        }
     }
 
     /// Before a send or a receive: the members' states as they are now (`w_progress` when

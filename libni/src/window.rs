@@ -36,6 +36,9 @@ pub(crate) struct Window {
     /// Next slot index to read in ring (peer → rank), and what `HEAD` says.
     in_head: Vec<u32>,
     in_published: Vec<u32>,
+    /// Some `HEAD` lags what this rank consumed (a receive that took its message straight
+    /// from the ring leaves it for the next progress pass, unless it lags far).
+    heads_behind: bool,
     /// Messages for a peer whose ring was full, in order, with the completion each send
     /// gets once its message is in the ring; `backlogged` counts them all.
     backlog: Vec<VecDeque<Waiting>>,
@@ -77,6 +80,7 @@ impl Window {
             out_head: vec![0; size as usize],
             in_head: vec![0; size as usize],
             in_published: vec![0; size as usize],
+            heads_behind: false,
             backlog: (0..size).map(|_| VecDeque::new()).collect(),
             backlogged: 0,
             coll_timeout_ms: 0,
@@ -456,7 +460,7 @@ impl Window {
     /// Nothing to do for a progress pass: no message to take, no member whose state moved,
     /// nothing waiting for room in a ring.
     pub fn quiet(&self) -> bool {
-        self.backlogged == 0 && !self.gen_moved() && !self.has_arrivals()
+        self.backlogged == 0 && !self.heads_behind && !self.gen_moved() && !self.has_arrivals()
     }
 
     /// Whether any ring toward this rank holds a message we have not taken.
@@ -563,6 +567,23 @@ impl Window {
     pub fn consume(&mut self, src: u32, h: &Header) {
         let head = &mut self.in_head[src as usize];
         *head = head.wrapping_add(h.slots());
+        self.heads_behind = true;
+    }
+
+    /// Every `HEAD` published (a progress pass published them all).
+    pub fn heads_published(&mut self) {
+        self.heads_behind = false;
+    }
+
+    /// [`Window::publish_head`] once `src`'s `HEAD` lags a quarter of the ring: a receive
+    /// that took its message straight from the ring publishes no more often (each publish
+    /// is a fence), nor so rarely that the sender finds the ring full while it is not.
+    pub fn publish_head_if_far(&mut self, src: u32) -> bool {
+        let s = src as usize;
+        if self.in_head[s].wrapping_sub(self.in_published[s]) < self.ring_slots / 4 {
+            return false;
+        }
+        self.publish_head(src)
     }
 
     /// Tell `src` how far this rank has read, if that moved.
