@@ -530,6 +530,7 @@ impl Inner {
             // No earlier receive could claim `src`'s next messages: the one this receive
             // matches may already be in the ring, taken now (it then ends in this call).
             None if src != ANY_RANK
+                && self.win.as_mut().unwrap().live()
                 && self
                     .d
                     .posted
@@ -807,8 +808,9 @@ impl Inner {
 
     /// Before a send or a receive: the members' states as they are now (`w_progress` when
     /// they moved, after taking what arrived, so nothing a departed peer sent before
-    /// leaving is lost). Arrivals otherwise wait for the next progress: a receive posted
-    /// before they are taken matches them just as it would have matched them taken.
+    /// leaving is lost). Arrivals otherwise wait for the next progress, or the receive that
+    /// wants them (`w_recv`): a receive posted before they are taken matches them just as
+    /// it would have matched them taken.
     fn w_sync(&mut self) -> Result<()> {
         // A partition change voids the window this process mapped (the device keeps it for
         // nobody): no operation starts in it, as none would start on the fabric's path.

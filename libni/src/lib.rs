@@ -1140,25 +1140,26 @@ impl Ni {
     /// the loop started) is recent and no other member of the partition waits on this cpu,
     /// else give the cpu away (yield; sleep in a guest).
     pub fn relax(&self, since: Instant) {
-        let idle = since.elapsed();
+        let now = Instant::now();
+        let idle = now.duration_since(since);
         let (spin, sharers) = {
             let mut i = self.lock();
             let sharers = i.cpu_sharers(self.backoff);
             (i.direct_spinning(self.backoff, idle, sharers), sharers)
         };
-        self.give_way(spin, idle, sharers);
+        self.give_way(spin, now, idle, sharers);
     }
 
-    /// One pause of a waiter idle for `idle`: poll on (`spin`), or yield (to `sharers`
-    /// members waiting on this cpu among others), or sleep.
-    fn give_way(&self, spin: bool, idle: Duration, sharers: u32) {
+    /// One pause of a waiter idle for `idle` (measured at `now`, just before): poll on
+    /// (`spin`), or yield (to `sharers` members waiting on this cpu among others), or sleep.
+    fn give_way(&self, spin: bool, now: Instant, idle: Duration, sharers: u32) {
         if spin {
             std::hint::spin_loop();
         } else if idle >= SPIN && self.backoff == Backoff::Yield {
             self.contention
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .yield_among(sharers);
+                .yield_among_from(sharers, now);
         } else {
             pause(idle, self.backoff);
         }
@@ -1319,7 +1320,8 @@ impl Ni {
             if let Some(c) = i.done.remove(op.user) {
                 return Ok(Some(finish(op, c)));
             }
-            let idle = t.get_or_insert_with(Instant::now).elapsed();
+            let now = Instant::now();
+            let idle = now.duration_since(*t.get_or_insert(now));
             if let Some(limit) = timeout {
                 if idle > limit {
                     // Nobody will collect it now.
@@ -1354,7 +1356,7 @@ impl Ni {
             } else {
                 let direct_spin = i.direct_spinning(self.backoff, idle, sharers);
                 drop(i);
-                self.give_way(direct_spin, idle, sharers);
+                self.give_way(direct_spin, now, idle, sharers);
                 return Ok(None);
             }
         }
@@ -1420,7 +1422,12 @@ impl Ni {
             if i.direct() {
                 let src = src.unwrap_or(ANY_RANK);
                 let user = i.w_recv(src, addr, len, tag, mask)?;
-                return Ok(Op::started(&mut i, user, op::RECV, src));
+                let op = Op::started(&mut i, user, op::RECV, src);
+                drop(i);
+                // Active messages it found in the ring before its own are queued: whoever
+                // queues one runs the handlers.
+                self.run_handlers();
+                return Ok(op);
             }
         }
         self.start(Request {

@@ -266,7 +266,6 @@ pub fn assert_ok(out: &Output, scenario: &str, daemon: &Daemon) {
 pub mod check {
     use ni::{Error, Status};
 
-    /// Deterministic bytes for `(len, seed)`: senders and receivers make the same ones.
     /// The message sizes of the `integrity` scenario: 0 B to 64 MiB, around the window
     /// ring's slot boundaries too (`ni_abi::window`: the header slot's inline bytes, each
     /// continuation slot's, the largest eager message).
@@ -292,6 +291,7 @@ pub mod check {
         ]
     }
 
+    /// Deterministic bytes for `(len, seed)`: senders and receivers make the same ones.
     pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..len)

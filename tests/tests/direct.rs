@@ -769,3 +769,46 @@ fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
     );
     assert_eq!(d.counter(0, "window_sends"), N as u64);
 }
+
+/// A receive that takes its message straight from the window ring, in the call that posts
+/// it, takes the active messages before it too (same ring, in order): their handlers run
+/// in that call, not at some later wait (`Ni::am_register`: handlers run from the calls
+/// that take messages).
+#[test]
+fn a_receive_taking_its_message_from_the_ring_runs_the_handlers_before_it() {
+    if window_off() {
+        return;
+    }
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let ran = Arc::new(AtomicU32::new(0));
+    let r = ran.clone();
+    b.am_register(5, move |src, payload| {
+        assert_eq!((src, payload), (0, &b"before"[..]));
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    let sbuf = a.alloc(64).unwrap();
+    sbuf.write_at(0, b"after");
+    // Before the sends: registering memory makes progress, which would take them.
+    let rbuf = b.alloc(64).unwrap();
+    a.am_send(1, 5, b"before").unwrap();
+    a.send(1, &sbuf, 0..5, 9).unwrap();
+    // Both are in the ring once the sends returned (eager: they complete there).
+    let o = b.irecv(Some(0), &rbuf, 0..64, 9, u64::MAX).unwrap();
+    assert!(
+        o.ready(),
+        "the message was in the ring: taken by the receive itself"
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "the handler ran inside irecv"
+    );
+    let got = b.wait(o).unwrap();
+    assert_eq!(got.len, 5);
+    let mut m = [0u8; 5];
+    rbuf.read_at(0, &mut m);
+    assert_eq!(&m, b"after");
+}

@@ -572,9 +572,14 @@ impl Contention {
     /// (32 ranks on 2 cores) take each other for CPU-bound threads and block, and every wake
     /// then crosses the device (an allreduce at P = 32: 6.3 ms against 50 µs).
     pub fn yield_among(&mut self, others: u32) {
-        let t = std::time::Instant::now();
+        self.yield_among_from(others, std::time::Instant::now())
+    }
+
+    /// [`Contention::yield_among`] for a caller that read the clock (`now`) just before: a
+    /// clock read costs as much as the rest of a waiter's round.
+    pub fn yield_among_from(&mut self, others: u32, now: std::time::Instant) {
         std::thread::yield_now();
-        self.note(t.elapsed(), others);
+        self.note(now.elapsed(), others);
     }
 
     /// A yield that took `took` on a core `others` known waiters share.
