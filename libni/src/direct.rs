@@ -406,6 +406,13 @@ impl Inner {
                 .compare_exchange(w0, next, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                // The next SEND stores into the next slot: ask for its line for writing now,
+                // while nobody waits (the receiver polls the MQCW, not the slots), so that
+                // store does not wait for it then.
+                let after = slot + MQ_MESSAGE;
+                if after + MQ_MESSAGE <= region_len {
+                    prefetch_for_write(base.wrapping_add(after as usize));
+                }
                 break Some(Ok((tail + 1, hit)));
             }
             // The receiver swapped in a new MQCW meanwhile (its software reset): again.
@@ -1030,4 +1037,19 @@ impl Inner {
             }
         }
     }
+}
+
+/// Ask for the cache line at `p` in a state this core may write (`prefetchw`): no effect on
+/// what the program sees, only on when the line moves.
+#[inline]
+fn prefetch_for_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads and writes nothing architecturally, whatever the address,
+    // and never faults; x86-64 processors without PREFETCHW execute it as a NOP (0F 0D).
+    // (`_mm_prefetch` with `_MM_HINT_ET0` emits nothing without the `prfchw` feature.)
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
