@@ -8,7 +8,7 @@ use std::time::Instant;
 use ni::{MessageQueue, MqAddr, MqOutcome, Ni, Op, ReduceOp, Region, Request};
 use ni_abi::fastpath::{mqcw, op};
 
-use super::driver::{cmd, Ctl, Link, R};
+use super::driver::{cmd, Ctl, Laps, Link, R};
 
 /// Tags above anything the patterns use.
 const TAG_CTL: u64 = 0xC7C7_0000_0000_0000;
@@ -122,11 +122,13 @@ impl NiLink {
     /// queue when it nears its limit (callers only do so when nothing is in flight to us).
     fn mq_take(&mut self, count: u64) -> R<()> {
         let mut got = 0;
-        let t = Instant::now();
+        // The wait begins at the first look that finds nothing (as libni's own waits): a
+        // clock read is 18 ns here, and most takes find their message at once.
+        let mut since = None;
         while got < count {
             let m = self.mq.take();
             if m.is_empty() {
-                self.ni.relax(t);
+                self.ni.relax(*since.get_or_insert_with(Instant::now));
                 continue;
             }
             got += m.len() as u64;
@@ -147,7 +149,7 @@ impl NiLink {
     /// Wait until the handler has run for the next active message sent to this rank.
     fn am_wait(&mut self) -> R<()> {
         self.ams_due += 1;
-        let t = Instant::now();
+        let mut since = None;
         loop {
             self.ni.progress().map_err(e)?;
             // Look before pausing: the handler may have run in that progress, and a yield
@@ -156,7 +158,7 @@ impl NiLink {
             if self.ams.load(Ordering::Relaxed) >= self.ams_due {
                 return Ok(());
             }
-            self.ni.relax(t);
+            self.ni.relax(*since.get_or_insert_with(Instant::now));
         }
     }
 
@@ -223,8 +225,8 @@ impl Link for NiLink {
         let ni = &self.ni;
         match c.cmd {
             cmd::PINGPONG => {
+                let mut laps = Laps::start(iters.is_some(), c.n);
                 for _ in 0..c.n {
-                    let t = Instant::now();
                     if me == 0 {
                         let back = ni
                             .irecv(Some(1), &self.buf, 0..size, TAG_BACK, u64::MAX)
@@ -236,9 +238,12 @@ impl Link for NiLink {
                             .map_err(e)?;
                         ni.send(0, &self.buf, 0..size, TAG_BACK).map_err(e)?;
                     }
-                    if let Some(v) = iters.as_deref_mut() {
-                        v.push(t.elapsed().as_secs_f64());
+                    if let Some(l) = laps.as_mut() {
+                        l.lap();
                     }
+                }
+                if let (Some(l), Some(v)) = (laps, iters.as_deref_mut()) {
+                    l.finish(v);
                 }
             }
             cmd::STREAM | cmd::MSGRATE => {
@@ -288,8 +293,8 @@ impl Link for NiLink {
                 }
             }
             cmd::MQ_PINGPONG => {
+                let mut laps = Laps::start(iters.is_some(), c.n);
                 for _ in 0..c.n {
-                    let t = Instant::now();
                     if me == 0 {
                         self.mq_send(1)?;
                         self.mq_take(1)?;
@@ -299,15 +304,18 @@ impl Link for NiLink {
                         self.mq_reset_if_full();
                         self.mq_send(0)?;
                     }
-                    if let Some(v) = iters.as_deref_mut() {
-                        v.push(t.elapsed().as_secs_f64());
+                    if let Some(l) = laps.as_mut() {
+                        l.lap();
                     }
+                }
+                if let (Some(l), Some(v)) = (laps, iters.as_deref_mut()) {
+                    l.finish(v);
                 }
             }
             cmd::AM_PINGPONG => {
                 let msg = [0xA7u8; 64];
+                let mut laps = Laps::start(iters.is_some(), c.n);
                 for _ in 0..c.n {
-                    let t = Instant::now();
                     if me == 0 {
                         self.ni.am_send(1, AM_HANDLER, &msg).map_err(e)?;
                         self.am_wait()?;
@@ -315,9 +323,12 @@ impl Link for NiLink {
                         self.am_wait()?;
                         self.ni.am_send(0, AM_HANDLER, &msg).map_err(e)?;
                     }
-                    if let Some(v) = iters.as_deref_mut() {
-                        v.push(t.elapsed().as_secs_f64());
+                    if let Some(l) = laps.as_mut() {
+                        l.lap();
                     }
+                }
+                if let (Some(l), Some(v)) = (laps, iters.as_deref_mut()) {
+                    l.finish(v);
                 }
             }
             cmd::MQ_STREAM => {
@@ -353,16 +364,19 @@ impl Link for NiLink {
             cmd::PUT | cmd::GET => {
                 if me == 0 {
                     let key = self.buf.key();
+                    let mut laps = Laps::start(iters.is_some(), c.n);
                     for _ in 0..c.n {
-                        let t = Instant::now();
                         if c.cmd == cmd::PUT {
                             ni.put(1, &self.buf, 0..size, key, 0).map_err(e)?;
                         } else {
                             ni.get(1, &self.buf, 0..size, key, 0).map_err(e)?;
                         }
-                        if let Some(v) = iters.as_deref_mut() {
-                            v.push(t.elapsed().as_secs_f64());
+                        if let Some(l) = laps.as_mut() {
+                            l.lap();
                         }
+                    }
+                    if let (Some(l), Some(v)) = (laps, iters.as_deref_mut()) {
+                        l.finish(v);
                     }
                 }
             }

@@ -6,9 +6,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::time::Instant;
 
-use super::driver::{cmd, serve, Ctl, Link, R};
+use super::driver::{cmd, serve, Ctl, Laps, Link, R};
 
 const SMALL: usize = 64 << 10;
 
@@ -83,8 +82,8 @@ impl<S: Read + Write> SockLink<S> {
 
     /// Rank 0 sends `a` bytes, rank 1 answers with `b`.
     fn pingpong(&mut self, n: u64, a: usize, b: usize, mut it: Option<&mut Vec<f64>>) -> R<()> {
+        let mut laps = Laps::start(it.is_some(), n);
         for _ in 0..n {
-            let t = Instant::now();
             if self.rank == 0 {
                 self.send(a)?;
                 self.recv()?;
@@ -92,9 +91,12 @@ impl<S: Read + Write> SockLink<S> {
                 self.recv()?;
                 self.send(b)?;
             }
-            if let Some(v) = it.as_deref_mut() {
-                v.push(t.elapsed().as_secs_f64());
+            if let Some(l) = laps.as_mut() {
+                l.lap();
             }
+        }
+        if let (Some(l), Some(v)) = (laps, it.as_deref_mut()) {
+            l.finish(v);
         }
         Ok(())
     }
