@@ -375,7 +375,7 @@ impl Link for NiLink {
                             l.lap();
                         }
                     }
-                    if let (Some(l), Some(v)) = (laps, iters.as_deref_mut()) {
+                    if let (Some(l), Some(v)) = (laps, iters) {
                         l.finish(v);
                     }
                 }

@@ -81,7 +81,7 @@ impl<S: Read + Write> SockLink<S> {
     }
 
     /// Rank 0 sends `a` bytes, rank 1 answers with `b`.
-    fn pingpong(&mut self, n: u64, a: usize, b: usize, mut it: Option<&mut Vec<f64>>) -> R<()> {
+    fn pingpong(&mut self, n: u64, a: usize, b: usize, it: Option<&mut Vec<f64>>) -> R<()> {
         let mut laps = Laps::start(it.is_some(), n);
         for _ in 0..n {
             if self.rank == 0 {
@@ -95,7 +95,7 @@ impl<S: Read + Write> SockLink<S> {
                 l.lap();
             }
         }
-        if let (Some(l), Some(v)) = (laps, it.as_deref_mut()) {
+        if let (Some(l), Some(v)) = (laps, it) {
             l.finish(v);
         }
         Ok(())
