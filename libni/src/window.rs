@@ -240,8 +240,17 @@ impl Window {
         let inline = payload.len().min(w::INLINE as usize);
         self.write_continuation(dst, tail.wrapping_add(1), &payload[inline..]);
         let first = self.slot_ptr(self.rank, dst, tail);
-        let b = h.encode(&payload[..inline]);
-        self.mem.write_at((first + 4) as usize, &b[4..]);
+        let words = h.encode_words(&payload[..inline]);
+        assert!(first as usize + w::SLOT as usize <= self.mem.len());
+        // SAFETY: the slot is inside the mapping (checked above) and 8-aligned; its `SEQ`
+        // (the low half of word 0) is left alone, stored last with release.
+        unsafe {
+            let p = self.mem.ptr().add(first as usize) as *mut u64;
+            (p as *mut u32).add(1).write((words[0] >> 32) as u32);
+            for (k, &x) in words.iter().enumerate().skip(1) {
+                p.add(k).write(x.to_le());
+            }
+        }
         self.u32(first + w::SEQ)
             .store(w::seq_for(tail), Ordering::Release);
         self.out_tail[d] = tail.wrapping_add(need);

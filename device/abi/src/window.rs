@@ -392,17 +392,29 @@ impl Header {
     /// the first `inline` bytes of an eager payload (at most [`INLINE`]).
     pub fn encode(&self, inline: &[u8]) -> [u8; SLOT as usize] {
         let mut b = [0u8; SLOT as usize];
-        b[4] = self.kind;
-        b[6..8].copy_from_slice(&(self.len as u16).to_le_bytes());
-        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
-        if self.kind == kind::RTS {
-            b[16..24].copy_from_slice(&self.id.to_le_bytes());
-            b[24..32].copy_from_slice(&self.full.to_le_bytes());
-        } else {
-            let n = inline.len().min(INLINE as usize);
-            b[HEADER as usize..HEADER as usize + n].copy_from_slice(&inline[..n]);
+        for (i, w) in self.encode_words(inline).iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
         b
+    }
+
+    /// [`Header::encode`] as the slot's four little-endian u64 words (a sender stores them
+    /// as words, with no byte buffer in between; `SEQ`, the low half of word 0, is 0).
+    #[inline]
+    pub fn encode_words(&self, inline: &[u8]) -> [u64; 4] {
+        let w0 = ((self.kind as u64) << 32) | ((self.len as u16 as u64) << 48);
+        let (w2, w3) = if self.kind == kind::RTS {
+            (self.id, self.full)
+        } else {
+            let mut b = [0u8; INLINE as usize];
+            let n = inline.len().min(INLINE as usize);
+            b[..n].copy_from_slice(&inline[..n]);
+            (
+                u64::from_le_bytes(b[..8].try_into().unwrap()),
+                u64::from_le_bytes(b[8..].try_into().unwrap()),
+            )
+        };
+        [w0, self.tag, w2, w3]
     }
 
     /// Decode and check a header slot a peer wrote (`SEQ` aside): `None` if no honest sender
