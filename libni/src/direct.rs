@@ -135,7 +135,18 @@ impl Inner {
     }
 
     fn finish_lib(&mut self, c: Completion) {
-        let counter = match Status::from_u16(c.status) {
+        if c.status != Status::Ok as u16 {
+            self.count_failure(c.status);
+        }
+        if self.ignored.is_empty() || !self.ignored.remove(&c.user) {
+            self.done.insert(c.user, c);
+        }
+    }
+
+    /// The window's counter of a direct-path operation that failed with `status`.
+    #[cold]
+    fn count_failure(&self, status: u16) {
+        let counter = match Status::from_u16(status) {
             Some(Status::PeerDown) => Some(w::stats::PEER_DOWN),
             Some(Status::Timeout) => Some(w::stats::TIMEOUT),
             Some(Status::LinkDown) => Some(w::stats::LINK_DOWN),
@@ -146,9 +157,6 @@ impl Inner {
         };
         if let (Some(which), Some(win)) = (counter, self.win.as_ref()) {
             win.count(which);
-        }
-        if self.ignored.is_empty() || !self.ignored.remove(&c.user) {
-            self.done.insert(c.user, c);
         }
     }
 

@@ -2322,29 +2322,35 @@ impl Drop for Region {
     }
 }
 
+#[inline]
 fn finish(op: &Op, c: Completion) -> Result<Done> {
     finish_as(op.opcode, op.rank, c)
 }
 
 /// A completion as the caller sees it; `rank` names the peer when the completion does not.
+#[inline]
 fn finish_as(opcode: u8, rank: u32, c: Completion) -> Result<Done> {
-    let status = Status::from_u16(c.status).unwrap_or(Status::BadDescriptor);
-    if status != Status::Ok {
-        return Err(Error::Failed {
-            op: op_name(opcode),
-            status,
-            rank: if c.rank == ANY_RANK { rank } else { c.rank },
-            len: c.len,
-            tag: c.tag,
-        });
+    if c.status != Status::Ok as u16 {
+        return Err(failed_as(opcode, rank, c));
     }
     Ok(Done {
-        status,
+        status: Status::Ok,
         rank: c.rank,
         len: c.len,
         tag: c.tag,
         aux: c.aux,
     })
+}
+
+#[cold]
+fn failed_as(opcode: u8, rank: u32, c: Completion) -> Error {
+    Error::Failed {
+        op: op_name(opcode),
+        status: Status::from_u16(c.status).unwrap_or(Status::BadDescriptor),
+        rank: if c.rank == ANY_RANK { rank } else { c.rank },
+        len: c.len,
+        tag: c.tag,
+    }
 }
 
 /// Spin first, then give the CPU away: never burn a core another runnable thread needs.
