@@ -730,14 +730,7 @@ impl Ni {
                             .into(),
                     )
                 })?;
-                Some(
-                    window::Window::open(mem, serial, rank, size).ok_or_else(|| {
-                        attach_err(format!(
-                            "the mapped window is not the partition's (serial {serial}): the \
-                         partition changed while attaching; attach again"
-                        ))
-                    })?,
-                )
+                Some(window::Window::open(mem, serial, rank, size).map_err(attach_err)?)
             }
         };
 

@@ -66,8 +66,8 @@ impl Window {
     }
 
     /// Take the mapped window if it is the one the device named (`serial`) and this rank
-    /// fits; `None` means: use the fabric path.
-    pub fn open(mem: Mem, serial: u32, rank: u32, size: u32) -> Option<Window> {
+    /// fits; `Err` says what did not match.
+    pub fn open(mem: Mem, serial: u32, rank: u32, size: u32) -> Result<Window, String> {
         let mut win = Window {
             mem,
             rank,
@@ -88,14 +88,26 @@ impl Window {
             live: false,
             cpu: 0,
         };
+        let version = win.u32(hdr::VERSION).load(Ordering::Relaxed);
+        if win.u32(hdr::MAGIC).load(Ordering::Acquire) == hdr::MAGIC_VALUE
+            && version != hdr::VERSION_VALUE
+        {
+            return Err(format!(
+                "the window's layout is version {version}, this libni's {}: ni-device and \
+                 libni come from different builds",
+                hdr::VERSION_VALUE
+            ));
+        }
         if win.u32(hdr::MAGIC).load(Ordering::Acquire) != hdr::MAGIC_VALUE
-            || win.u32(hdr::VERSION).load(Ordering::Relaxed) != hdr::VERSION_VALUE
             || win.u32(hdr::SERIAL).load(Ordering::Relaxed) != serial
             || win.u32(hdr::SIZE).load(Ordering::Relaxed) != size
             || size > w::MAX_RANKS
             || rank >= size
         {
-            return None;
+            return Err(format!(
+                "the mapped window is not the partition's (serial {serial}): the partition \
+                 changed while attaching; attach again"
+            ));
         }
         win.coll_timeout_ms = win.u32(hdr::COLL_TIMEOUT_MS).load(Ordering::Relaxed);
         win.gen = win.u32(hdr::GEN).load(Ordering::Acquire);
@@ -105,7 +117,7 @@ impl Window {
         win.opened_incarnation = state::incarnation(win.states[rank as usize]);
         // Cursors stay at 0: the device empties every ring to and from this rank when this
         // client comes up (after this), which `refresh` sees as our own new incarnation.
-        Some(win)
+        Ok(win)
     }
 
     fn u32(&self, off: u64) -> &AtomicU32 {

@@ -12,6 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 N="${1:-500}"
 cargo build --release -q -p ni-device -p ni-ctl
+# The daemon just built, wherever CARGO_TARGET_DIR put it (run-guests.sh would otherwise take
+# target/release's, perhaps of another build: its window layout may not be the guests' libni's).
+T="${CARGO_TARGET_DIR:-target}"
+case "$T" in /*) ;; *) T="$PWD/$T" ;; esac
+export NI_DEVICE="$T/release/ni-device"
 bins="$(qemu-patches/guest-bins.sh)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 qemu-patches/run-guests.sh --net "$bins/ni-vm-rank" lat "$N" wait,spin | grep -E '\] lat '
