@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use ni_abi::fastpath::{coll, combine, dtype, mqcw, participation, AM_MAX_PAYLOAD, MQ_MESSAGE};
+use ni_abi::fastpath::{coll, combine, dtype, participation, AM_MAX_PAYLOAD, MQ_MESSAGE};
 
 use crate::{
     Combiner, Error, MessageQueue, MqAddr, MqOutcome, Ni, Op, Pattern, ReduceOp, Region, Result,
@@ -163,12 +163,10 @@ pub struct ni_op_t {
     peer: u32,
 }
 
-/// A T3E message queue (`ni_mq_t *`). `head` is the software head pointer: the next slot
-/// `ni_mq_take` reads (kept in step with the queue's own).
+/// A T3E message queue (`ni_mq_t *`).
 #[allow(non_camel_case_types)]
 pub struct ni_mq_t {
     mq: MessageQueue,
-    head: u64,
 }
 
 /// How an operation ended (`ni_status_t`).
@@ -1046,7 +1044,7 @@ pub unsafe extern "C" fn ni_mq_create(
         let mut mq = ni.ni.mq_create(limit, threshold)?;
         mq.set_head(1);
         // SAFETY: non-NULL and writable.
-        unsafe { out.write(Box::into_raw(Box::new(ni_mq_t { mq, head: 1 }))) };
+        unsafe { out.write(Box::into_raw(Box::new(ni_mq_t { mq }))) };
         Ok(())
     })
 }
@@ -1154,30 +1152,19 @@ pub unsafe extern "C" fn ni_mq_take(
         if max > 0 {
             nonnull(out, "out")?;
         }
-        let bytes = max
-            .checked_mul(MQ_MESSAGE as usize)
+        // The caller's buffer is max * 64 bytes: a max that overflows that is a lie.
+        max.checked_mul(MQ_MESSAGE as usize)
             .ok_or_else(|| bad(format!("{max} messages overflow size_t")))?;
         // SAFETY: NULL or a live handle nothing else uses (the caller's contract).
         let q = unsafe { handle_mut(mq, "mq")? };
-        // Like MessageQueue::take, but at most `max` and never past the region's end (a
-        // Tail swapped in beyond it is treated as the end).
-        let slots = q.mq.region().len() as u64 / MQ_MESSAGE;
-        let tail = mqcw::tail(q.mq.mqcw()).min(slots);
-        let n = tail.saturating_sub(q.head).min(max as u64) as usize;
-        if n > 0 {
-            // SAFETY: out is non-NULL (max > 0) and writable for `bytes` >= n * 64 bytes.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out as *mut u8, bytes) };
-            for (i, m) in dst
-                .chunks_exact_mut(MQ_MESSAGE as usize)
-                .take(n)
-                .enumerate()
-            {
-                let slot = q.head + i as u64;
-                q.mq.region().read_at((slot * MQ_MESSAGE) as usize, m);
-            }
-            q.head += n as u64;
-            q.mq.set_head(q.head);
-        }
+        let n = if max > 0 {
+            // SAFETY: out is non-NULL (max > 0) and writable for max * 64 bytes; a
+            // message is a byte array (alignment 1).
+            let msgs = unsafe { std::slice::from_raw_parts_mut(out as *mut [u8; 64], max) };
+            q.mq.take_into(msgs)
+        } else {
+            0
+        };
         // SAFETY: non-NULL and writable.
         unsafe { count.write(n) };
         Ok(())
@@ -1193,7 +1180,6 @@ pub unsafe extern "C" fn ni_mq_set_head(mq: *mut ni_mq_t, slot: u64) -> c_int {
     call("ni_mq_set_head", || {
         // SAFETY: NULL or a live handle nothing else uses (the caller's contract).
         let q = unsafe { handle_mut(mq, "mq")? };
-        q.head = slot;
         q.mq.set_head(slot);
         Ok(())
     })
@@ -2057,6 +2043,7 @@ pub extern "C" fn ni_last_error() -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ni_abi::fastpath::mqcw;
     use std::collections::BTreeMap;
 
     /// Every code and its name in ni.h: what the header must define, exactly.

@@ -2200,18 +2200,29 @@ impl MessageQueue {
     /// A Tail beyond the queue's region (a swapped-in MQCW may say anything) counts as the
     /// region's end.
     pub fn take(&mut self) -> Vec<[u8; 64]> {
+        let mut out = Vec::new();
+        let mut some = [[0u8; 64]; 16];
+        loop {
+            let n = self.take_into(&mut some);
+            out.extend_from_slice(&some[..n]);
+            if n < some.len() {
+                return out;
+            }
+        }
+    }
+
+    /// [`MessageQueue::take`] into `out`, at most `out.len()` messages; how many. Allocates
+    /// nothing (a waiter polls with it).
+    pub fn take_into(&mut self, out: &mut [[u8; 64]]) -> usize {
         let slots = self.region.len() as u64 / MQ_MESSAGE;
         let tail = mqcw::tail(self.mqcw()).min(slots);
-        let mut out = Vec::new();
-        while self.head < tail {
-            let mut m = [0u8; 64];
-            self.region
-                .mem
-                .read_at((self.head * MQ_MESSAGE) as usize, &mut m);
-            out.push(m);
-            self.head += 1;
+        let n = tail.saturating_sub(self.head).min(out.len() as u64) as usize;
+        for (i, m) in out[..n].iter_mut().enumerate() {
+            let slot = self.head + i as u64;
+            self.region.mem.read_at((slot * MQ_MESSAGE) as usize, m);
         }
-        out
+        self.head += n as u64;
+        n
     }
 
     /// Reset the software head pointer (after a swap that restarts the queue at `slot`).
