@@ -1016,8 +1016,10 @@ fn nodes(daemon: &Daemon) -> Response {
             .enumerate()
             .map(|(i, (s, (part, physical, ready, up, clsm)))| {
                 let i = i + daemon.local.start as usize;
-                let a = s.attachment.lock().map(|a| a.clone()).unwrap_or_default();
+                // The NI's lock first: the session thread frees the attachment under it,
+                // with the detach, so the two are seen together.
                 let ni = lock(&s.ni);
+                let a = s.attachment.lock().map(|a| a.clone()).unwrap_or_default();
                 let (dma_regions, dma_bytes) = {
                     let d = crate::ni::read_dma(&ni.dma);
                     (d.len() as u32, d.mapped_bytes())

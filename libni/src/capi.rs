@@ -1157,6 +1157,8 @@ pub unsafe extern "C" fn ni_mq_take(
             .ok_or_else(|| bad(format!("{max} messages overflow size_t")))?;
         // SAFETY: NULL or a live handle nothing else uses (the caller's contract).
         let q = unsafe { handle_mut(mq, "mq")? };
+        // No more than the queue holds: the slice below stays within what any buffer can be.
+        let max = max.min(q.mq.region().len() / MQ_MESSAGE as usize);
         let n = if max > 0 {
             // SAFETY: out is non-NULL (max > 0) and writable for max * 64 bytes; a
             // message is a byte array (alignment 1).

@@ -225,14 +225,15 @@ impl Laps {
     #[inline]
     pub fn lap(&mut self) {
         let now = tsc();
-        self.ticks.push(now.wrapping_sub(self.last));
+        // Saturating: a TSC that stepped back (a migrated vCPU) is a 0-tick lap, not 2^64.
+        self.ticks.push(now.saturating_sub(self.last));
         self.last = now;
     }
 
     /// The iterations' times in seconds, appended to `out`.
     pub fn finish(self, out: &mut Vec<f64>) {
         let secs = self.start.elapsed().as_secs_f64();
-        let ticks = tsc().wrapping_sub(self.t0).max(1);
+        let ticks = tsc().saturating_sub(self.t0).max(1);
         let per_tick = secs / ticks as f64;
         out.extend(self.ticks.iter().map(|&t| t as f64 * per_tick));
     }
