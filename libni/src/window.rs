@@ -88,17 +88,16 @@ impl Window {
             live: false,
             cpu: 0,
         };
+        let magic = win.u32(hdr::MAGIC).load(Ordering::Acquire) == hdr::MAGIC_VALUE;
         let version = win.u32(hdr::VERSION).load(Ordering::Relaxed);
-        if win.u32(hdr::MAGIC).load(Ordering::Acquire) == hdr::MAGIC_VALUE
-            && version != hdr::VERSION_VALUE
-        {
+        if magic && version != hdr::VERSION_VALUE {
             return Err(format!(
                 "the window's layout is version {version}, this libni's {}: ni-device and \
                  libni come from different builds",
                 hdr::VERSION_VALUE
             ));
         }
-        if win.u32(hdr::MAGIC).load(Ordering::Acquire) != hdr::MAGIC_VALUE
+        if !magic
             || win.u32(hdr::SERIAL).load(Ordering::Relaxed) != serial
             || win.u32(hdr::SIZE).load(Ordering::Relaxed) != size
             || size > w::MAX_RANKS

@@ -201,37 +201,45 @@ impl Point {
 /// time. Open MPI's programs time whole batches only: two clock reads an iteration (37 ns on
 /// this machine's vDSO) would be a cost in ni's and the sockets' figures that Open MPI's do
 /// not carry; a TSC read costs 7 ns.
-pub struct Laps {
+pub struct Laps<'a> {
+    /// Where the times go; `None`: no lap is timed (no cost at all).
+    out: Option<&'a mut Vec<f64>>,
     start: Instant,
     t0: u64,
     last: u64,
     ticks: Vec<u64>,
 }
 
-impl Laps {
-    /// Laps for a loop of `n` iterations when `on`; `None` (no cost at all) otherwise.
-    pub fn start(on: bool, n: u64) -> Option<Laps> {
-        on.then(|| {
-            let t0 = tsc();
-            Laps {
-                start: Instant::now(),
-                t0,
-                last: t0,
-                ticks: Vec::with_capacity(n as usize),
-            }
-        })
+impl<'a> Laps<'a> {
+    /// Laps for a loop of `n` iterations, their times to go to `out` (if any).
+    pub fn start(out: Option<&'a mut Vec<f64>>, n: u64) -> Laps<'a> {
+        let on = out.is_some();
+        let t0 = if on { tsc() } else { 0 };
+        Laps {
+            out,
+            start: Instant::now(),
+            t0,
+            last: t0,
+            ticks: Vec::with_capacity(if on { n as usize } else { 0 }),
+        }
     }
 
     #[inline]
     pub fn lap(&mut self) {
+        if self.out.is_none() {
+            return;
+        }
         let now = tsc();
         // Saturating: a TSC that stepped back (a migrated vCPU) is a 0-tick lap, not 2^64.
         self.ticks.push(now.saturating_sub(self.last));
         self.last = now;
     }
 
-    /// The iterations' times in seconds, appended to `out`.
-    pub fn finish(self, out: &mut Vec<f64>) {
+    /// The iterations' times in seconds, appended to the output.
+    pub fn finish(self) {
+        let Some(out) = self.out else {
+            return;
+        };
         let secs = self.start.elapsed().as_secs_f64();
         let ticks = tsc().saturating_sub(self.t0).max(1);
         let per_tick = secs / ticks as f64;

@@ -226,7 +226,7 @@ impl Link for NiLink {
         let ni = &self.ni;
         match c.cmd {
             cmd::PINGPONG => {
-                let mut laps = Laps::start(iters.is_some(), c.n);
+                let mut laps = Laps::start(iters.as_deref_mut(), c.n);
                 for _ in 0..c.n {
                     if me == 0 {
                         let back = ni
@@ -239,13 +239,9 @@ impl Link for NiLink {
                             .map_err(e)?;
                         ni.send(0, &self.buf, 0..size, TAG_BACK).map_err(e)?;
                     }
-                    if let Some(l) = laps.as_mut() {
-                        l.lap();
-                    }
+                    laps.lap();
                 }
-                if let (Some(l), Some(v)) = (laps, iters.as_deref_mut()) {
-                    l.finish(v);
-                }
+                laps.finish();
             }
             cmd::STREAM | cmd::MSGRATE => {
                 let (sender, peer) = if c.cmd == cmd::STREAM {
@@ -294,7 +290,7 @@ impl Link for NiLink {
                 }
             }
             cmd::MQ_PINGPONG => {
-                let mut laps = Laps::start(iters.is_some(), c.n);
+                let mut laps = Laps::start(iters.as_deref_mut(), c.n);
                 for _ in 0..c.n {
                     if me == 0 {
                         self.mq_send(1)?;
@@ -305,17 +301,13 @@ impl Link for NiLink {
                         self.mq_reset_if_full();
                         self.mq_send(0)?;
                     }
-                    if let Some(l) = laps.as_mut() {
-                        l.lap();
-                    }
+                    laps.lap();
                 }
-                if let (Some(l), Some(v)) = (laps, iters.as_deref_mut()) {
-                    l.finish(v);
-                }
+                laps.finish();
             }
             cmd::AM_PINGPONG => {
                 let msg = [0xA7u8; 64];
-                let mut laps = Laps::start(iters.is_some(), c.n);
+                let mut laps = Laps::start(iters.as_deref_mut(), c.n);
                 for _ in 0..c.n {
                     if me == 0 {
                         self.ni.am_send(1, AM_HANDLER, &msg).map_err(e)?;
@@ -324,13 +316,9 @@ impl Link for NiLink {
                         self.am_wait()?;
                         self.ni.am_send(0, AM_HANDLER, &msg).map_err(e)?;
                     }
-                    if let Some(l) = laps.as_mut() {
-                        l.lap();
-                    }
+                    laps.lap();
                 }
-                if let (Some(l), Some(v)) = (laps, iters.as_deref_mut()) {
-                    l.finish(v);
-                }
+                laps.finish();
             }
             cmd::MQ_STREAM => {
                 if c.window >= MQ_ROOM {
@@ -365,20 +353,16 @@ impl Link for NiLink {
             cmd::PUT | cmd::GET => {
                 if me == 0 {
                     let key = self.buf.key();
-                    let mut laps = Laps::start(iters.is_some(), c.n);
+                    let mut laps = Laps::start(iters, c.n);
                     for _ in 0..c.n {
                         if c.cmd == cmd::PUT {
                             ni.put(1, &self.buf, 0..size, key, 0).map_err(e)?;
                         } else {
                             ni.get(1, &self.buf, 0..size, key, 0).map_err(e)?;
                         }
-                        if let Some(l) = laps.as_mut() {
-                            l.lap();
-                        }
+                        laps.lap();
                     }
-                    if let (Some(l), Some(v)) = (laps, iters) {
-                        l.finish(v);
-                    }
+                    laps.finish();
                 }
             }
             cmd::PUT_STREAM | cmd::GET_STREAM => {

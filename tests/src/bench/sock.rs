@@ -82,7 +82,7 @@ impl<S: Read + Write> SockLink<S> {
 
     /// Rank 0 sends `a` bytes, rank 1 answers with `b`.
     fn pingpong(&mut self, n: u64, a: usize, b: usize, it: Option<&mut Vec<f64>>) -> R<()> {
-        let mut laps = Laps::start(it.is_some(), n);
+        let mut laps = Laps::start(it, n);
         for _ in 0..n {
             if self.rank == 0 {
                 self.send(a)?;
@@ -91,13 +91,9 @@ impl<S: Read + Write> SockLink<S> {
                 self.recv()?;
                 self.send(b)?;
             }
-            if let Some(l) = laps.as_mut() {
-                l.lap();
-            }
+            laps.lap();
         }
-        if let (Some(l), Some(v)) = (laps, it) {
-            l.finish(v);
-        }
+        laps.finish();
         Ok(())
     }
 
