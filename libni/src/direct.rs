@@ -931,13 +931,7 @@ impl Inner {
         let win = self.win.as_ref().unwrap();
         win.coll_write(round, meta, data);
         let mut sleepers = [0u32; w::MAX_RANKS as usize];
-        let mut n_sleepers = 0;
-        for m in 0..size {
-            if win.sleeping(m) {
-                sleepers[n_sleepers] = m;
-                n_sleepers += 1;
-            }
-        }
+        let n_sleepers = win.sleepers_after_store(&mut sleepers);
         let user = self.lib_user();
         self.d.wcoll = Some(WColl {
             user,

@@ -32,7 +32,9 @@ mod allreduce;
 pub mod capi;
 mod direct;
 pub mod idmap;
+mod lock;
 mod mem;
+mod membarrier;
 mod transport;
 mod vfio;
 mod vfio_user;
@@ -47,7 +49,7 @@ use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::sync::{Arc, Mutex, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 use ni_abi::fastpath::{
@@ -193,7 +195,7 @@ impl Op {
 pub struct Region {
     mem: Mem,
     key: u32,
-    ni: Weak<Mutex<Inner>>,
+    ni: Weak<lock::NiLock<Inner>>,
     /// For memory of the application's ([`Ni::register`]): the pins (their starts) it holds.
     /// `None`: memory libni allocated, mapped for this region alone.
     pins: Option<Vec<u64>>,
@@ -348,7 +350,7 @@ impl Liveness {
 
 /// One attached NI.
 pub struct Ni {
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<lock::NiLock<Inner>>,
     /// Held while the shared bounce buffer carries a request's payload.
     bounce: Mutex<()>,
     /// Held by the thread running active-message handlers: one at a time, in arrival order.
@@ -730,7 +732,11 @@ impl Ni {
                             .into(),
                     )
                 })?;
-                Some(window::Window::open(mem, serial, rank, size).map_err(attach_err)?)
+                let mut win = window::Window::open(mem, serial, rank, size).map_err(attach_err)?;
+                if dev.on_daemon_kernel() && membarrier::register_global() {
+                    win.use_membarrier();
+                }
+                Some(win)
             }
         };
 
@@ -775,7 +781,7 @@ impl Ni {
             alive: Liveness::new(),
         };
         let ni = Ni {
-            inner: Arc::new(Mutex::new(inner)),
+            inner: Arc::new(lock::NiLock::new(inner)),
             bounce: Mutex::new(()),
             dispatch: Mutex::new(()),
             cq_event,
@@ -817,8 +823,8 @@ impl Ni {
         Ok(ni)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> lock::NiGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// This process's rank in its partition.
@@ -1347,10 +1353,10 @@ impl Ni {
                     return Ok(None);
                 }
                 // Window peers write without the device: tell them to WAKE us, then look.
-                if let Some(w) = i.win.as_ref() {
+                if let Some(w) = i.win.as_mut() {
                     w.set_sleeping(true);
                     if i.w_pending() {
-                        w.set_sleeping(false);
+                        i.win.as_mut().unwrap().set_sleeping(false);
                         return Ok(None);
                     }
                 }
@@ -1362,7 +1368,7 @@ impl Ni {
             }
         }
         wait_event(&self.cq_event, Duration::from_millis(20));
-        if let Some(w) = self.lock().win.as_ref() {
+        if let Some(w) = self.lock().win.as_mut() {
             w.set_sleeping(false);
         }
         Ok(None)
@@ -2298,7 +2304,7 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         let Some(ni) = self.ni.upgrade() else { return };
-        let mut i = ni.lock().unwrap_or_else(|e| e.into_inner());
+        let mut i = ni.lock();
         if self.listed {
             i.regions.remove(&self.mem.iova());
             i.region_hit.take();

@@ -64,4 +64,9 @@ pub(crate) trait Transport: Send {
     fn backoff(&self) -> crate::Backoff {
         crate::Backoff::Yield
     }
+    /// Whether this process runs on the daemon's kernel (so a membarrier of its reaches
+    /// every other member that runs there: `ni_abi::window::SLEEPING_MEMBARRIER`).
+    fn on_daemon_kernel(&self) -> bool {
+        false
+    }
 }

@@ -293,6 +293,11 @@ impl Device {
 }
 
 impl Transport for Device {
+    /// A Unix socket: the daemon runs on this kernel.
+    fn on_daemon_kernel(&self) -> bool {
+        true
+    }
+
     /// The daemon's end of the socket closes when it dies: exact, and immune to a loaded
     /// machine delaying the heartbeat.
     fn daemon_gone(&mut self) -> Option<bool> {

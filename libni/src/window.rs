@@ -9,7 +9,7 @@
 //! never make this process touch memory outside the window.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicU32, AtomicU64, Ordering};
 
 use ni_abi::fastpath::Completion;
 use ni_abi::window::{self as w, hdr, state, Header};
@@ -49,6 +49,10 @@ pub(crate) struct Window {
     live: bool,
     /// What this rank last wrote in its `CPU` word.
     cpu: u32,
+    /// `w::SLEEPING_MEMBARRIER` if this process registered for global expedited
+    /// membarriers on the daemon's host (then it issues one before it blocks, and skips its
+    /// own fence toward members that do the same), else 0.
+    membarrier: u32,
 }
 
 /// What `refresh` found changed in the members' states.
@@ -87,6 +91,7 @@ impl Window {
             opened_incarnation: 0,
             live: false,
             cpu: 0,
+            membarrier: 0,
         };
         let magic = win.u32(hdr::MAGIC).load(Ordering::Acquire) == hdr::MAGIC_VALUE;
         let version = win.u32(hdr::VERSION).load(Ordering::Relaxed);
@@ -176,8 +181,10 @@ impl Window {
             // The device emptied every ring to and from us just before publishing this.
             (0..self.size as usize).for_each(|r| self.rings_emptied(r));
             self.states[self.rank as usize] = now;
-            // ... and our `CPU` word: say it again.
+            // ... and our `CPU` and `SLEEPING` words: say them again.
             self.cpu = 0;
+            self.u32(w::sleeping(self.rank))
+                .store(self.membarrier, Ordering::Release);
             self.live = true;
         }
         self.live
@@ -391,23 +398,60 @@ impl Window {
         s.store(s.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
+    /// Let this member skip its store-load fence toward members that blocked with a
+    /// membarrier: this process registered for them, on the daemon's host.
+    pub fn use_membarrier(&mut self) {
+        self.membarrier = w::SLEEPING_MEMBARRIER;
+    }
+
     /// After publishing: is `dst` blocked? Pairs with its store of `SLEEPING`, fence, last
     /// look at its rings (`set_sleeping`).
     fn sleeping_after_store(&self, dst: u32) -> bool {
-        self.sleeping_word_after_store(dst) != 0
+        self.sleeping_word_after_store(dst, &mut false) & w::SLEEPING_BLOCKED != 0
     }
 
     /// `r`'s `SLEEPING` word as it is after what this rank just stored (0 for itself).
-    fn sleeping_word_after_store(&self, r: u32) -> u32 {
+    /// `fenced`: whether this rank fenced since that store (then set).
+    ///
+    /// Store, fence, load on both sides, so that one side always sees the other — except
+    /// that when both sides registered for membarriers on one host, the sleeper's
+    /// membarrier stands for the writer's fence: it runs a full fence on every cpu that
+    /// runs a registered thread, so either this load comes after that fence and sees the
+    /// sleeper's store, or this rank's store came before it and the sleeper's last look sees
+    /// it. A line the receiver is reading makes the writer's fence wait for that line: a
+    /// third of a sender's time at the 8 B message rate went there.
+    fn sleeping_word_after_store(&self, r: u32, fenced: &mut bool) -> u32 {
         if r == self.rank {
             return 0;
         }
-        fence(Ordering::SeqCst);
-        self.u32(w::sleeping(r)).load(Ordering::Acquire)
+        let word = self.u32(w::sleeping(r));
+        if !*fenced && self.membarrier != 0 {
+            // The store stays before the load in the code; the cpu may still swap them.
+            compiler_fence(Ordering::SeqCst);
+            let v = word.load(Ordering::Acquire);
+            if v & w::SLEEPING_MEMBARRIER != 0 {
+                return v;
+            }
+        }
+        if !*fenced {
+            fence(Ordering::SeqCst);
+            *fenced = true;
+        }
+        word.load(Ordering::Acquire)
     }
 
-    pub fn sleeping(&self, r: u32) -> bool {
-        r != self.rank && self.u32(w::sleeping(r)).load(Ordering::Acquire) != 0
+    /// The members blocked on their interrupt after what this rank just stored (its
+    /// collective slot), into `out`; returns how many.
+    pub fn sleepers_after_store(&self, out: &mut [u32]) -> usize {
+        let mut fenced = false;
+        let mut n = 0;
+        for r in 0..self.size {
+            if self.sleeping_word_after_store(r, &mut fenced) & w::SLEEPING_BLOCKED != 0 {
+                out[n] = r;
+                n += 1;
+            }
+        }
+        n
     }
 
     /// How many other members of the window last waited on the cpu this thread runs on (0:
@@ -435,15 +479,23 @@ impl Window {
 
     /// Say that this rank blocks on its interrupt (and whether it waits for room in a ring
     /// too: [`w::SLEEPING_FOR_ROOM`]), or no longer does.
-    pub fn set_sleeping(&self, on: bool) {
+    pub fn set_sleeping(&mut self, on: bool) {
         let v = match (on, self.backlogged > 0) {
             (false, _) => 0,
             (true, false) => w::SLEEPING_BLOCKED,
             (true, true) => w::SLEEPING_BLOCKED | w::SLEEPING_FOR_ROOM,
         };
-        self.u32(w::sleeping(self.rank)).store(v, Ordering::Release);
+        self.u32(w::sleeping(self.rank))
+            .store(v | self.membarrier, Ordering::Release);
         if on {
             fence(Ordering::SeqCst);
+            if self.membarrier != 0 && !crate::membarrier::global() {
+                // The kernel said it offers it: should it fail anyway, writers fence from
+                // now on (what one stored unfenced just before shows at the next timed look).
+                self.membarrier = 0;
+                self.u32(w::sleeping(self.rank)).store(v, Ordering::Release);
+                fence(Ordering::SeqCst);
+            }
         }
     }
 
@@ -642,7 +694,7 @@ impl Window {
         self.in_published[s] = self.in_head[s];
         self.head(src, self.rank)
             .store(self.in_head[s], Ordering::Release);
-        self.sleeping_word_after_store(src) & w::SLEEPING_FOR_ROOM != 0
+        self.sleeping_word_after_store(src, &mut false) & w::SLEEPING_FOR_ROOM != 0
     }
 
     /// Publish this rank's contribution to collective round `round`.

@@ -812,3 +812,44 @@ fn a_receive_taking_its_message_from_the_ring_runs_the_handlers_before_it() {
     rbuf.read_at(0, &mut m);
     assert_eq!(&m, b"after");
 }
+
+/// A receiver blocked on its interrupt is woken by a sender that skips its store-load fence
+/// (both on the daemon's host, registered for membarriers: the receiver's `SLEEPING` word
+/// carries `SLEEPING_MEMBARRIER` and its membarrier before blocking stands for the sender's
+/// fence; `fastpath.md`, "Waiting and waking"): the sender reads `SLEEPING` and posts the
+/// `WAKE`. Each round, in both directions.
+#[test]
+fn a_receiver_asleep_is_woken_by_a_sender_that_skipped_its_fence() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    for round in 0..4u64 {
+        let (tx, rx, from, to) = if round % 2 == 0 {
+            (&a, &b, 0, 1)
+        } else {
+            (&b, &a, 1, 0)
+        };
+        let wakes_before = d.counter(from, "wakes");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let buf = rx.alloc(8).unwrap();
+                let got = rx.recv(Some(from), &buf, 0..8, round, u64::MAX).unwrap();
+                assert_eq!(got.len, 8);
+                let mut v = [0u8; 8];
+                buf.read_at(0, &mut v);
+                assert_eq!(u64::from_le_bytes(v), round);
+            });
+            // Long enough for the receiver to yield for its 1 ms, then block.
+            std::thread::sleep(Duration::from_millis(200));
+            let buf = tx.alloc(8).unwrap();
+            buf.write_at(0, &round.to_le_bytes());
+            tx.send(to, &buf, 0..8, round).unwrap();
+        });
+        assert!(
+            d.counter(from, "wakes") > wakes_before,
+            "round {round}: the sender woke the receiver asleep"
+        );
+    }
+}

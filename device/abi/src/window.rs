@@ -65,7 +65,8 @@ pub mod hdr {
     /// 5: up to 64 members; `REACH` is a u64; ring size depends on the partition's size.
     /// 6: collective slots of 4 KiB.
     /// 7: ring slots of 32 bytes (two small messages a cache line), continuation data at +4.
-    pub const VERSION_VALUE: u32 = 7;
+    /// 8: `SLEEPING` bit 2 ([`super::SLEEPING_MEMBARRIER`]).
+    pub const VERSION_VALUE: u32 = 8;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -140,8 +141,8 @@ pub fn owner(off: u64) -> Option<u32> {
 
 /// Offsets inside a zone.
 pub mod zone {
-    /// u32: 1 while the rank blocks on its completion interrupt, so a writer that finds it
-    /// set asks the device to `WAKE` it.
+    /// u32: bit 0 while the rank blocks on its completion interrupt, so a writer that finds
+    /// it set asks the device to `WAKE` it ([`super::SLEEPING_BLOCKED`] and the others).
     pub const SLEEPING: u64 = 0x0;
     /// u32: the cpu this rank's client last waited on, plus one (0: not said). A waiter
     /// spins before it yields only while no peer waits on its cpu (`fastpath.md`,
@@ -165,6 +166,12 @@ pub mod zone {
 /// some peer (whose receiver, on moving that ring's `HEAD`, asks for its `WAKE` too).
 pub const SLEEPING_BLOCKED: u32 = 1;
 pub const SLEEPING_FOR_ROOM: u32 = 2;
+/// Kept set while the rank's client lives, blocked or not: before it blocks it makes every
+/// thread on its host that registered for it execute a full fence (Linux `membarrier`,
+/// `MEMBARRIER_CMD_GLOBAL_EXPEDITED`). A writer on the same host that registered needs no
+/// fence of its own between its store and its read of this word (`fastpath.md`, "Waiting
+/// and waking").
+pub const SLEEPING_MEMBARRIER: u32 = 4;
 
 pub fn sleeping(rank: u32) -> u64 {
     zone(rank) + zone::SLEEPING
