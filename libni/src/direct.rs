@@ -529,11 +529,12 @@ impl Inner {
             addr,
             cap,
         };
-        let hit = self
-            .d
-            .unexpected
-            .iter()
-            .position(|m| p.matches(m.src, m.tag));
+        let unexpected = &self.d.unexpected;
+        let hit = if unexpected.is_empty() {
+            None
+        } else {
+            unexpected.iter().position(|m| p.matches(m.src, m.tag))
+        };
         match hit {
             Some(i) => {
                 let m = self.d.unexpected.remove(i).unwrap();
@@ -546,11 +547,12 @@ impl Inner {
             // matches may already be in the ring, taken now (it then ends in this call).
             None if src != ANY_RANK
                 && self.win.as_mut().unwrap().live()
-                && self
-                    .d
-                    .posted
-                    .iter()
-                    .all(|q| q.src != src && q.src != ANY_RANK) =>
+                && (self.d.posted.is_empty()
+                    || self
+                        .d
+                        .posted
+                        .iter()
+                        .all(|q| q.src != src && q.src != ANY_RANK)) =>
             {
                 if let Some(p) = self.w_take(src, Some(p))? {
                     self.d.posted.push_back(p);

@@ -1176,12 +1176,17 @@ impl Ni {
     /// a handler may call back into this `Ni` (e.g. `am_send` a reply). One thread runs
     /// handlers at a time, in arrival order; a handler does not nest: messages that arrive
     /// while it runs (even during its own calls into the `Ni`) run after it returns.
+    #[inline]
     fn run_handlers(&self) {
         // Whoever queues a message runs the handlers after it (this thread, or another that
         // then finds this flag set): a stale `false` here skips nothing that waits.
-        if !self.am_queued.load(Ordering::Acquire) {
-            return;
+        if self.am_queued.load(Ordering::Acquire) {
+            self.run_queued_handlers();
         }
+    }
+
+    #[inline(never)]
+    fn run_queued_handlers(&self) {
         loop {
             let _d = match self.dispatch.try_lock() {
                 Ok(g) => g,

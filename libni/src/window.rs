@@ -172,10 +172,13 @@ impl Window {
     /// Whether this client's NI is up in the window yet. Until the device publishes it (when
     /// the completion ring is set up, after `open`), the rings may still hold a previous
     /// client's words, so nothing is read or written.
+    #[inline]
     pub fn live(&mut self) -> bool {
-        if self.live {
-            return true;
-        }
+        self.live || self.comes_live()
+    }
+
+    #[inline(never)]
+    fn comes_live(&mut self) -> bool {
         let now = self.state(self.rank);
         if state::up(now) && state::incarnation(now) > self.opened_incarnation {
             // The device emptied every ring to and from us just before publishing this.

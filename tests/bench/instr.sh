@@ -11,6 +11,7 @@
 #
 #   tests/bench/instr.sh OUT_DIR [SIZE]      writes OUT_DIR/instr.json and OUT_DIR/instr.txt
 #
+# NIB_INSTR_KEEP=1 keeps the callgrind outputs (for callgrind_annotate --tree=caller).
 # NIB_INSTR_PATTERN=send|recv: the message-rate pattern instead (`msgrate`: windows of 64
 # messages, the sender waits for all of them, a 0-byte answer closes the window), rank 0 the
 # sender (send) or the receiver (recv); counts are then per message (per window / 64).
@@ -45,7 +46,11 @@ WORK=$(mktemp -d -t ni-instr.XXXXXX)
 DAEMON=""
 cleanup() {
     [ -z "$DAEMON" ] || { kill "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; }
-    rm -rf "$WORK"
+    if [ -n "${NIB_INSTR_KEEP:-}" ]; then
+        echo "callgrind outputs kept in $WORK (NIB_INSTR_KEEP)" >&2
+    else
+        rm -rf "$WORK"
+    fi
 }
 trap cleanup EXIT
 
