@@ -1046,13 +1046,27 @@ impl Inner {
 /// Ask for the cache line at `p` in a state this core may write (`prefetchw`): no effect on
 /// what the program sees, only on when the line moves.
 #[inline]
-fn prefetch_for_write(p: *const u8) {
+pub(crate) fn prefetch_for_write(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads and writes nothing architecturally, whatever the address,
     // and never faults; x86-64 processors without PREFETCHW execute it as a NOP (0F 0D).
     // (`_mm_prefetch` with `_MM_HINT_ET0` emits nothing without the `prfchw` feature.)
     unsafe {
         std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Ask for the cache line at `p` ahead of reading it: no effect on what the program sees,
+/// whatever the address (a prefetch never faults).
+#[inline]
+pub(crate) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing architecturally.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch(p as *const i8, _MM_HINT_T0);
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;

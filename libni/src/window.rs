@@ -14,6 +14,7 @@ use std::sync::atomic::{compiler_fence, fence, AtomicU32, AtomicU64, Ordering};
 use ni_abi::fastpath::Completion;
 use ni_abi::window::{self as w, hdr, state, Header};
 
+use crate::direct::{prefetch, prefetch_for_write};
 use crate::mem::Mem;
 
 /// A message waiting for room in a ring: header, payload, the send's completion.
@@ -274,7 +275,16 @@ impl Window {
         }
         self.u32(first + w::SEQ)
             .store(w::seq_for(tail), Ordering::Release);
-        self.out_tail[d] = tail.wrapping_add(need);
+        let next = tail.wrapping_add(need);
+        self.out_tail[d] = next;
+        // Ask for the line after the one the receiver polls next, if it is known free (else
+        // the receiver may be reading it): its write then finds it here instead of waiting for
+        // it behind this message's stores. 8 B messages on two cores: 11 -> 15 Mmsg/s.
+        let ahead = next.wrapping_add(2);
+        if ahead.wrapping_sub(self.out_head[d]) < self.ring_slots {
+            let at = self.slot_ptr(self.rank, dst, ahead) as usize;
+            prefetch_for_write(self.mem.ptr().wrapping_add(at));
+        }
         true
     }
 
@@ -563,17 +573,8 @@ impl Window {
     /// Ask for slot `index` of ring (`src` → this rank) ahead of reading it.
     #[inline]
     fn prefetch(&self, src: u32, index: u32) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch reads nothing architecturally, and the slot is inside the
-        // mapping anyway.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let p = self
-                .mem
-                .ptr()
-                .add(self.slot_ptr(src, self.rank, index) as usize);
-            _mm_prefetch(p as *const i8, _MM_HINT_T0);
-        }
+        let at = self.slot_ptr(src, self.rank, index) as usize;
+        prefetch(self.mem.ptr().wrapping_add(at));
     }
 
     /// Copy the first `out.len()` bytes (at most `h.len`) of the payload of the message
@@ -647,6 +648,13 @@ impl Window {
                 let slots = self.mem.ptr().add(at + w::CONT_DATA as usize);
                 let to = out.as_mut_ptr().add(done * CONT);
                 for k in 0..n {
+                    if k % 2 == 0 {
+                        // A line per two slots, 8 lines ahead, into the next message too
+                        // (a ring that is full holds it already): the lines the sender wrote
+                        // arrive while this copies (4 KiB messages on two cores: 0.78 -> 1.1
+                        // Mmsg/s; 16 lines: 1.16, but 1 KiB ones 4.0 -> 3.7).
+                        prefetch(slots.wrapping_add((k + 16) * w::SLOT as usize));
+                    }
                     let c = (slots.add(k * w::SLOT as usize) as *const [u8; CONT]).read_unaligned();
                     (to.add(k * CONT) as *mut [u8; CONT]).write_unaligned(c);
                 }
