@@ -272,6 +272,9 @@ struct Inner {
     pins: BTreeMap<u64, Pin>,
     /// The daemon's liveness as last seen (`check_alive`).
     alive: Liveness,
+    /// Whether this process's yields come back late (a CPU-bound thread on the core): then
+    /// waiters block instead. Every waiter of this `Ni` notes its yields here.
+    contention: ni_abi::fastpath::Contention,
 }
 
 /// What a waiter knows of the daemon's heartbeat (fastpath.md, "A daemon that dies").
@@ -362,7 +365,6 @@ pub struct Ni {
     node: u32,
     backoff: Backoff,
     /// Whether yielding still pays, or a CPU-bound thread holds the core (then block).
-    contention: Mutex<ni_abi::fastpath::Contention>,
     /// `Inner::am_queued`.
     am_queued: Arc<AtomicBool>,
     /// Scratch of allreduces too large for the window's slots (`allreduce.rs`).
@@ -779,6 +781,7 @@ impl Ni {
             region_hit: Default::default(),
             pins: BTreeMap::new(),
             alive: Liveness::new(),
+            contention: Default::default(),
         };
         let ni = Ni {
             inner: Arc::new(lock::NiLock::new(inner)),
@@ -790,7 +793,6 @@ impl Ni {
             size,
             node,
             backoff: Backoff::from_env(backoff),
-            contention: Mutex::new(Default::default()),
             am_queued,
             scratch: Mutex::new(Default::default()),
         };
@@ -1163,10 +1165,9 @@ impl Ni {
         if spin {
             std::hint::spin_loop();
         } else if idle >= SPIN && self.backoff == Backoff::Yield {
-            self.contention
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .yield_among_from(sharers, now);
+            std::thread::yield_now();
+            let took = now.elapsed();
+            self.lock().contention.yielded(took, sharers);
         } else {
             pause(idle, self.backoff);
         }
@@ -1341,11 +1342,7 @@ impl Ni {
                     return Ok(Some(Err(Error::Timeout(limit))));
                 }
             }
-            let contended = self
-                .contention
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .blocking();
+            let contended = i.contention.blocking();
             // Members that wait on this cpu too take their turns between our looks: the
             // answer may be one of them, each turn a slice.
             let sharers = i.cpu_sharers(self.backoff);

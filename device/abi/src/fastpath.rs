@@ -579,11 +579,11 @@ impl Contention {
     /// clock read costs as much as the rest of a waiter's round.
     pub fn yield_among_from(&mut self, others: u32, now: std::time::Instant) {
         std::thread::yield_now();
-        self.note(now.elapsed(), others);
+        self.yielded(now.elapsed(), others);
     }
 
-    /// A yield that took `took` on a core `others` known waiters share.
-    fn note(&mut self, took: std::time::Duration, others: u32) {
+    /// A yield (the caller's own) took `took` on a core `others` known waiters share.
+    pub fn yielded(&mut self, took: std::time::Duration, others: u32) {
         if took > Self::LATE * (others + 1) {
             self.late += 1;
             if self.late >= Self::LATE_YIELDS {
@@ -626,18 +626,18 @@ mod tests {
     fn a_busy_core_blocks_waiters_for_longer_each_time_and_a_free_one_resets_it() {
         let mut c = Contention::default();
         let late = Contention::LATE + Duration::from_micros(1);
-        c.note(late * 3, 3);
-        c.note(late * 3, 3);
+        c.yielded(late * 3, 3);
+        c.yielded(late * 3, 3);
         assert!(!c.blocking(), "three sharers: not late for four turns");
         for want in [4, 8, 16, 32, 64, 100, 100] {
             assert_eq!(c.next_block(), Duration::from_millis(want));
-            c.note(late, 0);
+            c.yielded(late, 0);
             assert!(!c.blocking(), "one late yield does not block");
-            c.note(late, 0);
+            c.yielded(late, 0);
             assert!(c.blocking(), "two in a row do");
             c.block_until = None;
         }
-        c.note(Duration::from_micros(10), 0);
+        c.yielded(Duration::from_micros(10), 0);
         assert_eq!(c.next_block(), Contention::BLOCK_MIN);
         assert!(!c.blocking());
     }
