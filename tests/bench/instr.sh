@@ -12,9 +12,11 @@
 #   tests/bench/instr.sh OUT_DIR [SIZE]      writes OUT_DIR/instr.json and OUT_DIR/instr.txt
 #
 # NIB_INSTR_KEEP=1 keeps the callgrind outputs (for callgrind_annotate --tree=caller).
-# NIB_INSTR_PATTERN=send|recv: the message-rate pattern instead (`msgrate`: windows of 64
+# NIB_INSTR_PATTERN=send|recv|posted: the message-rate pattern instead (`msgrate`: windows of 64
 # messages, the sender waits for all of them, a 0-byte answer closes the window), rank 0 the
 # sender (send) or the receiver (recv); counts are then per message (per window / 64).
+# posted: rank 0 receives into receives it posted before rank 1 sends (rank 1 waits for a
+# go-ahead): the path of a receiver that shares its core with the sender.
 #
 # Stacks, each with its own private ni-device where it uses ni:
 #   ni        libni (Ni::irecv + send + wait; rank 1 recv + send), the partition window
@@ -32,8 +34,8 @@ SIZE="${2:-8}"
 export NIB_INSTR_PATTERN="${NIB_INSTR_PATTERN:-pingpong}"
 case "$NIB_INSTR_PATTERN" in
 pingpong) PER=1 UNIT="round trip" DEF_A=2000 DEF_B=4000 ;;
-send | recv) PER=64 UNIT="message ($NIB_INSTR_PATTERN, windows of 64)" DEF_A=200 DEF_B=400 ;;
-*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send or recv" >&2; exit 2 ;;
+send | recv | posted) PER=64 UNIT="message ($NIB_INSTR_PATTERN, windows of 64)" DEF_A=200 DEF_B=400 ;;
+*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send, recv or posted" >&2; exit 2 ;;
 esac
 ITERS_A="${NIB_INSTR_A:-$DEF_A}"
 ITERS_B="${NIB_INSTR_B:-$DEF_B}"

@@ -4,14 +4,15 @@
  * two ITERS to get the instructions one round trip costs rank 0. 200 round trips before it
  * warm everything up.
  * NIB_INSTR_PATTERN=send|recv: instead, rank 0 streams (send) or takes (recv) windows of
- * WINDOW messages as `pt2pt msgrate` does; an iteration is one window. */
+ * WINDOW messages as `pt2pt msgrate` does; an iteration is one window. posted: rank 0
+ * receives, into receives it posted before rank 1 sends (rank 1 waits for a go-ahead). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int rank;
-static int pattern; /* 0 ping-pong, 1 rank 0 sends, 2 rank 0 receives */
+static int pattern; /* 0 ping-pong, 1 rank 0 sends, 2 rank 0 receives, 3 posted first */
 
 #define WINDOW 64
 static MPI_Request reqs[WINDOW];
@@ -19,12 +20,16 @@ static MPI_Request reqs[WINDOW];
 static void window(int size, char *buf, int sender)
 {
     int peer = 1 - rank;
+    if (pattern == 3 && sender)
+        MPI_Recv(buf, 0, MPI_CHAR, peer, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     for (int w = 0; w < WINDOW; w++) {
         if (sender)
             MPI_Isend(buf, size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &reqs[w]);
         else
             MPI_Irecv(buf, size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &reqs[w]);
     }
+    if (pattern == 3 && !sender)
+        MPI_Send(buf, 0, MPI_CHAR, peer, 4, MPI_COMM_WORLD);
     MPI_Waitall(WINDOW, reqs, MPI_STATUSES_IGNORE);
     if (sender)
         MPI_Recv(buf, 0, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -62,9 +67,13 @@ int main(int argc, char **argv)
     char *buf = calloc(1, size > 0 ? size : 1);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     const char *p = getenv("NIB_INSTR_PATTERN");
-    pattern = !p || !strcmp(p, "pingpong") ? 0 : !strcmp(p, "send") ? 1 : !strcmp(p, "recv") ? 2 : -1;
+    pattern = !p || !strcmp(p, "pingpong") ? 0
+            : !strcmp(p, "send")             ? 1
+            : !strcmp(p, "recv")             ? 2
+            : !strcmp(p, "posted")           ? 3
+                                             : -1;
     if (pattern < 0) {
-        fprintf(stderr, "NIB_INSTR_PATTERN=%s: pingpong, send or recv\n", p);
+        fprintf(stderr, "NIB_INSTR_PATTERN=%s: pingpong, send, recv or posted\n", p);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -6,7 +6,9 @@
 //!
 //! `NIB_INSTR_PATTERN=send|recv`: instead, rank 0 streams (`send`) or takes (`recv`) windows
 //! of [`WINDOW`] messages as `ni-bench msgrate` does (isends, wait for all, a 0-byte answer
-//! closes the window); an iteration is one window.
+//! closes the window); an iteration is one window. `posted`: rank 0 receives, but posts its
+//! receives before rank 1 sends (rank 1 waits for a 0-byte go-ahead), as a receiver does that
+//! shares its core with the sender.
 
 use ni::{Ni, Region};
 
@@ -15,6 +17,7 @@ const TAG_BACK: u64 = 2;
 
 pub const WINDOW: usize = 64;
 const TAG_ACK: u64 = 3;
+const TAG_GO: u64 = 4;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Pattern {
@@ -23,20 +26,27 @@ enum Pattern {
     Send,
     /// Rank 0 receives them.
     Recv,
+    /// Rank 0 receives them into receives it posted before rank 1 sends.
+    Posted,
 }
 
 fn pattern() -> Pattern {
     match std::env::var("NIB_INSTR_PATTERN").as_deref() {
         Ok("send") => Pattern::Send,
         Ok("recv") => Pattern::Recv,
+        Ok("posted") => Pattern::Posted,
         Ok("pingpong") | Err(_) => Pattern::PingPong,
-        Ok(other) => panic!("NIB_INSTR_PATTERN={other}: pingpong, send or recv"),
+        Ok(other) => panic!("NIB_INSTR_PATTERN={other}: pingpong, send, recv or posted"),
     }
 }
 
 /// One window of `msgrate`: the sender's isends and waits, then the receiver's answer.
-fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, ops: &mut Vec<ni::Op>) {
+fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, go: bool, ops: &mut Vec<ni::Op>) {
     let peer = 1 - ni.rank();
+    if go && sender {
+        ni.recv(Some(peer), buf, 0..0, TAG_GO, u64::MAX)
+            .expect("go");
+    }
     for _ in 0..WINDOW {
         ops.push(if sender {
             ni.isend(peer, buf, 0..size, TAG_DATA).expect("isend")
@@ -44,6 +54,9 @@ fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, ops: &mut Vec<ni::Op
             ni.irecv(Some(peer), buf, 0..size, TAG_DATA, u64::MAX)
                 .expect("irecv")
         });
+    }
+    if go && !sender {
+        ni.send(peer, buf, 0..0, TAG_GO).expect("go");
     }
     for o in ops.drain(..) {
         ni.wait(o).expect("wait");
@@ -64,7 +77,7 @@ pub fn nib_pingpong(ni: &Ni, buf: &Region, iters: u64, size: usize) {
         let mut ops = Vec::with_capacity(WINDOW);
         let sender = (ni.rank() == 0) == (p == Pattern::Send);
         for _ in 0..iters {
-            window(ni, buf, size, sender, &mut ops);
+            window(ni, buf, size, sender, p == Pattern::Posted, &mut ops);
         }
         return;
     }
