@@ -728,7 +728,7 @@ fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
     if window_off() {
         return;
     }
-    const N: usize = 24;
+    const N: usize = 64;
     const LEN: usize = 4096;
     let d = Daemon::start(2);
     let a = Ni::attach_path(&d.sock(0)).unwrap();
@@ -743,7 +743,8 @@ fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
             for i in 0..N {
                 buf.write_at(i * LEN, &[i as u8; LEN]);
             }
-            // 1024 slots hold 6 of these (147 slots each): the rest wait for room.
+            // 8192 slots (two members) hold 55 of these (147 slots each): the rest wait
+            // for room.
             let ops: Vec<_> = (0..N)
                 .map(|i| a.isend(1, &buf, i * LEN..(i + 1) * LEN, i as u64).unwrap())
                 .collect();
