@@ -155,8 +155,9 @@ pub struct Op {
     rank: u32,
     /// How it ended, when it ended inside the call that started it (an eager send into the
     /// window, a receive of a message that was already there): `wait` and `test` then
-    /// answer without taking the NI's lock, and [`Ni::drain`] never reports it.
-    early: std::cell::Cell<Option<Completion>>,
+    /// answer without taking the NI's lock, and [`Ni::drain`] never reports it. A `Done`
+    /// (32 bytes), not the completion (64): an `Op` moves by value several times a message.
+    early: std::cell::Cell<Option<Done>>,
 }
 
 impl Op {
@@ -173,7 +174,13 @@ impl Op {
     /// out of the finished ones, so that nothing needs the lock again to finish it.
     fn started(i: &mut Inner, user: u64, opcode: u8, rank: u32) -> Op {
         let op = Op::new(user, opcode, rank);
-        op.early.set(i.done.remove(user));
+        op.early.set(i.done.remove(user).map(|c| Done {
+            status: Status::from_u16(c.status).unwrap_or(Status::BadDescriptor),
+            rank: c.rank,
+            len: c.len,
+            tag: c.tag,
+            aux: c.aux,
+        }));
         op
     }
 
@@ -1202,8 +1209,15 @@ impl Ni {
                     break;
                 };
                 f(src, &payload);
-                // Put it back, unless it was replaced meanwhile.
-                self.lock().handlers.entry(h).or_insert(f);
+                // Put it back, unless it was replaced meanwhile (then drop it unlocked, as
+                // `am_register` drops the one it replaces).
+                let _replaced = match self.lock().handlers.entry(h) {
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(f);
+                        None
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => Some(f),
+                };
             }
             drop(_d);
             // A message queued by a thread that found the dispatcher busy just before it
@@ -1216,8 +1230,8 @@ impl Ni {
 
     /// Whether `op` has finished; `Some` at most once.
     pub fn test(&self, op: &Op) -> Result<Option<Done>> {
-        if let Some(c) = op.early.take() {
-            return finish(op, c).map(Some);
+        if let Some(d) = op.early.take() {
+            return finish_early(op, d).map(Some);
         }
         let r = {
             let mut i = self.lock();
@@ -1286,13 +1300,13 @@ impl Ni {
     }
 
     fn wait_inner(&self, op: Op, timeout: Option<Duration>, handlers: bool) -> Result<Done> {
-        if let Some(c) = op.early.take() {
+        if let Some(d) = op.early.take() {
             // As a wait that found its operation done at the first look: handlers queued
             // meanwhile run now.
             if handlers {
                 self.run_handlers();
             }
-            return finish(&op, c);
+            return finish_early(&op, d);
         }
         // When the wait began: taken at the first look that finds `op` unfinished.
         let mut t = None;
@@ -1585,9 +1599,12 @@ impl Ni {
     /// active message. Messages that arrived earlier run now (replacing a handler keeps
     /// them in order).
     pub fn am_register(&self, handler: u64, f: impl FnMut(u32, &[u8]) + Send + 'static) {
+        // The handler replaced is dropped after the lock: what it owns (a `Region` of this
+        // `Ni`) may lock the NI as it goes.
+        let _replaced;
         {
             let mut i = self.lock();
-            i.handlers.insert(handler, Box::new(f));
+            _replaced = i.handlers.insert(handler, Box::new(f));
             // Earlier arrivals go first, in their order.
             let pending = std::mem::take(&mut i.am_pending);
             let (mine, others): (Vec<_>, Vec<_>) =
@@ -2345,6 +2362,26 @@ impl Drop for Region {
 #[inline]
 fn finish(op: &Op, c: Completion) -> Result<Done> {
     finish_as(op.opcode, op.rank, c)
+}
+
+/// [`finish`] for an operation that ended in the call that started it ([`Op::early`]).
+#[inline]
+fn finish_early(op: &Op, d: Done) -> Result<Done> {
+    if d.status == Status::Ok {
+        return Ok(d);
+    }
+    Err(failed_early(op, d))
+}
+
+#[cold]
+fn failed_early(op: &Op, d: Done) -> Error {
+    Error::Failed {
+        op: op_name(op.opcode),
+        status: d.status,
+        rank: if d.rank == ANY_RANK { op.rank } else { d.rank },
+        len: d.len,
+        tag: d.tag,
+    }
 }
 
 /// A completion as the caller sees it; `rank` names the peer when the completion does not.

@@ -14,6 +14,7 @@
 //! biased: a plain mutex.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -51,6 +52,8 @@ pub(crate) struct NiGuard<'a, T> {
     lock: &'a NiLock<T>,
     /// `None`: the owner's fast path.
     _mutex: Option<MutexGuard<'a, ()>>,
+    /// Shared between threads only where `T` is `Sync` (as a `MutexGuard`).
+    _data: PhantomData<&'a mut T>,
 }
 
 impl<T> NiLock<T> {
@@ -67,7 +70,7 @@ impl<T> NiLock<T> {
     pub fn lock(&self) -> NiGuard<'_, T> {
         let me = this_thread();
         let owner = self.owner.load(Ordering::Relaxed);
-        if owner == me
+        if (owner == me && !self.revoked.load(Ordering::Relaxed))
             || (owner == 0
                 && !self.revoked.load(Ordering::Relaxed)
                 && crate::membarrier::register_private()
@@ -76,6 +79,12 @@ impl<T> NiLock<T> {
                     .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok())
         {
+            // Only the owner stores `busy`: set here means it locked twice (a drop under
+            // the lock that locks again), which a mutex would have deadlocked on.
+            debug_assert!(
+                !self.busy.load(Ordering::Relaxed),
+                "NiLock locked recursively"
+            );
             self.busy.store(true, Ordering::Relaxed);
             // The store stays before the load in the code; a revoking thread's membarrier
             // orders them on the cpu.
@@ -84,6 +93,7 @@ impl<T> NiLock<T> {
                 return NiGuard {
                     lock: self,
                     _mutex: None,
+                    _data: PhantomData,
                 };
             }
             self.busy.store(false, Ordering::Release);
@@ -98,8 +108,9 @@ impl<T> NiLock<T> {
             self.revoked.store(true, Ordering::Relaxed);
             fence(Ordering::SeqCst);
             if self.owner.load(Ordering::Relaxed) != 0 && !crate::membarrier::private() {
-                // Registered, so it does not fail; should it, a store still in the owner's
-                // buffer drains long before this.
+                // Registered, so it does not fail (unless the kernel dropped the
+                // registration, as across a fork may); should it, a store still in the
+                // owner's buffer drains long before this.
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -117,6 +128,7 @@ impl<T> NiLock<T> {
         NiGuard {
             lock: self,
             _mutex: Some(g),
+            _data: PhantomData,
         }
     }
 

@@ -861,3 +861,42 @@ fn a_receiver_asleep_is_woken_by_a_sender_that_skipped_its_fence() {
         "rounds in which the sender woke the receiver asleep, from 0 and from 1: {woken:?}"
     );
 }
+
+/// A handler that owns a region of its own `Ni`, replaced by another: the old one (and its
+/// region, whose drop takes the NI's lock) goes after the registration let the lock go —
+/// dropped under it, the region's drop would lock the NI again inside its own lock (a
+/// deadlock with a mutex; two guards at once with the NI's lock biased to its thread, which
+/// debug builds assert against). Also when it is replaced while it runs.
+#[test]
+fn a_handler_owning_a_region_can_be_replaced() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let kept = b.alloc(64).unwrap();
+    b.am_register(7, move |_, data| kept.write_at(0, data));
+    b.am_register(7, |_, _| {});
+    // Replaced from inside itself: `run_handlers` drops the old one unlocked too.
+    let b = Arc::new(b);
+    let runs = Arc::new(AtomicU32::new(0));
+    let (me, count, kept) = (Arc::downgrade(&b), runs.clone(), b.alloc(64).unwrap());
+    b.am_register(8, move |_, data| {
+        kept.write_at(0, data);
+        count.fetch_add(1, Ordering::SeqCst);
+        let count = count.clone();
+        if let Some(ni) = me.upgrade() {
+            ni.am_register(8, move |_, _| {
+                count.fetch_add(10, Ordering::SeqCst);
+            });
+        }
+    });
+    for want in [1, 11] {
+        a.am_send(1, 8, b"x").unwrap();
+        let t = std::time::Instant::now();
+        while runs.load(Ordering::SeqCst) < want {
+            assert!(t.elapsed() < Duration::from_secs(10), "handler never ran");
+            b.progress().unwrap();
+        }
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 11);
+}
