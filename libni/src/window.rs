@@ -65,15 +65,9 @@ pub(crate) struct Change {
 }
 
 impl Window {
-    /// The mapping itself (to let go of it when the device is unplugged).
-    pub fn mem_mut(&mut self) -> &mut Mem {
-        &mut self.mem
-    }
-
-    /// Take the mapped window if it is the one the device named (`serial`) and this rank
-    /// fits; `Err` says what did not match.
-    pub fn open(mem: Mem, serial: u32, rank: u32, size: u32) -> Result<Window, String> {
-        let mut win = Window {
+    /// `rank`'s view of a window of `size` members in `mem`, every cursor at 0, not live.
+    fn blank(mem: Mem, rank: u32, size: u32) -> Window {
+        Window {
             mem,
             rank,
             size,
@@ -93,7 +87,18 @@ impl Window {
             live: false,
             cpu: 0,
             membarrier: 0,
-        };
+        }
+    }
+
+    /// The mapping itself (to let go of it when the device is unplugged).
+    pub fn mem_mut(&mut self) -> &mut Mem {
+        &mut self.mem
+    }
+
+    /// Take the mapped window if it is the one the device named (`serial`) and this rank
+    /// fits; `Err` says what did not match.
+    pub fn open(mem: Mem, serial: u32, rank: u32, size: u32) -> Result<Window, String> {
+        let mut win = Window::blank(mem, rank, size);
         let magic = win.u32(hdr::MAGIC).load(Ordering::Acquire) == hdr::MAGIC_VALUE;
         let version = win.u32(hdr::VERSION).load(Ordering::Relaxed);
         if magic && version != hdr::VERSION_VALUE {
@@ -848,29 +853,11 @@ mod tests {
         win
     }
 
-    /// A `Window` on memory no device set up (`open` refuses it: no MAGIC).
+    /// A `Window` on memory no device set up (`open` refuses it: no MAGIC), live.
     fn fake(mem: &Mem, rank: u32, size: u32) -> Window {
-        Window {
-            mem: Mem::view(mem.ptr(), mem.len()),
-            rank,
-            size,
-            ring_slots: w::ring_slots(size),
-            ring_bytes: w::ring_bytes(size),
-            gen: 0,
-            states: vec![0; size as usize],
-            out_tail: vec![0; size as usize],
-            out_head: vec![0; size as usize],
-            in_head: vec![0; size as usize],
-            in_published: vec![0; size as usize],
-            heads_behind: false,
-            backlog: (0..size).map(|_| VecDeque::new()).collect(),
-            backlogged: 0,
-            coll_timeout_ms: 0,
-            opened_incarnation: 0,
-            live: true,
-            cpu: 0,
-            membarrier: 0,
-        }
+        let mut win = Window::blank(Mem::view(mem.ptr(), mem.len()), rank, size);
+        win.live = true;
+        win
     }
 
     /// Every payload length up to the largest eager message, starting at every slot of a
