@@ -371,7 +371,6 @@ pub struct Ni {
     size: u32,
     node: u32,
     backoff: Backoff,
-    /// Whether yielding still pays, or a CPU-bound thread holds the core (then block).
     /// `Inner::am_queued`.
     am_queued: Arc<AtomicBool>,
     /// Scratch of allreduces too large for the window's slots (`allreduce.rs`).

@@ -443,15 +443,15 @@ impl Window {
             return 0;
         }
         let word = self.u32(w::sleeping(r));
-        if !*fenced && self.membarrier != 0 {
-            // The store stays before the load in the code; the cpu may still swap them.
-            compiler_fence(Ordering::SeqCst);
-            let v = word.load(Ordering::Acquire);
-            if v & w::SLEEPING_MEMBARRIER != 0 {
-                return v;
-            }
-        }
         if !*fenced {
+            if self.membarrier != 0 {
+                // The store stays before the load in the code; the cpu may still swap them.
+                compiler_fence(Ordering::SeqCst);
+                let v = word.load(Ordering::Acquire);
+                if v & w::SLEEPING_MEMBARRIER != 0 {
+                    return v;
+                }
+            }
             fence(Ordering::SeqCst);
             *fenced = true;
         }

@@ -572,12 +572,7 @@ impl Contention {
     /// (32 ranks on 2 cores) take each other for CPU-bound threads and block, and every wake
     /// then crosses the device (an allreduce at P = 32: 6.3 ms against 50 µs).
     pub fn yield_among(&mut self, others: u32) {
-        self.yield_among_from(others, std::time::Instant::now())
-    }
-
-    /// [`Contention::yield_among`] for a caller that read the clock (`now`) just before: a
-    /// clock read costs as much as the rest of a waiter's round.
-    pub fn yield_among_from(&mut self, others: u32, now: std::time::Instant) {
+        let now = std::time::Instant::now();
         std::thread::yield_now();
         self.yielded(now.elapsed(), others);
     }
