@@ -47,6 +47,9 @@ MODE: latency bw msgrate mq am put get barrier bcast allreduce, or all (default)
   --out DIR           results directory (default target/bench)
   --mpi-dir DIR       where the MPI programs are built (default OUT/mpi)
   --batches N         batches per point (default 11; quick 3)
+  --rounds N          launches per point and transport, ni's and its baselines' taking
+                      turns, the batches shared out among them and pooled (default 2;
+                      quick 1): what the machine does meanwhile falls on both sides
   --target-ms X       time per batch (default 20; quick 2)
   --warm-ms X         warm-up per point (default 10; quick 1)
   --cap-ms X          at most this long per point, fewer batches past it (default 4000)
@@ -250,6 +253,8 @@ struct Opts {
     out: PathBuf,
     mpi_dir: Option<PathBuf>,
     plan: Plan,
+    /// Launches per point and transport, taking turns (`--rounds`).
+    rounds: usize,
     noise: f64,
     sizes: Sizes,
     timeout: Duration,
@@ -278,6 +283,7 @@ fn parse(args: &[String]) -> R<Opts> {
     let mut out = PathBuf::from("target/bench");
     let mut mpi_dir = None;
     let (mut batches, mut target, mut warm, mut cap) = (None, None, None, None);
+    let mut rounds = None;
     let mut noise = 0.25;
     let mut max = 4u64 << 20;
     let mut coll_max = 64u64 << 20;
@@ -315,6 +321,7 @@ fn parse(args: &[String]) -> R<Opts> {
             "--out" => out = it.next().ok_or("--out DIR")?.into(),
             "--mpi-dir" => mpi_dir = Some(it.next().ok_or("--mpi-dir DIR")?.into()),
             "--batches" => batches = Some(num(it.next(), a)? as usize),
+            "--rounds" => rounds = Some(num(it.next(), a)? as usize),
             "--target-ms" => target = Some(num(it.next(), a)?),
             "--warm-ms" => warm = Some(num(it.next(), a)?),
             "--cap-ms" => cap = Some(num(it.next(), a)?),
@@ -355,6 +362,7 @@ fn parse(args: &[String]) -> R<Opts> {
             batches: batches.unwrap_or(if quick { 3 } else { 11 }).max(1),
             cap: ms(cap, 4000.0, 500.0),
         },
+        rounds: rounds.unwrap_or(if quick { 1 } else { 2 }).max(1),
         noise,
         sizes: Sizes {
             max,
@@ -850,8 +858,12 @@ fn ranks_for(o: &Opts, mode: &str) -> Vec<u32> {
     v
 }
 
-fn run(o: Opts) -> R<()> {
+fn run(mut o: Opts) -> R<()> {
     let started = Instant::now();
+    // Each launch runs its share of the batches and of the time cap.
+    let asked = o.plan.clone();
+    o.plan.batches = asked.batches.div_ceil(o.rounds);
+    o.plan.cap = asked.cap / o.rounds as u32;
     pin::stop_runs_on_signal();
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
     let mut notes: Vec<String> = Vec::new();
@@ -906,40 +918,50 @@ fn run(o: Opts) -> R<()> {
         for mode in &o.modes {
             for p in ranks_for(&o, mode) {
                 let specs = spec::specs(mode, p, &o.sizes);
-                if o.ni && !specs.is_empty() {
-                    let what = format!("{mode} ni P={p} {}", pl.name());
-                    let l = run_ni(&o, &specs, p, pl, &what);
-                    keep(mode, "ni", pl, l, &mut recs);
-                }
-                if spec::socket_mode(mode, p) {
-                    for kind in [sock::Kind::Tcp, sock::Kind::Unix] {
-                        // Unix sockets do not cross hosts.
-                        let here = hosts().is_none() || kind == sock::Kind::Tcp;
-                        if here && o.baselines.iter().any(|b| b == kind.name()) {
-                            let what = format!("{mode} {} P={p} {}", kind.name(), pl.name());
-                            let l = run_sock(&o, kind, &specs, pl, &what);
-                            keep(mode, kind.name(), pl, l, &mut recs);
+                for round in 1..=o.rounds {
+                    let nth = if o.rounds > 1 {
+                        format!(" (round {round}/{})", o.rounds)
+                    } else {
+                        String::new()
+                    };
+                    if o.ni && !specs.is_empty() {
+                        let what = format!("{mode} ni P={p} {}{nth}", pl.name());
+                        let l = run_ni(&o, &specs, p, pl, &what);
+                        keep(mode, "ni", pl, l, &mut recs);
+                    }
+                    if spec::socket_mode(mode, p) {
+                        for kind in [sock::Kind::Tcp, sock::Kind::Unix] {
+                            // Unix sockets do not cross hosts.
+                            let here = hosts().is_none() || kind == sock::Kind::Tcp;
+                            if here && o.baselines.iter().any(|b| b == kind.name()) {
+                                let what =
+                                    format!("{mode} {} P={p} {}{nth}", kind.name(), pl.name());
+                                let l = run_sock(&o, kind, &specs, pl, &what);
+                                keep(mode, kind.name(), pl, l, &mut recs);
+                            }
                         }
                     }
-                }
-                if mpi {
-                    for r in spec::mpi_runs(mode, &o.sizes) {
-                        let what = format!("{mode} mpi {} P={p} {}", r.args[1], pl.name());
-                        let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, false);
-                        let t = if hosts().is_some() { "mpi-tcp" } else { "mpi" };
-                        keep(mode, t, pl, l, &mut recs);
+                    if mpi {
+                        for r in spec::mpi_runs(mode, &o.sizes) {
+                            let what = format!("{mode} mpi {} P={p} {}{nth}", r.args[1], pl.name());
+                            let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, false);
+                            let t = if hosts().is_some() { "mpi-tcp" } else { "mpi" };
+                            keep(mode, t, pl, l, &mut recs);
+                        }
                     }
-                }
-                if mpi_ni {
-                    for r in spec::mpi_runs(mode, &o.sizes) {
-                        let what = format!("{mode} mpi-ni {} P={p} {}", r.args[1], pl.name());
-                        let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, true);
-                        keep(mode, "mpi-ni", pl, l, &mut recs);
+                    if mpi_ni {
+                        for r in spec::mpi_runs(mode, &o.sizes) {
+                            let what =
+                                format!("{mode} mpi-ni {} P={p} {}{nth}", r.args[1], pl.name());
+                            let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, true);
+                            keep(mode, "mpi-ni", pl, l, &mut recs);
+                        }
                     }
                 }
             }
         }
     }
+    let recs = report::pool(recs);
     if o.modes.iter().any(|m| spec::is_collective(m))
         && !recs
             .iter()
@@ -971,13 +993,15 @@ fn run(o: Opts) -> R<()> {
             "placements": placements.iter().cloned().collect::<BTreeMap<_, _>>(),
             "placements_order": placements.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
             "baselines": o.baselines,
-            "batches": o.plan.batches,
+            "batches": asked.batches,
+            "rounds": o.rounds,
+            "batches_per_launch": o.plan.batches,
             "target_ms": o.plan.target.as_secs_f64() * 1e3,
             "warm_ms": o.plan.warm.as_secs_f64() * 1e3,
-            "cap_ms": o.plan.cap.as_secs_f64() * 1e3,
+            "cap_ms": asked.cap.as_secs_f64() * 1e3,
             "noise_threshold": o.noise,
             "window": spec::WINDOW,
-            "statistic": "value = median of batch means; spread = IQR/median of batch means; min/max = worst/best batch",
+            "statistic": "value = median of batch means (every round's batches pooled); spread = IQR/median of batch means; min/max = worst/best batch",
         },
         "notes": notes,
         "runs": runs,

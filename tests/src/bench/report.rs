@@ -62,6 +62,44 @@ impl Rec {
 }
 
 /// The width of the `ni×T` column: 9, or its title and a space.
+/// One record per point: the rounds' launches of a transport measured the same points, and
+/// their batches pool into one sample (so its median and spread take every round in; its
+/// other-processes share is the largest any round saw).
+pub fn pool(recs: Vec<Rec>) -> Vec<Rec> {
+    let mut out: Vec<Rec> = Vec::with_capacity(recs.len());
+    for r in recs {
+        let same = |o: &&mut Rec| {
+            o.mode == r.mode
+                && o.transport == r.transport
+                && o.placement == r.placement
+                && o.point.metric == r.point.metric
+                && o.point.dtype == r.point.dtype
+                && o.point.size == r.point.size
+                && o.point.ranks == r.point.ranks
+        };
+        let Some(o) = out.iter_mut().find(same) else {
+            out.push(r);
+            continue;
+        };
+        let (a, b) = (&mut o.point, r.point);
+        a.batches.extend(b.batches);
+        a.iters += b.iters;
+        a.max_iter = match (a.max_iter, b.max_iter) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            (x, y) => x.or(y),
+        };
+        a.stalls_1ms = match (a.stalls_1ms, b.stalls_1ms) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        };
+        if a.error.is_none() {
+            a.error = b.error;
+        }
+        o.foreign = o.foreign.max(r.foreign);
+    }
+    out
+}
+
 fn ratio_width(t: &str) -> usize {
     9.max(t.chars().count() + 4)
 }
@@ -384,6 +422,43 @@ mod tests {
             },
             foreign: 0.0,
         }
+    }
+
+    #[test]
+    fn rounds_pool_into_one_point_per_transport() {
+        let mut later = rec("ni", "latency", 8, 0.7e-6);
+        later.point.stalls_1ms = Some(2);
+        later.foreign = 0.3;
+        let recs = pool(vec![
+            rec("ni", "latency", 8, 0.5e-6),
+            rec("mpi", "latency", 8, 0.6e-6),
+            rec("ni", "latency", 64, 0.9e-6),
+            later,
+            rec("mpi", "latency", 8, 0.6e-6),
+        ]);
+        assert_eq!(recs.len(), 3);
+        let ni = find(&recs, "ni", "latency", "split", 8).unwrap();
+        assert_eq!(ni.point.batches.len(), 6);
+        assert_eq!(ni.point.iters, 20);
+        assert_eq!(ni.point.stalls_1ms, Some(2));
+        assert_eq!(ni.point.max_iter, Some(1.4e-6));
+        assert_eq!(ni.foreign, 0.3);
+        assert_eq!(
+            find(&recs, "ni", "latency", "split", 64)
+                .unwrap()
+                .point
+                .batches
+                .len(),
+            3
+        );
+        assert_eq!(
+            find(&recs, "mpi", "latency", "split", 8)
+                .unwrap()
+                .point
+                .batches
+                .len(),
+            6
+        );
     }
 
     #[test]
