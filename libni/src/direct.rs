@@ -23,9 +23,23 @@ use ni_abi::window::{self as w, kind, Header};
 /// A mapping of a peer's exported region, and the region's own length.
 pub(crate) type PeerMem = (std::sync::Arc<crate::mem::Mem>, u64);
 
-use crate::{Error, Inner, Result};
+use crate::{Done, Error, Inner, Result};
 
 /// A receive posted on the direct path, waiting for a message.
+/// A send started on the direct path: its id, and how it ended if it ended inside the call
+/// (in the ring at once) — then its `Op` holds that, and nothing goes through `done`.
+pub(crate) struct Sent {
+    pub user: u64,
+    pub now: Option<Done>,
+}
+
+impl Sent {
+    /// One that ends later, or ended already with its completion in `done` (a failure).
+    fn later(user: u64) -> Sent {
+        Sent { user, now: None }
+    }
+}
+
 pub(crate) struct Posted {
     user: u64,
     src: u32,
@@ -227,13 +241,19 @@ impl Inner {
     }
 
     /// A tagged send on the direct path. Returns the operation's id.
-    pub(crate) fn w_send(&mut self, dest: u32, addr: u64, len: u64, tag: u64) -> Result<u64> {
+    pub(crate) fn w_send(&mut self, dest: u32, addr: u64, len: u64, tag: u64) -> Result<Sent> {
         self.w_sync()?;
         if let Some(failed) = self.w_unreachable(op::SEND, dest, len, tag) {
-            return Ok(failed);
+            return Ok(Sent::later(failed));
         }
         if !self.registered(addr, len) {
-            return Ok(self.fail_now(op::SEND, Status::NotRegistered, dest, len, tag));
+            return Ok(Sent::later(self.fail_now(
+                op::SEND,
+                Status::NotRegistered,
+                dest,
+                len,
+                tag,
+            )));
         }
         if len <= w::EAGER_MAX {
             // SAFETY: [addr, addr + len) is inside a region this process registered and
@@ -260,10 +280,10 @@ impl Inner {
             id,
             full: len,
         };
-        if let Ok(true) = self.win.as_mut().unwrap().put(dest, h, &[], None) {
+        if let Ok(true) = self.win.as_mut().unwrap().put(dest, h, &[], || None) {
             self.wake(&[dest])?;
         }
-        Ok(user)
+        Ok(Sent::later(user))
     }
 
     /// An MLINK WRITE (`op::PUT`) or READ of `len` bytes between `addr` and `dest`'s region
@@ -467,18 +487,18 @@ impl Inner {
     /// An active message on the direct path: into the (me → dest) ring, for `dest`'s libni
     /// to hand to `handler` when it takes it. Completes once it is in the ring, as the
     /// fabric's completes once it is in the target's active-message ring.
-    pub(crate) fn w_am_send(&mut self, dest: u32, handler: u64, payload: &[u8]) -> Result<u64> {
+    pub(crate) fn w_am_send(&mut self, dest: u32, handler: u64, payload: &[u8]) -> Result<Sent> {
         self.w_sync()?;
         let len = payload.len() as u64;
         if let Some(failed) = self.w_unreachable(op::ROP, dest, len, handler) {
-            return Ok(failed);
+            return Ok(Sent::later(failed));
         }
         self.w_put_buffered(op::ROP, kind::AM, dest, payload, handler)
     }
 
     /// A message whose payload travels in the ring (`kind` EAGER or AM), buffered: the
     /// operation is done once the message is in the ring (now, or when the receiver made
-    /// room), so a sender that waits for it never leaves it behind. Returns its id.
+    /// room), so a sender that waits for it never leaves it behind.
     fn w_put_buffered(
         &mut self,
         opcode: u8,
@@ -486,7 +506,7 @@ impl Inner {
         dest: u32,
         payload: &[u8],
         tag: u64,
-    ) -> Result<u64> {
+    ) -> Result<Sent> {
         let len = payload.len() as u64;
         let h = Header {
             kind,
@@ -496,14 +516,31 @@ impl Inner {
             full: len,
         };
         let user = self.lib_user();
-        let done = completion(opcode, user, Status::Ok, dest, len, tag);
-        if let Ok(wake) = self.win.as_mut().unwrap().put(dest, h, payload, Some(done)) {
-            if wake {
-                self.wake(&[dest])?;
+        let done = || completion(opcode, user, Status::Ok, dest, len, tag);
+        match self
+            .win
+            .as_mut()
+            .unwrap()
+            .put(dest, h, payload, || Some(done()))
+        {
+            Ok(wake) => {
+                if wake {
+                    self.wake(&[dest])?;
+                }
+                // Done now: its `Op` holds the result, nothing goes through `done`.
+                Ok(Sent {
+                    user,
+                    now: Some(Done {
+                        status: Status::Ok,
+                        rank: dest,
+                        len,
+                        tag,
+                        aux: 0,
+                    }),
+                })
             }
-            self.finish_lib(done);
+            Err(()) => Ok(Sent::later(user)),
         }
-        Ok(user)
     }
 
     /// A tagged receive on the direct path. Returns the operation's id.
@@ -717,7 +754,9 @@ impl Inner {
         let size = self.win.as_ref().unwrap().size;
         let mut failed = Ok(());
         for src in 0..size {
-            failed = self.w_take(src, None).map(|_| ());
+            if self.win.as_ref().unwrap().arrived(src) {
+                failed = self.w_take(src, None).map(|_| ());
+            }
             if self.win.as_mut().unwrap().publish_head(src) {
                 self.d.wake.push(src);
             }

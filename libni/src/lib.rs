@@ -184,6 +184,19 @@ impl Op {
         op
     }
 
+    /// A send started on the direct path (`Sent`): done already, or as [`Op::started`].
+    fn sent(i: &mut Inner, s: direct::Sent, opcode: u8, rank: u32) -> Op {
+        match s.now {
+            Some(d) => Op {
+                user: s.user,
+                opcode,
+                rank,
+                early: std::cell::Cell::new(Some(d)),
+            },
+            None => Op::started(i, s.user, opcode, rank),
+        }
+    }
+
     /// The operation's id, as [`Ni::drain`] reports it: unique among this `Ni`'s pending
     /// operations.
     pub fn id(&self) -> u64 {
@@ -1377,6 +1390,18 @@ impl Ni {
                 }
             } else {
                 let direct_spin = i.direct_spinning(self.backoff, idle, sharers);
+                if direct_spin && i.unshared() {
+                    // Spin on the words whose change gives a progress pass something to
+                    // do, not on whole passes: the look that sees a message comes a few
+                    // nanoseconds after it lands instead of up to a pass (clock read
+                    // included) later.
+                    let mut looks = 0;
+                    while looks < WATCH_LOOKS && !i.w_pending() && !i.cq_ready() && i.unshared() {
+                        std::hint::spin_loop();
+                        looks += 1;
+                    }
+                    return Ok(None);
+                }
                 drop(i);
                 self.give_way(direct_spin, now, idle, sharers);
                 return Ok(None);
@@ -1409,8 +1434,8 @@ impl Ni {
         {
             let mut i = self.lock();
             if i.direct() {
-                let user = i.w_send(dest, addr, len, tag)?;
-                return Ok(Op::started(&mut i, user, op::SEND, dest));
+                let sent = i.w_send(dest, addr, len, tag)?;
+                return Ok(Op::sent(&mut i, sent, op::SEND, dest));
             }
         }
         self.start(Request {
@@ -1631,8 +1656,8 @@ impl Ni {
             // whose libni hands it to the handler when it takes it (`direct.rs`).
             let mut i = self.lock();
             if i.direct() {
-                let user = i.w_am_send(dest, handler, payload)?;
-                let o = Op::started(&mut i, user, op::ROP, dest);
+                let sent = i.w_am_send(dest, handler, payload)?;
+                let o = Op::sent(&mut i, sent, op::ROP, dest);
                 drop(i);
                 // As below: no handler runs inside, so a handler's own reply never nests.
                 return self.wait_quiet(o).map(|_| ());
@@ -2417,6 +2442,9 @@ fn failed_as(opcode: u8, rank: u32, c: Completion) -> Error {
 /// 0.25 µs with this spin, tests/bench/README.md). A peer on the same cpu gets its turn at
 /// once instead: it cannot answer while we spin.
 const SPIN_ALONE: Duration = Duration::from_micros(2);
+
+/// Looks of a waiter that spins alone between two progress passes.
+const WATCH_LOOKS: u32 = 32;
 
 /// `NI_SPIN_NS`, if set: how long a waiter on the direct path polls before its backoff,
 /// whoever shares its cpu.

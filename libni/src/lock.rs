@@ -139,6 +139,14 @@ impl<T> NiLock<T> {
     }
 }
 
+impl<T> NiGuard<'_, T> {
+    /// Whether no other thread has wanted this lock, ever: holding it a moment longer then
+    /// keeps no one waiting (one that wants it from now on waits for that moment once).
+    pub fn unshared(&self) -> bool {
+        self._mutex.is_none() && !self.lock.revoked.load(Ordering::Relaxed)
+    }
+}
+
 impl<T> Deref for NiGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {

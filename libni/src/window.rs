@@ -304,18 +304,19 @@ impl Window {
         self.out_tail[dst as usize] = tail.wrapping_add(1);
     }
 
-    /// Send a message to `dst`: into its ring, or behind what waits for room, where `done`
-    /// (the send's completion) waits with it. Returns `Err(())` when queued, else whether
-    /// `dst` is blocked and must be woken.
+    /// Send a message to `dst`: into its ring, or behind what waits for room, where `done()`
+    /// (the send's completion, made only then) waits with it. Returns `Err(())` when
+    /// queued, else whether `dst` is blocked and must be woken.
+    #[inline]
     pub fn put(
         &mut self,
         dst: u32,
         h: Header,
         payload: &[u8],
-        done: Option<Completion>,
+        done: impl FnOnce() -> Option<Completion>,
     ) -> Result<bool, ()> {
         if !self.backlog[dst as usize].is_empty() || !self.try_put(dst, &h, payload) {
-            self.backlog[dst as usize].push_back((h, payload.to_vec(), done));
+            self.backlog[dst as usize].push_back((h, payload.to_vec(), done()));
             self.backlogged += 1;
             return Err(());
         }
@@ -535,10 +536,14 @@ impl Window {
 
     /// Whether any ring toward this rank holds a message we have not taken.
     pub fn has_arrivals(&self) -> bool {
-        (0..self.size).any(|src| {
-            let head = self.in_head[src as usize];
-            self.seq(src, self.rank, head).load(Ordering::Acquire) == w::seq_for(head)
-        })
+        (0..self.size).any(|src| self.arrived(src))
+    }
+
+    /// Whether the ring from `src` holds a message we have not taken.
+    #[inline]
+    pub fn arrived(&self, src: u32) -> bool {
+        let head = self.in_head[src as usize];
+        self.seq(src, self.rank, head).load(Ordering::Acquire) == w::seq_for(head)
     }
 
     /// The next message `src` published toward this rank, if any, left in the ring until
@@ -546,8 +551,7 @@ impl Window {
     /// (one slot: the liar's ring resynchronises on its next honest header).
     #[inline]
     pub fn next(&mut self, src: u32) -> Option<Header> {
-        let head = self.in_head[src as usize];
-        if self.seq(src, self.rank, head).load(Ordering::Acquire) != w::seq_for(head) {
+        if !self.arrived(src) {
             return None;
         }
         self.next_published(src)
