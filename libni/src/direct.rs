@@ -767,6 +767,20 @@ impl Inner {
         failed?;
         self.win.as_mut().unwrap().heads_published();
         self.w_states(changes)?;
+        // Most passes took a message or two and have nothing queued to send or to wake.
+        if self.win.as_ref().unwrap().backlogged() || !self.d.wake.is_empty() {
+            self.w_flush_and_wake()?;
+        }
+        if self.d.wcoll.is_some() {
+            self.w_coll_poll();
+        }
+        Ok(())
+    }
+
+    /// Move what waits for room into rings that have it now, and wake the members that
+    /// must be (`d.wake`).
+    #[inline(never)]
+    fn w_flush_and_wake(&mut self) -> Result<()> {
         let (mut wake, mut done) = (
             std::mem::take(&mut self.d.wake),
             std::mem::take(&mut self.d.done),
@@ -781,9 +795,7 @@ impl Inner {
         let woken = self.wake(&wake);
         wake.clear();
         self.d.wake = wake;
-        woken?;
-        self.w_coll_poll();
-        Ok(())
+        woken
     }
 
     /// Take the messages `src` published toward this rank, oldest first: an eager one a

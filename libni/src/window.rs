@@ -324,6 +324,12 @@ impl Window {
         Ok(self.sleeping_after_store(dst))
     }
 
+    /// Whether messages wait for room in some ring.
+    #[inline]
+    pub fn backlogged(&self) -> bool {
+        self.backlogged > 0
+    }
+
     /// Take back what waits for room toward `dst` (a peer that left, or came back anew).
     pub fn drop_backlog(&mut self, dst: u32) -> Vec<Waiting> {
         let v: Vec<Waiting> = self.backlog[dst as usize].drain(..).collect();
