@@ -591,7 +591,7 @@ impl Inner {
                         .iter()
                         .all(|q| q.src != src && q.src != ANY_RANK)) =>
             {
-                if let Some(p) = self.w_take(src, Some(p))? {
+                if let Some(p) = self.w_take_wanted(src, p)? {
                     self.d.posted.push_back(p);
                 }
                 if self.win.as_mut().unwrap().publish_head_if_far(src) {
@@ -754,6 +754,7 @@ impl Inner {
         let size = self.win.as_ref().unwrap().size;
         let mut failed = Ok(());
         for src in 0..size {
+            while self.w_take_inline(src) {}
             if self.win.as_ref().unwrap().arrived(src) {
                 failed = self.w_take(src, None).map(|_| ());
             }
@@ -859,6 +860,41 @@ impl Inner {
             }
         }
         Ok(want)
+    }
+
+    /// `w_take`'s common case in a few loads: the next message from `src` is an eager one
+    /// that fits its header slot, and the earliest posted receive wants it (as
+    /// `take_posted` would pick it). Returns whether it took one.
+    #[inline]
+    fn w_take_inline(&mut self, src: u32) -> bool {
+        let Some((tag, len, payload)) = self.win.as_ref().unwrap().next_inline(src) else {
+            return false;
+        };
+        if !self.d.posted.front().is_some_and(|p| p.matches(src, tag)) {
+            return false;
+        }
+        let p = self.d.posted.pop_front().unwrap();
+        self.deliver_eager(p, src, tag, len as u64, |_, buf| {
+            buf.copy_from_slice(&payload[..buf.len()])
+        });
+        self.win.as_mut().unwrap().consume_inline(src);
+        true
+    }
+
+    /// `w_take(src, Some(want))`, the common case first: the next message is a one-slot
+    /// eager one `want` matches.
+    #[inline]
+    fn w_take_wanted(&mut self, src: u32, want: Posted) -> Result<Option<Posted>> {
+        match self.win.as_ref().unwrap().next_inline(src) {
+            Some((tag, len, payload)) if want.matches(src, tag) => {
+                self.deliver_eager(want, src, tag, len as u64, |_, buf| {
+                    buf.copy_from_slice(&payload[..buf.len()])
+                });
+                self.win.as_mut().unwrap().consume_inline(src);
+                Ok(None)
+            }
+            _ => self.w_take(src, Some(want)),
+        }
     }
 
     /// The earliest posted receive that matches a message from `src` tagged `tag`.

@@ -585,6 +585,35 @@ impl Window {
         }
     }
 
+    /// The next message from `src` if it is an eager one whose payload fits its header slot
+    /// (the common small message), as (tag, length, payload), all from one read of the slot:
+    /// what the peer writes there later changes nothing checked. `None`: nothing there, or
+    /// anything else ([`Window::next`] takes it, and judges it).
+    #[inline]
+    pub fn next_inline(&self, src: u32) -> Option<(u64, usize, [u8; w::INLINE as usize])> {
+        if !self.arrived(src) {
+            return None;
+        }
+        let mut b = [0u8; w::SLOT as usize];
+        let at = self.slot_ptr(src, self.rank, self.in_head[src as usize]);
+        self.mem.read_at(at as usize, &mut b);
+        let len = u16::from_le_bytes([b[6], b[7]]) as usize;
+        if b[4] != w::kind::EAGER || b[5] != 0 || len > w::INLINE as usize {
+            return None;
+        }
+        let tag = u64::from_le_bytes(b[8..16].try_into().unwrap());
+        let payload = b[w::HEADER as usize..].try_into().unwrap();
+        Some((tag, len, payload))
+    }
+
+    /// Past the one-slot message [`Window::next_inline`] returned.
+    #[inline]
+    pub fn consume_inline(&mut self, src: u32) {
+        let head = &mut self.in_head[src as usize];
+        *head = head.wrapping_add(1);
+        self.heads_behind = true;
+    }
+
     /// Ask for slot `index` of ring (`src` → this rank) ahead of reading it.
     #[inline]
     fn prefetch(&self, src: u32, index: u32) {

@@ -104,7 +104,14 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     // Lies a receiver must not follow (`ni_abi::window::Header`: kind @4, len @6): unknown
     // kind; an eager length far past the ring; a ready-to-send that claims ring payload; an
     // active message past the handlers' limit.
-    let mut lies = vec![[0xA5u8; SLOT]];
+    // A small eager message but for the byte after the kind, which no sender sets: the
+    // receive's fast path (payload in the header slot) must refuse it as the decoder does.
+    // First, so that no receive a lie left posted comes before its own.
+    let mut pad = [0u8; SLOT];
+    pad[4] = ni_abi::window::kind::EAGER;
+    pad[5] = 1;
+    pad[6..8].copy_from_slice(&8u16.to_le_bytes());
+    let mut lies = vec![pad, [0xA5u8; SLOT]];
     let mut long = [0u8; SLOT];
     long[4] = ni_abi::window::kind::EAGER;
     long[6..8].copy_from_slice(&u16::MAX.to_le_bytes());
@@ -118,7 +125,9 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     am[4] = ni_abi::window::kind::AM;
     am[6..8].copy_from_slice(&(ni_abi::fastpath::AM_MAX_PAYLOAD as u16 + 1).to_le_bytes());
     lies.push(am);
-    for (i, lie) in lies.iter().enumerate() {
+    for (i, lie) in lies.iter_mut().enumerate() {
+        // Each tagged for the receive below: a lie taken as a message would end it.
+        lie[8..16].copy_from_slice(&(100 + i as u64).to_le_bytes());
         assert!(a.window_inject(1, lie));
         // Nothing arrives: the receive times out, the receiver lives on. (A timed-out
         // receive stays posted, as on the fabric: its own tag keeps it off the next message.)
