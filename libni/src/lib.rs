@@ -445,7 +445,21 @@ impl Inner {
 
     /// Fail with `DaemonGone` once the daemon is known dead. Cheap enough for every round of
     /// a wait loop: it looks for real at most every 50 ms (`force`: now, before a sleep).
+    #[inline]
     fn check_alive(&mut self, force: bool) -> Result<()> {
+        let a = &mut self.alive;
+        if a.gone.is_none() && !force {
+            a.calls += 1;
+            if a.calls < 256 {
+                return Ok(());
+            }
+        }
+        self.check_alive_now(force)
+    }
+
+    /// `check_alive` past its count of calls.
+    #[inline(never)]
+    fn check_alive_now(&mut self, force: bool) -> Result<()> {
         if let Some(g) = self.alive.gone.clone() {
             // A dead daemon's NI is still a device its VMM may want back (re-plugged onto
             // a restarted daemon): let go of it when asked, and stay `DaemonGone`.
@@ -457,10 +471,6 @@ impl Inner {
             return Err(g.error());
         }
         let a = &mut self.alive;
-        a.calls += 1;
-        if !force && a.calls < 256 {
-            return Ok(());
-        }
         a.calls = 0;
         let now = Instant::now();
         if !force && now.duration_since(a.last_look) < Duration::from_millis(50) {

@@ -724,6 +724,7 @@ impl Window {
     /// [`Window::publish_head`] once `src`'s `HEAD` lags a quarter of the ring: a receive
     /// that took its message straight from the ring publishes no more often (each publish
     /// is a fence), nor so rarely that the sender finds the ring full while it is not.
+    #[inline]
     pub fn publish_head_if_far(&mut self, src: u32) -> bool {
         let s = src as usize;
         if self.in_head[s].wrapping_sub(self.in_published[s]) < self.ring_slots / 4 {
