@@ -807,8 +807,8 @@ impl Inner {
     fn w_take(&mut self, src: u32, mut want: Option<Posted>) -> Result<Option<Posted>> {
         while let Some(h) = self.win.as_mut().unwrap().next(src) {
             if h.kind == kind::AM {
+                let mut payload = self.am_buffer(h.len as usize);
                 let win = self.win.as_mut().unwrap();
-                let mut payload = vec![0u8; h.len as usize];
                 win.payload(src, &h, &mut payload);
                 win.consume(src, &h);
                 win.count(w::stats::AMS_TAKEN);

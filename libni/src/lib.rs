@@ -273,6 +273,9 @@ struct Inner {
     am_queued: Arc<AtomicBool>,
     /// Active messages that arrived before a handler was registered.
     am_pending: Vec<(u64, u32, Vec<u8>)>,
+    /// Payload buffers of active messages whose handlers ran, for the next ones (an
+    /// allocation and a free per message cost more than the rest of its path).
+    am_spare: Vec<Vec<u8>>,
     /// Times the asynchronous global OR rose (with `GLOBAL_REC_IE`).
     global_rises: u64,
     /// The partition window, when the NI's partition has one (`direct.rs`).
@@ -601,13 +604,21 @@ impl Inner {
     fn take_am(&mut self, c: &Completion) {
         let slot = (c.aux as usize % self.am_slots as usize) * AM_SLOT as usize;
         let len = (c.len as usize).min(AM_MAX_PAYLOAD as usize);
-        let mut payload = vec![0u8; len];
+        let mut payload = self.am_buffer(len);
         self.am.read_at(slot + AM_HEADER as usize, &mut payload);
         // The slot is free again once its payload is copied out.
         self.am_head = self.am_head.wrapping_add(1);
         self.sram_u32(ctrl::AM_HEAD)
             .store(self.am_head, Ordering::Release);
         self.queue_am(c.tag, c.rank, payload);
+    }
+
+    /// A buffer for an arriving active message's `len` payload bytes (zeroed).
+    fn am_buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut v = self.am_spare.pop().unwrap_or_default();
+        v.clear();
+        v.resize(len, 0);
+        v
     }
 
     /// An active message for `handler` from `src`, to run at the next dispatch.
@@ -798,6 +809,7 @@ impl Ni {
             am_arrived: VecDeque::new(),
             am_queued: am_queued.clone(),
             am_pending: Vec::new(),
+            am_spare: Vec::new(),
             global_rises: 0,
             win,
             d: direct::DirectState {
@@ -1233,13 +1245,18 @@ impl Ni {
                 f(src, &payload);
                 // Put it back, unless it was replaced meanwhile (then drop it unlocked, as
                 // `am_register` drops the one it replaces).
-                let _replaced = match self.lock().handlers.entry(h) {
+                let mut i = self.lock();
+                let _replaced = match i.handlers.entry(h) {
                     std::collections::hash_map::Entry::Vacant(e) => {
                         e.insert(f);
                         None
                     }
                     std::collections::hash_map::Entry::Occupied(_) => Some(f),
                 };
+                if i.am_spare.len() < AM_SPARE {
+                    i.am_spare.push(payload);
+                }
+                drop(i);
             }
             drop(_d);
             // A message queued by a thread that found the dispatcher busy just before it
@@ -2457,6 +2474,9 @@ fn failed_as(opcode: u8, rank: u32, c: Completion) -> Error {
 /// 0.25 µs with this spin, tests/bench/README.md). A peer on the same cpu gets its turn at
 /// once instead: it cannot answer while we spin.
 const SPIN_ALONE: Duration = Duration::from_micros(2);
+
+/// Payload buffers kept for active messages to come.
+const AM_SPARE: usize = 16;
 
 /// Looks of a waiter that spins alone between two progress passes.
 const WATCH_LOOKS: u32 = 32;
