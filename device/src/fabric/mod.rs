@@ -76,14 +76,14 @@ impl Doorbell {
         self.cv.notify_one();
     }
 
-    /// Sleep until rung or `timeout`; clears the bell.
-    fn wait(&self, timeout: Duration) {
+    /// Sleep until rung or `timeout`; clears the bell. Returns whether it was rung.
+    fn wait(&self, timeout: Duration) -> bool {
         let g = self.rung.lock().unwrap_or_else(|e| e.into_inner());
         let (mut g, _) = self
             .cv
             .wait_timeout_while(g, timeout, |rung| !*rung)
             .unwrap_or_else(|e| e.into_inner());
-        *g = false;
+        std::mem::replace(&mut *g, false)
     }
 }
 
@@ -292,10 +292,16 @@ impl Fabric {
                 last_work = Instant::now();
                 continue;
             }
-            self.doorbell
+            let rung = self
+                .doorbell
                 .wait(next_timer.map_or(SLEEP, |t| t.min(SLEEP)));
             self.lock().set_sleeping(false);
-            last_work = Instant::now();
+            // A wake-up with nothing to do (the timeout) looks once and sleeps again; only
+            // a doorbell starts the yield phase over (an idle daemon used to take 4% of a
+            // cpu: 2 ms of yields after each 50 ms sleep).
+            if rung {
+                last_work = Instant::now();
+            }
         }
     }
 
