@@ -25,7 +25,6 @@ pub(crate) type PeerMem = (std::sync::Arc<crate::mem::Mem>, u64);
 
 use crate::{Done, Error, Inner, Result};
 
-/// A receive posted on the direct path, waiting for a message.
 /// A send started on the direct path: its id, and how it ended if it ended inside the call
 /// (in the ring at once) — then its `Op` holds that, and nothing goes through `done`.
 pub(crate) struct Sent {
@@ -40,6 +39,7 @@ impl Sent {
     }
 }
 
+/// A receive posted on the direct path, waiting for a message.
 pub(crate) struct Posted {
     user: u64,
     src: u32,
@@ -516,13 +516,8 @@ impl Inner {
             full: len,
         };
         let user = self.lib_user();
-        let done = || completion(opcode, user, Status::Ok, dest, len, tag);
-        match self
-            .win
-            .as_mut()
-            .unwrap()
-            .put(dest, h, payload, || Some(done()))
-        {
+        let done = || Some(completion(opcode, user, Status::Ok, dest, len, tag));
+        match self.win.as_mut().unwrap().put(dest, h, payload, done) {
             Ok(wake) => {
                 if wake {
                     self.wake(&[dest])?;

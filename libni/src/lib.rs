@@ -187,12 +187,11 @@ impl Op {
     /// A send started on the direct path (`Sent`): done already, or as [`Op::started`].
     fn sent(i: &mut Inner, s: direct::Sent, opcode: u8, rank: u32) -> Op {
         match s.now {
-            Some(d) => Op {
-                user: s.user,
-                opcode,
-                rank,
-                early: std::cell::Cell::new(Some(d)),
-            },
+            Some(d) => {
+                let op = Op::new(s.user, opcode, rank);
+                op.early.set(Some(d));
+                op
+            }
             None => Op::started(i, s.user, opcode, rank),
         }
     }
@@ -1340,12 +1339,7 @@ impl Ni {
 
     fn wait_inner(&self, op: Op, timeout: Option<Duration>, handlers: bool) -> Result<Done> {
         if let Some(d) = op.early.take() {
-            // As a wait that found its operation done at the first look: handlers queued
-            // meanwhile run now.
-            if handlers {
-                self.run_handlers();
-            }
-            return finish_early(&op, d);
+            return self.finish_ready(&op, d, handlers);
         }
         // When the wait began: taken at the first look that finds `op` unfinished.
         let mut t = None;
@@ -1360,6 +1354,16 @@ impl Ni {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A wait on `op`, which ended in the call that started it (`d`): as a wait that found
+    /// it done at its first look, it runs the handlers queued meanwhile (with `handlers`).
+    #[inline]
+    fn finish_ready(&self, op: &Op, d: Done, handlers: bool) -> Result<Done> {
+        if handlers {
+            self.run_handlers();
+        }
+        finish_early(op, d)
     }
 
     /// One round of `wait_inner`: `Some` once `op` finished or timed out.
@@ -1477,10 +1481,9 @@ impl Ni {
 
     pub fn send(&self, dest: u32, buf: &Region, range: Range<usize>, tag: u64) -> Result<()> {
         let o = self.isend(dest, buf, range, tag)?;
-        // In the ring already (most eager sends): done, short of the handlers a wait runs.
+        // In the ring already (most eager sends): done without a wait.
         if let Some(d) = o.early.take() {
-            self.run_handlers();
-            return finish_early(&o, d).map(|_| ());
+            return self.finish_ready(&o, d, true).map(|_| ());
         }
         self.wait(o).map(|_| ())
     }

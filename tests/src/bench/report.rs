@@ -61,7 +61,6 @@ impl Rec {
     }
 }
 
-/// The width of the `ni×T` column: 9, or its title and a space.
 /// One record per point: the rounds' launches of a transport measured the same points, and
 /// their batches pool into one sample (so its median and spread take every round in; its
 /// other-processes share is the largest any round saw).
@@ -100,6 +99,7 @@ pub fn pool(recs: Vec<Rec>) -> Vec<Rec> {
     out
 }
 
+/// The width of the `ni×T` column: 9, or its title and a space.
 fn ratio_width(t: &str) -> usize {
     9.max(t.chars().count() + 4)
 }
