@@ -20,7 +20,7 @@
 #   --qmp PATH        a QMP socket at PATH (qmp.py plugs and unplugs NIs through it); the
 #                     NIs are devices ni<i> behind root ports ni_rp<i>
 #   --hotplug-port R  an empty PCIe root port ni_hp<j> for a hot-plugged NI, with mem-reserve=R
-#                     (e.g. 128M; an NI's BARs need 82 MiB) or R=default (the firmware's small
+#                     (e.g. 256M; an NI's BARs need 147 MiB) or R=default (the firmware's small
 #                     window, too small for an NI: its BARs stay unassigned) (repeatable)
 #   -q, --quiet       do not copy the guest command's output to stdout
 # NI_QEMU_TRACE=EVENTS (e.g. vfio_msi_interrupt): QEMU trace events into the QEMU log, with

@@ -20,7 +20,7 @@ fn enumerates_regions_and_irqs() {
         .collect();
     assert_eq!(
         sizes,
-        vec![16 << 20, 0, 1 << 20, 1 << 20, 64 << 20, 0, 0, 0x1000, 0]
+        vec![16 << 20, 0, 1 << 20, 2 << 20, 128 << 20, 0, 0, 0x1000, 0]
     );
     // The daemon's one NI forms a partition of one, created before anyone attached, so it has
     // a window: isolated by default (fastpath.md, "One writer per page") — not in BAR4, but in

@@ -858,34 +858,34 @@ impl Inner {
     }
 
     /// `w_take`'s common case in a few loads: the next message from `src` is an eager one
-    /// that fits its header slot, and the earliest posted receive wants it (as
-    /// `take_posted` would pick it). Returns whether it took one.
+    /// and the earliest posted receive wants it (as `take_posted` would pick it). Returns
+    /// whether it took one.
     #[inline]
     fn w_take_inline(&mut self, src: u32) -> bool {
-        let Some((tag, len, payload)) = self.win.as_ref().unwrap().next_inline(src) else {
+        let Some(e) = self.win.as_ref().unwrap().next_eager(src) else {
             return false;
         };
-        if !self.d.posted.front().is_some_and(|p| p.matches(src, tag)) {
+        if !self.d.posted.front().is_some_and(|p| p.matches(src, e.tag)) {
             return false;
         }
         let p = self.d.posted.pop_front().unwrap();
-        self.deliver_eager(p, src, tag, len as u64, |_, buf| {
-            buf.copy_from_slice(&payload[..buf.len()])
+        self.deliver_eager(p, src, e.tag, e.len as u64, |me, buf| {
+            me.win.as_ref().unwrap().eager_payload(src, &e, buf)
         });
-        self.win.as_mut().unwrap().consume_inline(src);
+        self.win.as_mut().unwrap().consume_eager(src, &e);
         true
     }
 
-    /// `w_take(src, Some(want))`, the common case first: the next message is a one-slot
-    /// eager one `want` matches.
+    /// `w_take(src, Some(want))`, the common case first: the next message is an eager one
+    /// `want` matches.
     #[inline]
     fn w_take_wanted(&mut self, src: u32, want: Posted) -> Result<Option<Posted>> {
-        match self.win.as_ref().unwrap().next_inline(src) {
-            Some((tag, len, payload)) if want.matches(src, tag) => {
-                self.deliver_eager(want, src, tag, len as u64, |_, buf| {
-                    buf.copy_from_slice(&payload[..buf.len()])
+        match self.win.as_ref().unwrap().next_eager(src) {
+            Some(e) if want.matches(src, e.tag) => {
+                self.deliver_eager(want, src, e.tag, e.len as u64, |me, buf| {
+                    me.win.as_ref().unwrap().eager_payload(src, &e, buf)
                 });
-                self.win.as_mut().unwrap().consume_inline(src);
+                self.win.as_mut().unwrap().consume_eager(src, &e);
                 Ok(None)
             }
             // Most receives are posted before their message comes.

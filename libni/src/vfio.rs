@@ -354,7 +354,7 @@ impl Transport for Device {
             return Err(self.err(format!(
                 "BAR0 is not assigned (0 bytes): the guest kernel gave the NI no address \
                  window for its {} MiB BAR0; a hot-plugged NI needs room reserved on its \
-                 PCIe root port (QEMU: -device pcie-root-port,...,mem-reserve=128M)",
+                 PCIe root port (QEMU: -device pcie-root-port,...,mem-reserve=256M)",
                 ni_abi::lanai::BAR0_SIZE >> 20
             )));
         }

@@ -20,6 +20,13 @@ use crate::mem::Mem;
 /// A message waiting for room in a ring: header, payload, the send's completion.
 pub(crate) type Waiting = (Header, Vec<u8>, Option<Completion>);
 
+/// An eager message at the head of a ring, as [`Window::next_eager`] read its header slot.
+pub(crate) struct Eager {
+    pub tag: u64,
+    pub len: usize,
+    inline: [u8; w::INLINE as usize],
+}
+
 pub(crate) struct Window {
     mem: Mem,
     pub rank: u32,
@@ -264,10 +271,14 @@ impl Window {
                 return false;
             }
         }
-        let inline = payload.len().min(w::INLINE as usize);
-        self.write_continuation(dst, tail.wrapping_add(1), payload);
+        let inline = if payload.len() > w::INLINE as usize {
+            self.write_payload(dst, tail, payload);
+            &[][..]
+        } else {
+            payload
+        };
         let first = self.slot_ptr(self.rank, dst, tail);
-        let words = h.encode_words(&payload[..inline]);
+        let words = h.encode_words(inline);
         assert!(first as usize + w::SLOT as usize <= self.mem.len());
         // SAFETY: the slot is inside the mapping (checked above) and 8-aligned; its `SEQ`
         // (the low half of word 0) is left alone, stored last with release.
@@ -585,32 +596,45 @@ impl Window {
         }
     }
 
-    /// The next message from `src` if it is an eager one whose payload fits its header slot
-    /// (the common small message), as (tag, length, payload), all from one read of the slot:
-    /// what the peer writes there later changes nothing checked. `None`: nothing there, or
+    /// The next message from `src` if it is an eager one (the common message), from one read
+    /// of its header slot: what the peer writes there later changes nothing checked, and a
+    /// payload of at most [`w::INLINE`] bytes comes with it. `None`: nothing there, or
     /// anything else ([`Window::next`] takes it, and judges it).
     #[inline]
-    pub fn next_inline(&self, src: u32) -> Option<(u64, usize, [u8; w::INLINE as usize])> {
+    pub fn next_eager(&self, src: u32) -> Option<Eager> {
         if !self.arrived(src) {
             return None;
         }
         let mut b = [0u8; w::SLOT as usize];
         let at = self.slot_ptr(src, self.rank, self.in_head[src as usize]);
         self.mem.read_at(at as usize, &mut b);
-        let len = u16::from_le_bytes([b[6], b[7]]) as usize;
-        if b[4] != w::kind::EAGER || b[5] != 0 || len > w::INLINE as usize {
+        let len = u16::from_le_bytes([b[w::LEN_AT], b[w::LEN_AT + 1]]) as usize;
+        if b[w::KIND_AT] != w::kind::EAGER || b[w::PAD_AT] != 0 || len > w::EAGER_MAX as usize {
             return None;
         }
-        let tag = u64::from_le_bytes(b[8..16].try_into().unwrap());
-        let payload = b[w::HEADER as usize..].try_into().unwrap();
-        Some((tag, len, payload))
+        Some(Eager {
+            tag: u64::from_le_bytes(b[w::TAG_AT..w::TAG_AT + 8].try_into().unwrap()),
+            len,
+            inline: b[w::HEADER as usize..].try_into().unwrap(),
+        })
     }
 
-    /// Past the one-slot message [`Window::next_inline`] returned.
+    /// Copy the first `out.len()` bytes (at most its `len`) of the payload of the message
+    /// [`Window::next_eager`] returned.
+    #[inline(always)]
+    pub fn eager_payload(&self, src: u32, e: &Eager, out: &mut [u8]) {
+        if e.len <= w::INLINE as usize {
+            out.copy_from_slice(&e.inline[..out.len()]);
+        } else {
+            self.area_read(src, self.in_head[src as usize], out);
+        }
+    }
+
+    /// Past the message [`Window::next_eager`] returned.
     #[inline]
-    pub fn consume_inline(&mut self, src: u32) {
+    pub fn consume_eager(&mut self, src: u32, e: &Eager) {
         let head = &mut self.in_head[src as usize];
-        *head = head.wrapping_add(1);
+        *head = head.wrapping_add(w::slots_for(e.len as u64));
         self.heads_behind = true;
     }
 
@@ -626,86 +650,48 @@ impl Window {
     pub fn payload(&self, src: u32, h: &Header, out: &mut [u8]) {
         let len = out.len().min(h.len as usize);
         let head = self.in_head[src as usize];
-        let first = self.slot_ptr(src, self.rank, head);
-        let inline = len.min(w::INLINE as usize);
-        self.mem
-            .read_at((first + w::HEADER) as usize, &mut out[..inline]);
-        self.read_continuation(src, head.wrapping_add(1), &mut out[inline..len]);
+        if h.len as u64 <= w::INLINE {
+            let first = self.slot_ptr(src, self.rank, head);
+            self.mem
+                .read_at((first + w::HEADER) as usize, &mut out[..len]);
+        } else {
+            self.area_read(src, head, &mut out[..len]);
+        }
     }
 
-    /// Slots `i..` of ring (src → dst) up to the ring's end, at most `want`: where the first
-    /// is in the window and how many follow it contiguously.
+    /// Copy `out.len()` bytes of the payload of the message at slot `i` of ring (src → this
+    /// rank) out of its payload area (out of line: the one-slot message's path stays short).
+    #[inline(never)]
+    fn area_read(&self, src: u32, i: u32, out: &mut [u8]) {
+        let (at, to_end) = self.payload_at(src, self.rank, i);
+        let len = out.len();
+        let (a, b) = out.split_at_mut(len.min(to_end));
+        self.mem.read_at(at, a);
+        self.mem.read_at(at + to_end - self.area_bytes(), b);
+    }
+
+    /// Where the payload of the message at slot `i` of ring (src → dst) starts in the window,
+    /// and how many bytes of the payload area follow it up to the area's end.
     #[inline]
-    fn run_of_slots(&self, src: u32, dst: u32, i: u32, want: usize) -> (usize, usize) {
-        let at = self.slot_ptr(src, dst, i) as usize;
-        let to_end = (self.ring_slots - (i & (self.ring_slots - 1))) as usize;
-        let n = want.min(to_end);
-        assert!(at + n * w::SLOT as usize <= self.mem.len());
-        (at, n)
+    fn payload_at(&self, src: u32, dst: u32, i: u32) -> (usize, usize) {
+        let area = w::ring_at(src, dst, self.ring_bytes) + w::payload_area(self.ring_bytes);
+        let off = (i & (self.ring_slots - 1)) as usize * w::SLOT as usize;
+        (area as usize + off, self.area_bytes() - off)
     }
 
-    /// Store `payload[INLINE..]` in continuation slots `i..` of ring (rank → dst), each with
-    /// its `SEQ` (ordered before the header's `SEQ` by its release). Whole slots in runs up
-    /// to the ring's end, each one 32-byte copy the compiler inlines: the 28 bytes of the
-    /// chunk and the 4 before it (there always are: the header slot took the first
-    /// `INLINE`), whose place the chunk's `SEQ` then takes. A memcpy call or a bounds check
-    /// per 28 bytes cost a 1 KiB message 800 instructions; three moves per 28 bytes instead
-    /// of one 32-byte one, 400 for 4 KiB.
-    fn write_continuation(&self, dst: u32, mut i: u32, payload: &[u8]) {
-        const CONT: usize = w::CONT as usize;
-        const _: () = assert!(w::INLINE >= 4 && w::CONT_DATA == 4 && w::CONT + 4 == w::SLOT);
-        let Some(data) = payload.get(w::INLINE as usize..) else {
-            return;
-        };
-        let whole = data.len() / CONT;
-        let mut done = 0;
-        while done < whole {
-            let (at, n) = self.run_of_slots(self.rank, dst, i, whole - done);
-            // SAFETY: `run_of_slots` checked that n slots from `at` are inside the mapping;
-            // chunks done..done + n are inside `data`, and the 4 bytes before `data` inside
-            // `payload`; slots are 4-aligned (SEQ), the payload is copied unaligned.
-            unsafe {
-                let slots = self.mem.ptr().add(at);
-                let from = data.as_ptr().add(done * CONT).sub(4);
-                slots::fill(slots, from, n, i);
-            }
-            done += n;
-            i = i.wrapping_add(n as u32);
-        }
-        let rest = &data[whole * CONT..];
-        if !rest.is_empty() {
-            let p = self.slot_ptr(self.rank, dst, i);
-            self.u32(p + w::SEQ).store(w::seq_for(i), Ordering::Relaxed);
-            self.mem.write_at((p + w::CONT_DATA) as usize, rest);
-        }
+    #[inline]
+    fn area_bytes(&self) -> usize {
+        self.ring_slots as usize * w::SLOT as usize
     }
 
-    /// Copy `out.len()` payload bytes out of continuation slots `i..` of ring (src → rank):
-    /// each chunk a 32-byte copy that takes the next slot's `SEQ` along, overwritten by the
-    /// next chunk; the last of each run and of the message copy their 28 bytes alone.
-    fn read_continuation(&self, src: u32, mut i: u32, out: &mut [u8]) {
-        const CONT: usize = w::CONT as usize;
-        let whole = out.len() / CONT;
-        let mut done = 0;
-        while done < whole {
-            let (at, n) = self.run_of_slots(src, self.rank, i, whole - done);
-            // SAFETY: `run_of_slots` checked that n slots from `at` are inside the mapping,
-            // and chunks done..done + n are inside `out`. Chunk k < n - 1 reads 4 bytes into
-            // slot k + 1 and writes 4 bytes into chunk k + 1 (both in range), which the next
-            // round writes; the last one copies exactly its 28. Copies are unaligned.
-            unsafe {
-                let slots = self.mem.ptr().add(at + w::CONT_DATA as usize);
-                let to = out.as_mut_ptr().add(done * CONT);
-                slots::drain(slots, to, n);
-            }
-            done += n;
-            i = i.wrapping_add(n as u32);
-        }
-        let rest = &mut out[whole * CONT..];
-        if !rest.is_empty() {
-            let p = self.slot_ptr(src, self.rank, i) + w::CONT_DATA;
-            self.mem.read_at(p as usize, rest);
-        }
+    /// Store a payload longer than a header slot holds into the payload area of ring
+    /// (rank → dst) for the message at slot `i`: one copy, two where it meets the area's end
+    /// (ordered before the header's `SEQ` by its release).
+    fn write_payload(&self, dst: u32, i: u32, payload: &[u8]) {
+        let (at, to_end) = self.payload_at(self.rank, dst, i);
+        let (a, b) = payload.split_at(payload.len().min(to_end));
+        self.mem.write_at(at, a);
+        self.mem.write_at(at + to_end - self.area_bytes(), b);
     }
 
     /// Done with the message [`Window::next`] returned; its slots go back to `src` at the
@@ -780,101 +766,6 @@ impl Window {
     }
 }
 
-/// The continuation slots' copy loops, compiled twice: with 32-byte moves where the cpu has
-/// AVX (a slot is one load and one store), with 16-byte ones elsewhere.
-mod slots {
-    use super::{prefetch, w};
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    const CONT: usize = w::CONT as usize;
-    const SLOT: usize = w::SLOT as usize;
-
-    /// Fill `n` slots from `slots`: slot k gets `SEQ` `seq_for(i + k)` and the 28 bytes
-    /// from `from + 28k + 4`.
-    ///
-    /// # Safety
-    /// `n` slots from `slots` are writable and 4-aligned, and `from .. from + 28n + 4` is
-    /// readable.
-    pub unsafe fn fill(slots: *mut u8, from: *const u8, n: usize, i: u32) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx") {
-            // SAFETY: the cpu has AVX; the rest is the caller's.
-            return unsafe { fill_avx(slots, from, n, i) };
-        }
-        // SAFETY: the caller's.
-        unsafe { fill_any(slots, from, n, i) }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx")]
-    unsafe fn fill_avx(slots: *mut u8, from: *const u8, n: usize, i: u32) {
-        // SAFETY: the caller's.
-        unsafe { fill_any(slots, from, n, i) }
-    }
-
-    #[inline(always)]
-    unsafe fn fill_any(slots: *mut u8, from: *const u8, n: usize, i: u32) {
-        for k in 0..n {
-            // SAFETY: inside what the caller vouched for; the 4 bytes copied before the
-            // chunk land where its SEQ then goes.
-            unsafe {
-                let p = slots.add(k * SLOT);
-                let c = (from.add(k * CONT) as *const [u8; SLOT]).read_unaligned();
-                (p as *mut [u8; SLOT]).write_unaligned(c);
-                let seq = w::seq_for(i.wrapping_add(k as u32));
-                (*(p as *const AtomicU32)).store(seq, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Copy the 28 data bytes of each of `n` slots (`data` at their `CONT_DATA`) to
-    /// `to + 28k`: each but the last a 32-byte copy that takes the next slot's `SEQ` along,
-    /// overwritten by the next chunk.
-    ///
-    /// # Safety
-    /// `n ≥ 1`; `data .. data + 32(n - 1) + 28` is readable and `to .. to + 28n` writable.
-    pub unsafe fn drain(data: *const u8, to: *mut u8, n: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx") {
-            // SAFETY: the cpu has AVX; the rest is the caller's.
-            return unsafe { drain_avx(data, to, n) };
-        }
-        // SAFETY: the caller's.
-        unsafe { drain_any(data, to, n) }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx")]
-    unsafe fn drain_avx(data: *const u8, to: *mut u8, n: usize) {
-        // SAFETY: the caller's.
-        unsafe { drain_any(data, to, n) }
-    }
-
-    #[inline(always)]
-    unsafe fn drain_any(data: *const u8, to: *mut u8, n: usize) {
-        // SAFETY (all three blocks): chunk k < n - 1 reads 4 bytes into slot k + 1 and
-        // writes 4 into chunk k + 1, both inside what the caller vouched for; the last one
-        // copies exactly its 28.
-        for k in 0..n - 1 {
-            if k % 2 == 0 {
-                // A line per two slots, 8 lines ahead, into the next message too (a ring
-                // that is full holds it already): the lines the sender wrote arrive while
-                // this copies (4 KiB messages on two cores: 0.78 -> 1.1 Mmsg/s; 16 lines:
-                // 1.16, but 1 KiB ones 4.0 -> 3.7).
-                prefetch(data.wrapping_add((k + 16) * SLOT));
-            }
-            unsafe {
-                let c = (data.add(k * SLOT) as *const [u8; SLOT]).read_unaligned();
-                (to.add(k * CONT) as *mut [u8; SLOT]).write_unaligned(c);
-            }
-        }
-        unsafe {
-            let c = (data.add((n - 1) * SLOT) as *const [u8; CONT]).read_unaligned();
-            (to.add((n - 1) * CONT) as *mut [u8; CONT]).write_unaligned(c);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -898,6 +789,45 @@ mod tests {
         let mut win = Window::blank(Mem::view(mem.ptr(), mem.len()), rank, size);
         win.live = true;
         win
+    }
+
+    /// Payloads full of the `SEQ`s the receiver will wait for on the next laps (what a
+    /// layout with payload bytes in the slots would mistake for headers once the ring comes
+    /// round): lap after lap, the receiver finds exactly the messages sent, and nothing
+    /// after the last (`ni_abi::window::SEQ`).
+    #[test]
+    fn payloads_never_read_as_headers() {
+        let mem = Mem::alloc(w::zone(2) as usize).unwrap();
+        let n = w::ring_slots(2);
+        let mut tx = member(&mem, 0, 2, 0);
+        let mut rx = member(&mem, 1, 2, 0);
+        let mut sent = 0u32;
+        while sent < 3 * n {
+            let len = [4096usize, 17, 1000, 33][(sent % 4) as usize];
+            let payload: Vec<u8> = (0..len / 4)
+                .flat_map(|k| {
+                    let i = sent.wrapping_add(k as u32 / 8);
+                    w::seq_for(i.wrapping_add(n)).to_le_bytes()
+                })
+                .collect();
+            let h = Header {
+                kind: kind::EAGER,
+                len: payload.len() as u32,
+                tag: sent as u64,
+                id: 0,
+                full: payload.len() as u64,
+            };
+            assert!(tx.try_put(1, &h, &payload));
+            sent = sent.wrapping_add(h.slots());
+            let got = rx.next(0).expect("published");
+            assert_eq!(got, h);
+            let mut out = vec![0u8; payload.len()];
+            rx.payload(0, &got, &mut out);
+            assert_eq!(out, payload);
+            rx.consume(0, &got);
+            assert_eq!(rx.next(0), None, "after {sent} slots");
+            tx.out_head[1] = rx.in_head[0];
+        }
     }
 
     /// Every payload length up to the largest eager message, starting at every slot of a

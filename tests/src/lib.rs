@@ -267,18 +267,18 @@ pub mod check {
     use ni::{Error, Status};
 
     /// The message sizes of the `integrity` scenario: 0 B to 64 MiB, around the window
-    /// ring's slot boundaries too (`ni_abi::window`: the header slot's inline bytes, each
-    /// continuation slot's, the largest eager message).
+    /// ring's slot boundaries too (`ni_abi::window`: the header slot's inline bytes, the
+    /// payload area's 32-byte pieces, the largest eager message).
     pub fn integrity_sizes() -> Vec<usize> {
-        use ni_abi::window::{CONT, EAGER_MAX, INLINE};
-        let (inline, cont, eager) = (INLINE as usize, CONT as usize, EAGER_MAX as usize);
+        use ni_abi::window::{EAGER_MAX, INLINE, SLOT};
+        let (inline, slot, eager) = (INLINE as usize, SLOT as usize, EAGER_MAX as usize);
         vec![
             0,
             1,
             inline,
             inline + 1,
-            inline + cont,
-            inline + cont + 1,
+            slot,
+            slot + 1,
             63,
             64,
             65,

@@ -737,8 +737,10 @@ fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
     if window_off() {
         return;
     }
-    const N: usize = 64;
     const LEN: usize = 4096;
+    // The ring (two members) holds 64 of these: half again as many wait for room.
+    let fit = ni_abi::window::ring_slots(2) / ni_abi::window::slots_for(LEN as u64);
+    let n = fit as usize * 3 / 2;
     let d = Daemon::start(2);
     let a = Ni::attach_path(&d.sock(0)).unwrap();
     let b = Ni::attach_path(&d.sock(1)).unwrap();
@@ -748,13 +750,11 @@ fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
     let wakes_before = d.counter(1, "wakes");
     std::thread::scope(|s| {
         s.spawn(|| {
-            let buf = a.alloc(N * LEN).unwrap();
-            for i in 0..N {
+            let buf = a.alloc(n * LEN).unwrap();
+            for i in 0..n {
                 buf.write_at(i * LEN, &[i as u8; LEN]);
             }
-            // 8192 slots (two members) hold 55 of these (147 slots each): the rest wait
-            // for room.
-            let ops: Vec<_> = (0..N)
+            let ops: Vec<_> = (0..n)
                 .map(|i| a.isend(1, &buf, i * LEN..(i + 1) * LEN, i as u64).unwrap())
                 .collect();
             assert!(!ops.last().unwrap().ready(), "the last send waits for room");
@@ -765,7 +765,7 @@ fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
         // Long enough for the sender to yield, then block on its interrupt.
         std::thread::sleep(Duration::from_millis(300));
         let buf = b.alloc(LEN).unwrap();
-        for i in 0..N {
+        for i in 0..n {
             let got = b.recv(Some(0), &buf, 0..LEN, i as u64, u64::MAX).unwrap();
             assert_eq!(got.len as usize, LEN);
             let mut data = vec![0u8; LEN];
@@ -777,7 +777,7 @@ fn a_sender_asleep_waiting_for_room_is_woken_by_the_receiver() {
         d.counter(1, "wakes") > wakes_before,
         "the receiver woke the sender waiting for room"
     );
-    assert_eq!(d.counter(0, "window_sends"), N as u64);
+    assert_eq!(d.counter(0, "window_sends"), n as u64);
 }
 
 /// A receive that takes its message straight from the window ring, in the call that posts

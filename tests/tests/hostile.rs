@@ -1925,9 +1925,11 @@ fn a_member_scribbling_on_everything_it_can_map_cannot_touch_its_peers_traffic()
             for i in 0..(len / 8) as usize {
                 let off = i as u64 * 8;
                 let mut v = junk(&mut rng);
-                if off >= w::zone::RINGS && (off - w::zone::RINGS).is_multiple_of(w::SLOT) {
-                    let index = ((off - w::zone::RINGS) % w::ring_bytes(3) / w::SLOT) as u32;
-                    v = (v & !0xFFFF_FFFF) | w::seq_for(index) as u64;
+                let ring = w::ring_bytes(3);
+                let at = off.wrapping_sub(w::zone::RINGS) % ring;
+                if off >= w::zone::RINGS && at < w::payload_area(ring) && at.is_multiple_of(w::SLOT)
+                {
+                    v = (v & !0xFFFF_FFFF) | w::seq_for((at / w::SLOT) as u32) as u64;
                 }
                 // SAFETY: inside the attacker's own zone mapping, 8-aligned.
                 unsafe { (p as *mut u64).add(i).write_volatile(v) };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # VM test: hot-plug of NIs into a running guest (issue 16). The guest boots with no NI and two
-# empty PCIe root ports: ni_hp0 with mem-reserve=128M, ni_hp1 with the firmware's default window.
+# empty PCIe root ports: ni_hp0 with mem-reserve=256M, ni_hp1 with the firmware's default window.
 # QMP device_add (qmp.py plug) puts NI 0 behind the first and NI 1 behind the second; the guest
 # waits for both functions to appear, then attaches to each with libni (NI_PCI):
 # - behind the reserved port the kernel assigns all four BARs and libni attaches;
@@ -28,7 +28,7 @@ exit $rc
 GUEST
 RC=0
 NI_QEMU_VARIANT=patched "$NI_QEMU_DIR/launch.sh" --add "$GUEST_BIN/ni-vm-rank" \
-    --script "$LOG/guest.sh" --hotplug-port 128M --hotplug-port default \
+    --script "$LOG/guest.sh" --hotplug-port 256M --hotplug-port default \
     --qmp "$LOG/qmp.sock" --log "$LOG/guest0.log" --timeout "${NI_VM_TIMEOUT:-600}" \
     >"$LOG/launch.out" 2>"$LOG/launch.err" &
 lpid=$!
@@ -45,7 +45,7 @@ expect "libni attached to the NI behind the reserved port" \
     has '^attached: rank 0 of 2 on NI 0 in .* \(VFIO\)$'
 expect "the reserved port's NI: ok attach" has '^ok attach$'
 expect "behind the default port libni names the unassigned BAR0 and the fix" \
-    has 'BAR0 is not assigned \(0 bytes\).*mem-reserve=128M'
+    has 'BAR0 is not assigned \(0 bytes\).*mem-reserve=256M'
 # The guest script exits 1 because the second attach fails, as it must.
 expect "the guest ran to its end (exit 1: the second attach failed)" test "$RC" -eq 1
 expect "the daemon logged no WARN or ERROR" sh -c "! grep -aE ' (WARN|ERROR) ' '$LOG/daemon.log'"

@@ -21,10 +21,10 @@ pub const NUM_REGIONS: u32 = 9;
 
 /// BAR3 (32-bit, beside a 32-bit BAR2): the member's own zone of a shared partition window
 /// (`crate::window::Kind::Shared`), read-write, from offset 0; the rest of the BAR is a hole.
-pub const BAR3_SIZE: u64 = 1 << 20;
+pub const BAR3_SIZE: u64 = 2 << 20;
 /// BAR4: the MSI-X table and pending-bit array below 16 MiB, the partition window
 /// (`crate::window`) above — read-only to a member, whose own zone is writable in BAR3.
-pub const BAR4_SIZE: u64 = 64 << 20;
+pub const BAR4_SIZE: u64 = 128 << 20;
 pub const MSIX_TABLE_OFFSET: u64 = 0;
 pub const MSIX_PBA_OFFSET: u64 = 0x800;
 pub const MSIX_ENTRY_SIZE: u64 = 16;

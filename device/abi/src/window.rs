@@ -3,8 +3,8 @@
 //!
 //! Every member maps the same pages, so a message to a peer on the same daemon is two stores
 //! and a load away, with no device thread between sender and receiver: the receiver's NI *is*
-//! the ring the sender writes. Small tagged messages travel whole in per-pair rings (64-byte
-//! slots, the T3E message size); larger ones send a header there and their payload through
+//! the ring the sender writes. Small tagged messages travel whole in per-pair rings (a
+//! 32-byte header slot, the payload beside it); larger ones send a header there and their payload through
 //! the fabric (one copy, rendezvous); vector collectives of up to [`COLL_MAX`] bytes combine
 //! in per-rank slots that every member reads in rank order.
 //!
@@ -36,7 +36,7 @@ pub enum Kind {
 /// Where the window starts in BAR4 (after the MSI-X table and PBA), for [`Kind::Shared`];
 /// trapped accesses there (and to BAR3, the member's zone) reach the window of either kind.
 pub const WINDOW_OFFSET: u64 = 16 << 20;
-pub const WINDOW_SIZE: u64 = 48 << 20;
+pub const WINDOW_SIZE: u64 = 80 << 20;
 /// Partitions of more NIs than this use the fabric path only. Every zone has room for this
 /// many rings; a partition's rings share it ([`ring_bytes`]).
 pub const MAX_RANKS: u32 = 64;
@@ -67,7 +67,9 @@ pub mod hdr {
     /// 7: ring slots of 32 bytes (two small messages a cache line), continuation data at +4.
     /// 8: `SLEEPING` bit 2 ([`super::SLEEPING_MEMBARRIER`]).
     /// 9: rings up to 256 KiB ([`super::ring_bytes`]).
-    pub const VERSION_VALUE: u32 = 9;
+    /// 10: payloads beyond [`super::INLINE`] in the ring's payload area, in one piece
+    /// ([`super::payload_area`]); no continuation slots; rings up to 512 KiB.
+    pub const VERSION_VALUE: u32 = 10;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -319,13 +321,13 @@ pub fn ring_head(src: u32, dst: u32) -> u64 {
     zone(dst) + zone::HEADS + src as u64 * LINE
 }
 /// Every zone's room for its outgoing rings, shared by the partition's members.
-pub const RINGS_BYTES: u64 = 512 << 10;
-/// A ring's bytes: the zone's rings shared out by the partition's size rounded up to a power
-/// of two, at most 256 KiB: 256 KiB for 2 members, 32 KiB for 16, 8 KiB for 64. Always a
-/// power of two slots, so free-running indices wrap onto the same slot. A sender that fills
-/// its ring waits for the receiver; sharing a core with it, that costs two context switches:
-/// with 32 KiB rings a window of 64 4 KiB messages took eleven such rounds where Open MPI's
-/// shared memory takes one.
+pub const RINGS_BYTES: u64 = 1 << 20;
+/// A ring's bytes, its slots and its payload area: the zone's rings shared out by the
+/// partition's size rounded up to a power of two, at most 512 KiB: 512 KiB for 2 members,
+/// 64 KiB for 16, 16 KiB for 64. Always a power of two slots, so free-running indices wrap
+/// onto the same slot. A sender that fills its ring waits for the receiver; sharing a core
+/// with it, that costs two context switches: with rings of 1024 slots a window of 64 4 KiB
+/// messages took eleven such rounds where Open MPI's shared memory takes one.
 pub const fn ring_bytes(size: u32) -> u64 {
     let per = RINGS_BYTES / size.next_power_of_two() as u64;
     if per < MAX_RING_BYTES {
@@ -334,11 +336,22 @@ pub const fn ring_bytes(size: u32) -> u64 {
         MAX_RING_BYTES
     }
 }
-pub const MAX_RING_BYTES: u64 = 256 << 10;
+pub const MAX_RING_BYTES: u64 = 512 << 10;
 pub const SLOT: u64 = 32;
-/// Slots of one ring in a partition of `size` members.
+/// Slots of one ring in a partition of `size` members: the first half of the ring's bytes;
+/// the payload area, as many 32-byte pieces, is the second ([`payload_area`]).
 pub const fn ring_slots(size: u32) -> u32 {
-    (ring_bytes(size) / SLOT) as u32
+    (ring_bytes(size) / (2 * SLOT)) as u32
+}
+
+/// Where a ring's payload area starts, from the ring, given its [`ring_bytes`]. The message
+/// in slot `i` keeps its payload (when longer than [`INLINE`]) in the area from byte
+/// `(i mod N)·SLOT` on, in one piece that goes on at the area's start past its end (N =
+/// [`ring_slots`]): the slots `i..i + slots_for(len)` the message takes cover exactly
+/// those bytes, so the ring's one `HEAD` frees both, and the receiver finds the payload
+/// from its own `HEAD`, with no offset of the sender's to check.
+pub const fn payload_area(ring_bytes: u64) -> u64 {
+    ring_bytes / 2
 }
 
 /// Ring (src → dst) of a partition of `size` members, in the source's zone.
@@ -366,20 +379,24 @@ pub mod kind {
 /// The largest payload carried in the ring itself.
 pub const EAGER_MAX: u64 = 4096;
 
-/// Every slot of a ring starts with `SEQ` (u32): its free-running index in the ring plus one
-/// ([`seq_for`]). The sender stores a message's continuation slots, then its header slot's
+/// A message's header slot starts with `SEQ` (u32): the slot's free-running index in the ring
+/// plus one ([`seq_for`]). The sender stores the message's payload, then its header slot's
 /// other bytes, then the header's `SEQ` with release; the receiver polls the `SEQ` of the slot
 /// at its `HEAD`, so a message costs the receiver one cache line, not a cursor and then the
-/// line. Continuation slots carry their `SEQ` too, so stale bytes of an earlier lap never read
-/// as the header the receiver waits for.
+/// line. Only headers are ever written in the slots (payloads go to the [`payload_area`]),
+/// so what an earlier lap left in a slot is an older `SEQ`, never the one the receiver
+/// waits for, whatever the payloads were.
 pub const SEQ: u64 = 0;
-/// Header slot: `SEQ` u32 @0, `kind` u8 @4, `len` u16 @6 (payload bytes in the ring), `tag`
-/// u64 @8, then the first [`INLINE`] payload bytes (a `RTS`: `id` u64 @16, `full` u64 @24).
+/// Header slot: `SEQ` u32 @0, `kind` u8 @4, a zero byte @5, `len` u16 @6 (payload bytes in the
+/// ring), `tag` u64 @8, then the payload if it is at most [`INLINE`] bytes (a `RTS`: `id` u64
+/// @16, `full` u64 @24).
 pub const HEADER: u64 = 16;
 pub const INLINE: u64 = SLOT - HEADER;
-/// Continuation slot: `SEQ` u32 @0, [`CONT`] payload bytes from @4.
-pub const CONT_DATA: u64 = 4;
-pub const CONT: u64 = SLOT - CONT_DATA;
+/// Header byte offsets, for a reader that checks a header without [`Header::decode`].
+pub const KIND_AT: usize = 4;
+pub const PAD_AT: usize = 5;
+pub const LEN_AT: usize = 6;
+pub const TAG_AT: usize = 8;
 
 /// The `SEQ` of the slot with free-running index `index`.
 pub const fn seq_for(index: u32) -> u32 {
@@ -400,7 +417,8 @@ pub struct Header {
 
 impl Header {
     /// The header slot as the sender stores it, `SEQ` left 0 (stored last, on its own), with
-    /// the first `inline` bytes of an eager payload (at most [`INLINE`]).
+    /// `inline`, an eager payload of at most [`INLINE`] bytes (a longer one goes to the
+    /// [`payload_area`] and is not passed).
     pub fn encode(&self, inline: &[u8]) -> [u8; SLOT as usize] {
         let mut b = [0u8; SLOT as usize];
         for (i, w) in self.encode_words(inline).iter().enumerate() {
@@ -431,18 +449,19 @@ impl Header {
     /// Decode and check a header slot a peer wrote (`SEQ` aside): `None` if no honest sender
     /// writes it.
     pub fn decode(b: &[u8; SLOT as usize]) -> Option<Header> {
-        let kind = b[4];
-        let len = u16::from_le_bytes([b[6], b[7]]) as u32;
-        let tag = u64::from_le_bytes(b[8..16].try_into().unwrap());
+        let kind = b[KIND_AT];
+        let len = u16::from_le_bytes([b[LEN_AT], b[LEN_AT + 1]]) as u32;
+        let tag = u64::from_le_bytes(b[TAG_AT..TAG_AT + 8].try_into().unwrap());
+        let pad = b[PAD_AT];
         let h = match kind {
-            kind::EAGER | kind::AM if len as u64 <= max_len(kind) && b[5] == 0 => Header {
+            kind::EAGER | kind::AM if len as u64 <= max_len(kind) && pad == 0 => Header {
                 kind,
                 len,
                 tag,
                 id: 0,
                 full: len as u64,
             },
-            kind::RTS if len == 0 && b[5] == 0 => Header {
+            kind::RTS if len == 0 && pad == 0 => Header {
                 kind,
                 len,
                 tag,
@@ -469,8 +488,17 @@ pub const fn max_len(kind: u8) -> u64 {
     }
 }
 
-pub fn slots_for(len: u64) -> u32 {
-    1 + len.saturating_sub(INLINE).div_ceil(CONT) as u32
+/// Ring slots a message of `len` payload bytes takes: one with its payload, or the payload
+/// area's 32-byte pieces it covers.
+/// (`INLINE` < `SLOT`, so that is `⌈len / 32⌉`, at least 1.)
+#[inline]
+pub const fn slots_for(len: u64) -> u32 {
+    let pieces = len.div_ceil(SLOT) as u32;
+    if pieces > 1 {
+        pieces
+    } else {
+        1
+    }
 }
 
 // The layout fits, does not overlap, and puts every writer on pages of its own, checked when
@@ -504,7 +532,12 @@ const _: () = {
     assert!(crate::fastpath::AM_MAX_PAYLOAD <= EAGER_MAX);
     assert!(stats::AMS_TAKEN + 8 <= stats::LEN);
     // The smallest ring still holds a largest eager message with room to spare.
-    assert!(1 + (EAGER_MAX - INLINE).div_ceil(CONT) < ring_slots(MAX_RANKS) as u64);
+    assert!((slots_for(EAGER_MAX) as u64) < ring_slots(MAX_RANKS) as u64);
+    assert!(payload_area(ring_bytes(MAX_RANKS)) == ring_slots(MAX_RANKS) as u64 * SLOT);
+    assert!(
+        INLINE < SLOT,
+        "slots_for: a payload that fits the header is one piece or none"
+    );
 };
 
 #[cfg(test)]
@@ -521,17 +554,20 @@ mod tests {
             full: 100,
         };
         let payload = [7u8; 100];
-        let b = h.encode(&payload);
+        let b = h.encode(&payload[..INLINE as usize]);
         assert_eq!(Header::decode(&b), Some(h));
         assert_eq!(&b[HEADER as usize..], &payload[..INLINE as usize]);
-        // 16 inline, then 28 a continuation slot: 16 + 3 × 28 = 100.
-        assert_eq!(h.slots(), 1 + 3);
+        // Beyond 16 bytes the payload covers 32-byte pieces of the area: 100 → 4.
+        assert_eq!(h.slots(), 4);
         assert_eq!(slots_for(0), 1);
         assert_eq!(slots_for(16), 1);
-        assert_eq!(slots_for(17), 2);
-        assert_eq!(slots_for(16 + 28), 2);
-        assert_eq!(slots_for(16 + 29), 3);
-        assert_eq!(slots_for(EAGER_MAX), 147);
+        assert_eq!(slots_for(17), 1);
+        assert_eq!(slots_for(32), 1);
+        assert_eq!(slots_for(33), 2);
+        assert_eq!(slots_for(EAGER_MAX), 128);
+        let mut padded = b;
+        padded[PAD_AT] = 1;
+        assert_eq!(Header::decode(&padded), None);
         let rts = Header {
             kind: kind::RTS,
             len: 0,
@@ -614,17 +650,18 @@ mod tests {
     #[test]
     fn rings_halve_as_partitions_double() {
         let sizes = [
-            (2, 256 << 10),
-            (3, 128 << 10),
-            (4, 128 << 10),
-            (8, 64 << 10),
-            (16, 32 << 10),
-            (17, 16 << 10),
-            (32, 16 << 10),
+            (2, 512 << 10),
+            (3, 256 << 10),
+            (4, 256 << 10),
+            (8, 128 << 10),
+            (16, 64 << 10),
+            (17, 32 << 10),
+            (32, 32 << 10),
         ];
-        for (size, bytes) in sizes.into_iter().chain([(33, 8 << 10), (64, 8 << 10)]) {
+        for (size, bytes) in sizes.into_iter().chain([(33, 16 << 10), (64, 16 << 10)]) {
             assert_eq!(ring_bytes(size), bytes, "{size} members");
             assert!(ring_slots(size).is_power_of_two());
+            assert_eq!(ring_slots(size) as u64 * SLOT, payload_area(bytes));
             // The last ring ends inside the zone.
             assert!(ring_data(0, size - 1, size) + bytes <= zone(1));
         }

@@ -741,9 +741,10 @@ fn scribble_attack(ni: &Ni) {
             // garbage after it as published messages (`ni_abi::window::SEQ`) and refuse it.
             let off = i as u64 * 8;
             let mut v = rng;
-            if off >= w::zone::RINGS && (off - w::zone::RINGS).is_multiple_of(w::SLOT) {
-                let index = ((off - w::zone::RINGS) % w::ring_bytes(ni.size()) / w::SLOT) as u32;
-                v = (v & !0xFFFF_FFFF) | w::seq_for(index) as u64;
+            let ring = w::ring_bytes(ni.size());
+            let at = off.wrapping_sub(w::zone::RINGS) % ring;
+            if off >= w::zone::RINGS && at < w::payload_area(ring) && at.is_multiple_of(w::SLOT) {
+                v = (v & !0xFFFF_FFFF) | w::seq_for((at / w::SLOT) as u32) as u64;
             }
             // SAFETY: inside the BAR3 mapping (the zone), 8-aligned.
             unsafe { (zone as *mut u64).add(i).write_volatile(v) };
@@ -751,7 +752,7 @@ fn scribble_attack(ni: &Ni) {
         passes += 1;
     }
     // BAR3 past the zone is a hole: trapped, dropped, reads zero.
-    // SAFETY: inside the 1 MiB BAR3 mapping, 4-aligned.
+    // SAFETY: inside the 2 MiB BAR3 mapping, 4-aligned.
     unsafe { (zone.add(w::ZONE_SIZE as usize) as *mut u32).write_volatile(0xBAD) };
     assert_eq!(word(zone, w::ZONE_SIZE), 0, "BAR3's hole kept a write");
     println!("scribbled: {passes} passes over the own zone");
