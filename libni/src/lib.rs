@@ -253,7 +253,6 @@ struct Inner {
     epoch: u32,
     sq_tail: u32,
     cq: Mem,
-    cq_entries: u32,
     cq_head: u32,
     am: Mem,
     am_slots: u32,
@@ -412,7 +411,9 @@ impl Backoff {
     }
 }
 
+/// A power of two: an index into the completion ring is a mask, not a division.
 const CQ_ENTRIES: u32 = 4096;
+const _: () = assert!(CQ_ENTRIES.is_power_of_two());
 /// Blocking element-wise collectives up to this many bytes go through the window in
 /// slot-sized pieces (`Ni::collective_pieces`). Larger allreduces go through the members'
 /// exported scratch (`allreduce.rs`), which beat a third piece when slots held 960 B (2 KiB
@@ -559,7 +560,7 @@ impl Inner {
     }
 
     fn cq_seq(&self, index: u32) -> &AtomicU32 {
-        let at = (index % self.cq_entries) as u64 * ENTRY_SIZE + COMPLETION_SEQ;
+        let at = (index % CQ_ENTRIES) as u64 * ENTRY_SIZE + COMPLETION_SEQ;
         // SAFETY: inside the completion ring, 4-aligned; the device stores it with release.
         unsafe { &*(self.cq.ptr().add(at as usize) as *const AtomicU32) }
     }
@@ -574,7 +575,7 @@ impl Inner {
         self.check_alive(false)?;
         let mut n = 0;
         while self.cq_ready() {
-            let at = (self.cq_head % self.cq_entries) as usize * ENTRY_SIZE as usize;
+            let at = (self.cq_head % CQ_ENTRIES) as usize * ENTRY_SIZE as usize;
             let mut b = [0u8; 64];
             self.cq.read_at(at, &mut b);
             let c = Completion::decode(&b);
@@ -794,7 +795,6 @@ impl Ni {
             epoch,
             sq_tail: 0,
             cq,
-            cq_entries: CQ_ENTRIES,
             cq_head: 0,
             am,
             am_slots: AM_SLOTS,

@@ -34,6 +34,9 @@ pub(crate) struct Window {
     /// Slots and bytes of every ring of this partition (`w::ring_slots`, `w::ring_bytes`).
     ring_slots: u32,
     ring_bytes: u64,
+    /// Where ring (peer → rank) and ring (rank → peer) start in the window.
+    in_ring: Vec<u64>,
+    out_ring: Vec<u64>,
     /// `GEN` when this rank last looked at the members' states, and those states.
     gen: u32,
     pub states: Vec<u32>,
@@ -74,12 +77,16 @@ pub(crate) struct Change {
 impl Window {
     /// `rank`'s view of a window of `size` members in `mem`, every cursor at 0, not live.
     fn blank(mem: Mem, rank: u32, size: u32) -> Window {
+        let bounded = size.clamp(1, w::MAX_RANKS);
+        let ring_bytes = w::ring_bytes(bounded);
         Window {
             mem,
             rank,
             size,
-            ring_slots: w::ring_slots(size.clamp(1, w::MAX_RANKS)),
-            ring_bytes: w::ring_bytes(size.clamp(1, w::MAX_RANKS)),
+            ring_slots: w::ring_slots(bounded),
+            ring_bytes,
+            in_ring: (0..size).map(|s| w::ring_at(s, rank, ring_bytes)).collect(),
+            out_ring: (0..size).map(|d| w::ring_at(rank, d, ring_bytes)).collect(),
             gen: 0,
             states: vec![0; size as usize],
             out_tail: vec![0; size as usize],
@@ -244,13 +251,20 @@ impl Window {
         out
     }
 
-    fn slot_ptr(&self, src: u32, dst: u32, index: u32) -> u64 {
+    /// Slot `index` of ring (src → this rank), and of ring (this rank → dst).
+    #[inline]
+    fn in_slot(&self, src: u32, index: u32) -> u64 {
         // A power of two of slots (`w::ring_slots`): a mask, not a division, on every slot.
-        w::ring_at(src, dst, self.ring_bytes) + (index & (self.ring_slots - 1)) as u64 * w::SLOT
+        self.in_ring[src as usize] + (index & (self.ring_slots - 1)) as u64 * w::SLOT
     }
 
-    fn seq(&self, src: u32, dst: u32, index: u32) -> &AtomicU32 {
-        self.u32(self.slot_ptr(src, dst, index) + w::SEQ)
+    #[inline]
+    fn out_slot(&self, dst: u32, index: u32) -> u64 {
+        self.out_ring[dst as usize] + (index & (self.ring_slots - 1)) as u64 * w::SLOT
+    }
+
+    fn in_seq(&self, src: u32, index: u32) -> &AtomicU32 {
+        self.u32(self.in_slot(src, index) + w::SEQ)
     }
 
     /// Write one message into (rank → dst) if it fits now.
@@ -277,7 +291,7 @@ impl Window {
         } else {
             payload
         };
-        let first = self.slot_ptr(self.rank, dst, tail);
+        let first = self.out_slot(dst, tail);
         let words = h.encode_words(inline);
         assert!(first as usize + w::SLOT as usize <= self.mem.len());
         // SAFETY: the slot is inside the mapping (checked above) and 8-aligned; its `SEQ`
@@ -298,7 +312,7 @@ impl Window {
         // it behind this message's stores. 8 B messages on two cores: 11 -> 15 Mmsg/s.
         let ahead = next.wrapping_add(2);
         if ahead.wrapping_sub(self.out_head[d]) < self.ring_slots {
-            let at = self.slot_ptr(self.rank, dst, ahead) as usize;
+            let at = self.out_slot(dst, ahead) as usize;
             prefetch_for_write(self.mem.ptr().wrapping_add(at));
         }
         true
@@ -308,7 +322,7 @@ impl Window {
     /// (conformance tests: a peer that writes what no sender writes).
     pub fn inject(&mut self, dst: u32, raw: &[u8; w::SLOT as usize]) {
         let tail = self.out_tail[dst as usize];
-        let at = self.slot_ptr(self.rank, dst, tail);
+        let at = self.out_slot(dst, tail);
         self.mem.write_at((at + 4) as usize, &raw[4..]);
         self.u32(at + w::SEQ)
             .store(w::seq_for(tail), Ordering::Release);
@@ -560,7 +574,7 @@ impl Window {
     #[inline]
     pub fn arrived(&self, src: u32) -> bool {
         let head = self.in_head[src as usize];
-        self.seq(src, self.rank, head).load(Ordering::Acquire) == w::seq_for(head)
+        self.in_seq(src, head).load(Ordering::Acquire) == w::seq_for(head)
     }
 
     /// The next message `src` published toward this rank, if any, left in the ring until
@@ -577,14 +591,13 @@ impl Window {
     fn next_published(&mut self, src: u32) -> Option<Header> {
         loop {
             let head = self.in_head[src as usize];
-            if self.seq(src, self.rank, head).load(Ordering::Acquire) != w::seq_for(head) {
+            if self.in_seq(src, head).load(Ordering::Acquire) != w::seq_for(head) {
                 return None;
             }
             self.prefetch(src, head.wrapping_add(1));
             self.prefetch(src, head.wrapping_add(2));
             let mut b = [0u8; w::SLOT as usize];
-            self.mem
-                .read_at(self.slot_ptr(src, self.rank, head) as usize, &mut b);
+            self.mem.read_at(self.in_slot(src, head) as usize, &mut b);
             match Header::decode(&b) {
                 Some(h) => return Some(h),
                 None => {
@@ -606,7 +619,7 @@ impl Window {
             return None;
         }
         let mut b = [0u8; w::SLOT as usize];
-        let at = self.slot_ptr(src, self.rank, self.in_head[src as usize]);
+        let at = self.in_slot(src, self.in_head[src as usize]);
         self.mem.read_at(at as usize, &mut b);
         let len = u16::from_le_bytes([b[w::LEN_AT], b[w::LEN_AT + 1]]) as usize;
         if b[w::KIND_AT] != w::kind::EAGER || b[w::PAD_AT] != 0 || len > w::EAGER_MAX as usize {
@@ -641,7 +654,7 @@ impl Window {
     /// Ask for slot `index` of ring (`src` → this rank) ahead of reading it.
     #[inline]
     fn prefetch(&self, src: u32, index: u32) {
-        let at = self.slot_ptr(src, self.rank, index) as usize;
+        let at = self.in_slot(src, index) as usize;
         prefetch(self.mem.ptr().wrapping_add(at));
     }
 
@@ -651,7 +664,7 @@ impl Window {
         let len = out.len().min(h.len as usize);
         let head = self.in_head[src as usize];
         if h.len as u64 <= w::INLINE {
-            let first = self.slot_ptr(src, self.rank, head);
+            let first = self.in_slot(src, head);
             self.mem
                 .read_at((first + w::HEADER) as usize, &mut out[..len]);
         } else {
@@ -663,18 +676,18 @@ impl Window {
     /// rank) out of its payload area (out of line: the one-slot message's path stays short).
     #[inline(never)]
     fn area_read(&self, src: u32, i: u32, out: &mut [u8]) {
-        let (at, to_end) = self.payload_at(src, self.rank, i);
+        let (at, to_end) = self.payload_at(self.in_ring[src as usize], i);
         let len = out.len();
         let (a, b) = out.split_at_mut(len.min(to_end));
         self.mem.read_at(at, a);
         self.mem.read_at(at + to_end - self.area_bytes(), b);
     }
 
-    /// Where the payload of the message at slot `i` of ring (src → dst) starts in the window,
-    /// and how many bytes of the payload area follow it up to the area's end.
+    /// Where the payload of the message at slot `i` of a ring that starts at `ring` is in
+    /// the window, and how many bytes of the payload area follow it up to the area's end.
     #[inline]
-    fn payload_at(&self, src: u32, dst: u32, i: u32) -> (usize, usize) {
-        let area = w::ring_at(src, dst, self.ring_bytes) + w::payload_area(self.ring_bytes);
+    fn payload_at(&self, ring: u64, i: u32) -> (usize, usize) {
+        let area = ring + w::payload_area(self.ring_bytes);
         let off = (i & (self.ring_slots - 1)) as usize * w::SLOT as usize;
         (area as usize + off, self.area_bytes() - off)
     }
@@ -688,7 +701,7 @@ impl Window {
     /// (rank → dst) for the message at slot `i`: one copy, two where it meets the area's end
     /// (ordered before the header's `SEQ` by its release).
     fn write_payload(&self, dst: u32, i: u32, payload: &[u8]) {
-        let (at, to_end) = self.payload_at(self.rank, dst, i);
+        let (at, to_end) = self.payload_at(self.out_ring[dst as usize], i);
         let (a, b) = payload.split_at(payload.len().min(to_end));
         self.mem.write_at(at, a);
         self.mem.write_at(at + to_end - self.area_bytes(), b);
