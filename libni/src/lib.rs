@@ -387,6 +387,9 @@ pub struct Ni {
     backoff: Backoff,
     /// `Inner::am_queued`.
     am_queued: Arc<AtomicBool>,
+    /// Pauses [`Ni::relax`] may still take as a spin without reading the clock, the lock
+    /// and the cpu's other waiters again: set by a look that said spin, early in a wait.
+    relax_spins: AtomicU32,
     /// Scratch of allreduces too large for the window's slots (`allreduce.rs`).
     scratch: Mutex<allreduce::Scratch>,
 }
@@ -834,6 +837,7 @@ impl Ni {
             node,
             backoff: Backoff::from_env(backoff),
             am_queued,
+            relax_spins: AtomicU32::new(0),
             scratch: Mutex::new(Default::default()),
         };
         // The first request sets up the completion ring; its completion lands in it.
@@ -1188,7 +1192,18 @@ impl Ni {
     /// a count a handler keeps — the way libni's own waits pause: poll on while `since` (when
     /// the loop started) is recent and no other member of the partition waits on this cpu,
     /// else give the cpu away (yield; sleep in a guest).
+    ///
+    /// A look that says spin, early in the wait, stands for the next [`RELAX_SPINS`] pauses:
+    /// the look (a clock read, the lock, `sched_getcpu` and the peers' `CPU` words) took
+    /// longer than the poll it paces, so a message that landed waited for it.
     pub fn relax(&self, since: Instant) {
+        let left = self.relax_spins.load(Ordering::Relaxed);
+        if left > 0 {
+            // Another thread's pause racing this one only spends the budget sooner.
+            self.relax_spins.store(left - 1, Ordering::Relaxed);
+            std::hint::spin_loop();
+            return;
+        }
         let now = Instant::now();
         let idle = now.duration_since(since);
         let (spin, sharers) = {
@@ -1196,6 +1211,9 @@ impl Ni {
             let sharers = i.cpu_sharers(self.backoff);
             (i.direct_spinning(self.backoff, idle, sharers), sharers)
         };
+        if spin && idle < RELAX_FRESH {
+            self.relax_spins.store(RELAX_SPINS, Ordering::Relaxed);
+        }
         self.give_way(spin, now, idle, sharers);
     }
 
@@ -2477,6 +2495,11 @@ fn failed_as(opcode: u8, rank: u32, c: Completion) -> Error {
 /// 0.25 µs with this spin, tests/bench/README.md). A peer on the same cpu gets its turn at
 /// once instead: it cannot answer while we spin.
 const SPIN_ALONE: Duration = Duration::from_micros(2);
+/// [`Ni::relax`]: pauses one look that says spin stands for, and how early in a wait it must
+/// come for that (a pause is a poll of the caller's and a spin hint: well under 100 ns, so
+/// the wait looks again before `SPIN_ALONE` is over).
+const RELAX_SPINS: u32 = 8;
+const RELAX_FRESH: Duration = Duration::from_micros(1);
 
 /// Payload buffers kept for active messages to come.
 const AM_SPARE: usize = 16;

@@ -17,6 +17,9 @@
 # sender (send) or the receiver (recv); counts are then per message (per window / 64).
 # posted: rank 0 receives into receives it posted before rank 1 sends (rank 1 waits for a
 # go-ahead): the path of a receiver that shares its core with the sender.
+# am|mq: a ping-pong of 64-byte active messages or T3E SENDs (`ni-bench am`, `mq`), per round
+# trip; MPI has neither, so its stack runs the 64-byte ping-pong beside it, and the stacks
+# over ni are left out.
 #
 # Stacks, each with its own private ni-device where it uses ni:
 #   ni        libni (Ni::irecv + send + wait; rank 1 recv + send), the partition window
@@ -35,7 +38,8 @@ export NIB_INSTR_PATTERN="${NIB_INSTR_PATTERN:-pingpong}"
 case "$NIB_INSTR_PATTERN" in
 pingpong) PER=1 UNIT="round trip" DEF_A=2000 DEF_B=4000 ;;
 send | recv | posted) PER=64 UNIT="message ($NIB_INSTR_PATTERN, windows of 64)" DEF_A=200 DEF_B=400 ;;
-*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send, recv or posted" >&2; exit 2 ;;
+am | mq) PER=1 UNIT="round trip ($NIB_INSTR_PATTERN)" DEF_A=2000 DEF_B=4000 SIZE=64 MPI_ONLY=1 ;;
+*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send, recv, posted, am or mq" >&2; exit 2 ;;
 esac
 ITERS_A="${NIB_INSTR_A:-$DEF_A}"
 ITERS_B="${NIB_INSTR_B:-$DEF_B}"
@@ -168,11 +172,16 @@ else
 fi
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     mpicc -O2 -o "$WORK/instr" tests/bench/mpi/instr.c
-    ompi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 -x NIB_CG_OUT -x NIB_INSTR_PATTERN)
+    # MPI has neither active messages nor T3E queues: against ni's am and mq, Open MPI's
+    # 64-byte ping-pong (what `ni-bench am` and `mq` compare with), and no mpi-ni.
+    mpi_pattern="$NIB_INSTR_PATTERN"
+    [ -z "${MPI_ONLY:-}" ] || mpi_pattern=pingpong
+    ompi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 -x NIB_CG_OUT
+        -x "NIB_INSTR_PATTERN=$mpi_pattern")
     say "mpi: Open MPI ob1 + vader, rank 0 under callgrind"
     if measure mpi "${ompi[@]}" --mca pml ob1 --mca btl self,vader \
         "$WORK/rank0-under-callgrind" "$WORK/instr"; then STACKS+=(mpi); fi
-    if [ -e "$PROV/libni-fi.so" ]; then
+    if [ -e "$PROV/libni-fi.so" ] && [ -z "${MPI_ONLY:-}" ]; then
         say "mpi-ni: Open MPI cm + ofi + ni, rank 0 under callgrind"
         daemon 2
         if FI_PROVIDER_PATH="$PROV" NI_RUN_DIR="$WORK/run" measure mpi-ni "${ompi[@]}" \
@@ -186,7 +195,7 @@ else
     say "Open MPI (mpicc, mpirun) missing: the mpi and mpi-ni stacks are left out"
 fi
 MPICH="$T/mpi-tests/mpich-5.0.2"
-if [ -x "$MPICH/bin/mpiexec" ] && [ -e "$PROV/libni-fi.so" ]; then
+if [ -x "$MPICH/bin/mpiexec" ] && [ -e "$PROV/libni-fi.so" ] && [ -z "${MPI_ONLY:-}" ]; then
     "$MPICH/bin/mpicc" -O2 -o "$WORK/instr-mpich" tests/bench/mpi/instr.c
     say "mpich-ni: MPICH ch4:ofi + ni, rank 0 under callgrind"
     daemon 2

@@ -9,8 +9,16 @@
 //! closes the window); an iteration is one window. `posted`: rank 0 receives, but posts its
 //! receives before rank 1 sends (rank 1 waits for a 0-byte go-ahead), as a receiver does that
 //! shares its core with the sender.
+//!
+//! `am`, `mq`: a ping-pong of 64-byte active messages (MLINK ROP: the handler counts, the
+//! waiter polls the count with `progress`, as `ni-bench am` does), or of T3E SENDs into the
+//! peer's message queue (the waiter polls its MQCW, as `ni-bench mq` does), pacing each
+//! poll with `Ni::relax`. SIZE is ignored (64).
 
-use ni::{Ni, Region};
+use ni::{MessageQueue, Ni, Region};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 const TAG_DATA: u64 = 1;
 const TAG_BACK: u64 = 2;
@@ -28,6 +36,69 @@ enum Pattern {
     Recv,
     /// Rank 0 receives them into receives it posted before rank 1 sends.
     Posted,
+    /// Active messages, each way.
+    Am,
+    /// T3E SENDs into the peer's queue, each way.
+    Mq,
+}
+
+const AM_HANDLER: u64 = 7;
+/// Slots of each rank's queue; it restarts at slot 1 well before it fills.
+const MQ_LIMIT: u64 = 4096;
+
+/// What the `am` and `mq` patterns wait on: the handler's count, or the queue.
+pub struct Peer {
+    ams: Arc<AtomicU64>,
+    ams_due: u64,
+    mq: MessageQueue,
+}
+
+impl Peer {
+    fn new(ni: &Ni) -> Peer {
+        let ams = Arc::new(AtomicU64::new(0));
+        let count = ams.clone();
+        ni.am_register(AM_HANDLER, move |_, _| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        Peer {
+            ams,
+            ams_due: 0,
+            mq: ni.mq_create(MQ_LIMIT, 0).expect("mq_create"),
+        }
+    }
+
+    fn am_wait(&mut self, ni: &Ni) {
+        self.ams_due += 1;
+        let mut since = None;
+        loop {
+            ni.progress().expect("progress");
+            if self.ams.load(Ordering::Relaxed) >= self.ams_due {
+                return;
+            }
+            ni.relax(*since.get_or_insert_with(Instant::now));
+        }
+    }
+
+    fn mq_take(&mut self, ni: &Ni) {
+        let mut since = None;
+        let mut msg = [[0u8; 64]; 1];
+        while self.mq.take_into(&mut msg) == 0 {
+            ni.relax(*since.get_or_insert_with(Instant::now));
+        }
+        // Restart at slot 1 while nothing is in flight to us (the peer waits for our SEND).
+        if ni_abi::fastpath::mqcw::tail(self.mq.mqcw()) + 16 >= MQ_LIMIT {
+            self.mq
+                .swap(ni_abi::fastpath::mqcw::make(false, 1, MQ_LIMIT, 0));
+            self.mq.set_head(1);
+        }
+    }
+
+    fn mq_send(&self, ni: &Ni, dest: u32) {
+        let out = ni
+            .mq_send(dest, self.mq.addr(), &[0x5A; 64])
+            .expect("mq_send");
+        assert!(matches!(out, ni::MqOutcome::Accepted { .. }), "queue full");
+    }
 }
 
 fn pattern() -> Pattern {
@@ -35,8 +106,10 @@ fn pattern() -> Pattern {
         Ok("send") => Pattern::Send,
         Ok("recv") => Pattern::Recv,
         Ok("posted") => Pattern::Posted,
+        Ok("am") => Pattern::Am,
+        Ok("mq") => Pattern::Mq,
         Ok("pingpong") | Err(_) => Pattern::PingPong,
-        Ok(other) => panic!("NIB_INSTR_PATTERN={other}: pingpong, send, recv or posted"),
+        Ok(other) => panic!("NIB_INSTR_PATTERN={other}: pingpong, send, recv, posted, am or mq"),
     }
 }
 
@@ -71,8 +144,32 @@ fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, go: bool, ops: &mut 
 
 #[inline(never)]
 #[no_mangle]
-pub fn nib_pingpong(ni: &Ni, buf: &Region, iters: u64, size: usize) {
+pub fn nib_pingpong(ni: &Ni, buf: &Region, peer: &mut Peer, iters: u64, size: usize) {
     let p = pattern();
+    if p == Pattern::Am || p == Pattern::Mq {
+        let me = ni.rank();
+        for _ in 0..iters {
+            match (p, me) {
+                (Pattern::Am, 0) => {
+                    ni.am_send(1, AM_HANDLER, &[0xA7; 64]).expect("am_send");
+                    peer.am_wait(ni);
+                }
+                (Pattern::Am, _) => {
+                    peer.am_wait(ni);
+                    ni.am_send(0, AM_HANDLER, &[0xA7; 64]).expect("am_send");
+                }
+                (_, 0) => {
+                    peer.mq_send(ni, 1);
+                    peer.mq_take(ni);
+                }
+                _ => {
+                    peer.mq_take(ni);
+                    peer.mq_send(ni, 0);
+                }
+            }
+        }
+        return;
+    }
     if p != Pattern::PingPong {
         let mut ops = Vec::with_capacity(WINDOW);
         let sender = (ni.rank() == 0) == (p == Pattern::Send);
@@ -103,13 +200,15 @@ fn main() {
     let size: usize = a.next().and_then(|s| s.parse().ok()).expect(usage);
     let ni = Ni::attach().expect("attach");
     let buf = ni.alloc(size.max(4096)).expect("alloc");
+    let mut peer = Peer::new(&ni);
+    // Every rank's queue and handler exist before anyone sends.
     ni.barrier().expect("barrier");
-    nib_warmup(&ni, &buf, size);
-    nib_pingpong(&ni, &buf, iters, size);
+    nib_warmup(&ni, &buf, &mut peer, size);
+    nib_pingpong(&ni, &buf, &mut peer, iters, size);
     ni.barrier().expect("barrier");
 }
 
 #[inline(never)]
-fn nib_warmup(ni: &Ni, buf: &Region, size: usize) {
-    nib_pingpong(ni, buf, 200, size);
+fn nib_warmup(ni: &Ni, buf: &Region, peer: &mut Peer, size: usize) {
+    nib_pingpong(ni, buf, peer, 200, size);
 }
