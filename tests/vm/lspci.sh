@@ -3,7 +3,7 @@
 # Linux PCI core and lspci make of it, then binds it to vfio-pci.
 # Asserts: device [1234:4e49] with class [0280]; capabilities Power Management, MSI-X and
 # Express (v2) Endpoint decoded, no "<?>", "!!!" or "Unknown"; Region 0 [size=16M],
-# Region 2 [size=1M], Region 3 [size=1M] 32-bit, Region 4 present; driver vfio-pci after driver_override + drivers_probe.
+# Region 2 [size=1M], Region 3 [size=2M] 32-bit, Region 4 [size=128M]; driver vfio-pci after driver_override + drivers_probe.
 # Environment: NI_DEVICE (daemon binary, default target/release/ni-device, built if missing),
 # NI_CACHE (see qemu-patches/common.sh), NI_VM_TIMEOUT (guest timeout, default 300 s).
 set -euo pipefail
@@ -114,8 +114,8 @@ check "MSI-X capability" '^\s+Capabilities: \[[0-9a-f]+\] MSI-X: Enable[+-] Coun
 check "PCI Express v2 endpoint capability" '^\s+Capabilities: \[[0-9a-f]+\] Express \(v2\) Endpoint'
 check "Region 0 of 16M" '^\s+Region 0: Memory at [0-9a-f]+ .*\[size=16M\]'
 check "Region 2 of 1M" '^\s+Region 2: Memory at [0-9a-f]+ .*\[size=1M\]'
-check "Region 3 of 1M (32-bit: the own zone of a shared window)" '^\s+Region 3: Memory at [0-9a-f]+ \(32-bit, non-prefetchable\) \[size=1M\]'
-check "Region 4" '^\s+Region 4: '
+check "Region 3 of 2M (32-bit: the own zone of a shared window)" '^\s+Region 3: Memory at [0-9a-f]+ \(32-bit, non-prefetchable\) \[size=2M\]'
+check "Region 4 of 128M" '^\s+Region 4: Memory at [0-9a-f]+ \(64-bit, non-prefetchable\) \[size=128M\]'
 bad="$(grep -nE '<\?>|!!!|Unknown|<access denied>|Capabilities: \[[0-9a-f]+\] #[0-9a-f]{2}|Extended Capability ID' <<<"$ni" || true)"
 [[ -z $bad ]] || errors+=("lspci reported problems: $bad")
 grep -qE '^NI-TEST: driver .*/vfio-pci$' <<<"$out" || errors+=("driver is not vfio-pci")
