@@ -110,10 +110,10 @@ pub(crate) struct DirectState {
     pub coll_round: u64,
     /// Next rendezvous id per destination (the fabric tag of a large message's payload).
     pub next_rndv: Vec<u64>,
-    /// Peers' exported regions this process mapped, by (rank, key); `None`: refused (asked
-    /// again once the peer's `REGIONS` word moves, as the mappings are then dropped).
-    /// With each mapping, the region's length.
-    pub peer_maps: std::collections::HashMap<(u32, u32), Option<PeerMem>>,
+    /// Peers' exported regions this process mapped, by `rank << 32 | key` (keys the device
+    /// hands out); `None`: refused (asked again once the peer's `REGIONS` word moves, as
+    /// the mappings are then dropped). With each mapping, the region's length.
+    pub peer_maps: crate::IdMap<Option<PeerMem>>,
     /// Each peer's `REGIONS` word when its entries in `peer_maps` were made (one per member,
     /// made with the state).
     pub peer_gen: Vec<Option<u32>>,
@@ -339,31 +339,39 @@ impl Inner {
     /// Where this process mapped `dest`'s exported region `key`, and the region's length;
     /// `None` if the daemon refused it (asked once per `REGIONS` value of `dest`).
     pub(crate) fn peer_map(&mut self, dest: u32, key: u32) -> Option<(*mut u8, u64)> {
-        self.peer_mem(dest, key).map(|(m, len)| (m.ptr(), len))
+        self.peer_entry(dest, key)
+            .as_ref()
+            .map(|(m, len)| (m.ptr(), *len))
     }
 
     /// [`peer_map`](Self::peer_map)'s mapping itself: a holder keeps it mapped after
     /// `peer_maps` lets go of it (another thread's operation on `dest` after its `REGIONS`
     /// moved).
     pub(crate) fn peer_mem(&mut self, dest: u32, key: u32) -> Option<PeerMem> {
-        let g = self.win.as_ref()?.regions(dest);
+        self.peer_entry(dest, key).clone()
+    }
+
+    /// What `peer_maps` holds for `dest`'s region `key`, asked for now if nothing is.
+    fn peer_entry(&mut self, dest: u32, key: u32) -> &Option<PeerMem> {
+        const NONE: &Option<PeerMem> = &None;
+        let Some(win) = self.win.as_ref() else {
+            return NONE;
+        };
+        let g = win.regions(dest);
         let d = dest as usize;
         if self.d.peer_gen[d] != Some(g) {
             // What it exports changed (or its client is new): map again when used.
-            self.d.peer_maps.retain(|&(r, _), _| r != dest);
+            self.d.peer_maps.retain(|&k, _| (k >> 32) as u32 != dest);
             self.d.peer_gen[d] = Some(g);
         }
-        if !self.d.peer_maps.contains_key(&(dest, key)) {
-            let m = self
-                .dev
-                .map_peer_region(dest, key)
-                .map(|(m, len)| (std::sync::Arc::new(m), len));
-            self.d.peer_maps.insert((dest, key), m);
-        }
-        match self.d.peer_maps.get(&(dest, key)) {
-            Some(Some((m, len))) => Some((m.clone(), *len)),
-            _ => None,
-        }
+        let dev = &mut self.dev;
+        self.d
+            .peer_maps
+            .entry((dest as u64) << 32 | key as u64)
+            .or_insert_with(|| {
+                dev.map_peer_region(dest, key)
+                    .map(|(m, len)| (std::sync::Arc::new(m), len))
+            })
     }
 
     /// A T3E SEND done here, into `dest`'s queue at `offset` of its exported region `key`,
@@ -857,14 +865,18 @@ impl Inner {
         Ok(want)
     }
 
-    /// `w_take`'s common case in a few loads: the next message from `src` is an eager one
-    /// and the earliest posted receive wants it (as `take_posted` would pick it). Returns
-    /// whether it took one.
+    /// `w_take`'s common cases in a few loads: the next message from `src` is an active
+    /// message, or an eager one the earliest posted receive wants (as `take_posted` would
+    /// pick it). Returns whether it took one.
     #[inline]
     fn w_take_inline(&mut self, src: u32) -> bool {
         let Some(e) = self.win.as_ref().unwrap().next_eager(src) else {
             return false;
         };
+        if e.am {
+            self.w_take_am(src, e);
+            return true;
+        }
         if !self.d.posted.front().is_some_and(|p| p.matches(src, e.tag)) {
             return false;
         }
@@ -881,7 +893,7 @@ impl Inner {
     #[inline]
     fn w_take_wanted(&mut self, src: u32, want: Posted) -> Result<Option<Posted>> {
         match self.win.as_ref().unwrap().next_eager(src) {
-            Some(e) if want.matches(src, e.tag) => {
+            Some(e) if !e.am && want.matches(src, e.tag) => {
                 self.deliver_eager(want, src, e.tag, e.len as u64, |me, buf| {
                     me.win.as_ref().unwrap().eager_payload(src, &e, buf)
                 });
@@ -892,6 +904,17 @@ impl Inner {
             None if !self.win.as_ref().unwrap().arrived(src) => Ok(Some(want)),
             _ => self.w_take(src, Some(want)),
         }
+    }
+
+    /// Queue the active message [`Window::next_eager`] found for its handler.
+    #[inline(never)]
+    fn w_take_am(&mut self, src: u32, e: crate::window::Eager) {
+        let mut payload = self.am_buffer(e.len);
+        let win = self.win.as_mut().unwrap();
+        win.eager_payload(src, &e, &mut payload);
+        win.consume_eager(src, &e);
+        win.count(w::stats::AMS_TAKEN);
+        self.queue_am(e.tag, src, payload);
     }
 
     /// The earliest posted receive that matches a message from `src` tagged `tag`.

@@ -1254,15 +1254,13 @@ impl Ni {
                 // Another thread, or this one further up the stack, is running them.
                 Err(TryLockError::WouldBlock) => return,
             };
-            loop {
-                let next = self.lock().next_am();
-                let Some((h, src, payload, mut f)) = next else {
-                    break;
-                };
+            // One lock a message: the one that puts the last handler back takes the next.
+            let mut next = self.lock().next_am();
+            while let Some((h, src, payload, mut f)) = next {
                 f(src, &payload);
+                let mut i = self.lock();
                 // Put it back, unless it was replaced meanwhile (then drop it unlocked, as
                 // `am_register` drops the one it replaces).
-                let mut i = self.lock();
                 let _replaced = match i.handlers.entry(h) {
                     std::collections::hash_map::Entry::Vacant(e) => {
                         e.insert(f);
@@ -1273,12 +1271,14 @@ impl Ni {
                 if i.am_spare.len() < AM_SPARE {
                     i.am_spare.push(payload);
                 }
+                next = i.next_am();
                 drop(i);
             }
             drop(_d);
             // A message queued by a thread that found the dispatcher busy just before it
-            // finished must not wait for the next call.
-            if self.lock().am_arrived.is_empty() {
+            // finished must not wait for the next call (`queue_am` sets the flag, the last
+            // `next_am` cleared it).
+            if !self.am_queued.load(Ordering::Acquire) {
                 return;
             }
         }

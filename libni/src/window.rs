@@ -20,8 +20,10 @@ use crate::mem::Mem;
 /// A message waiting for room in a ring: header, payload, the send's completion.
 pub(crate) type Waiting = (Header, Vec<u8>, Option<Completion>);
 
-/// An eager message at the head of a ring, as [`Window::next_eager`] read its header slot.
+/// An eager or active message at the head of a ring, as [`Window::next_eager`] read its
+/// header slot (an active message's `tag` is its handler).
 pub(crate) struct Eager {
+    pub am: bool,
     pub tag: u64,
     pub len: usize,
     inline: [u8; w::INLINE as usize],
@@ -609,10 +611,10 @@ impl Window {
         }
     }
 
-    /// The next message from `src` if it is an eager one (the common message), from one read
-    /// of its header slot: what the peer writes there later changes nothing checked, and a
-    /// payload of at most [`w::INLINE`] bytes comes with it. `None`: nothing there, or
-    /// anything else ([`Window::next`] takes it, and judges it).
+    /// The next message from `src` if it is an eager or an active one (the common messages),
+    /// from one read of its header slot: what the peer writes there later changes nothing
+    /// checked, and a payload of at most [`w::INLINE`] bytes comes with it. `None`: nothing
+    /// there, or anything else ([`Window::next`] takes it, and judges it).
     #[inline]
     pub fn next_eager(&self, src: u32) -> Option<Eager> {
         if !self.arrived(src) {
@@ -622,10 +624,16 @@ impl Window {
         let at = self.in_slot(src, self.in_head[src as usize]);
         self.mem.read_at(at as usize, &mut b);
         let len = u16::from_le_bytes([b[w::LEN_AT], b[w::LEN_AT + 1]]) as usize;
-        if b[w::KIND_AT] != w::kind::EAGER || b[w::PAD_AT] != 0 || len > w::EAGER_MAX as usize {
+        let am = match b[w::KIND_AT] {
+            w::kind::EAGER => false,
+            w::kind::AM if len <= w::max_len(w::kind::AM) as usize => true,
+            _ => return None,
+        };
+        if b[w::PAD_AT] != 0 || len > w::EAGER_MAX as usize {
             return None;
         }
         Some(Eager {
+            am,
             tag: u64::from_le_bytes(b[w::TAG_AT..w::TAG_AT + 8].try_into().unwrap()),
             len,
             inline: b[w::HEADER as usize..].try_into().unwrap(),
