@@ -494,7 +494,10 @@ fn launch(
             Err(_) => break None,
         }
     };
-    pin::untrack_group(child.id());
+    // Whatever the launch left behind in its group (ranks of a launcher that failed, spinning
+    // in their start-up) would take the cpus of the points after it: 0.27 µs active messages
+    // measured 945 µs behind a failed Open MPI launch.
+    pin::kill_group(child.id(), libc::SIGKILL);
     if let Some(mut a) = also {
         let t = Instant::now();
         loop {
