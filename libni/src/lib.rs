@@ -1199,7 +1199,8 @@ impl Ni {
     pub fn relax(&self, since: Instant) {
         let left = self.relax_spins.load(Ordering::Relaxed);
         if left > 0 {
-            // Another thread's pause racing this one only spends the budget sooner.
+            // Shared by the `Ni`'s threads: another thread's pauses spend it too (a few
+            // spins where that thread's own look might have said yield).
             self.relax_spins.store(left - 1, Ordering::Relaxed);
             std::hint::spin_loop();
             return;
@@ -2496,8 +2497,9 @@ fn failed_as(opcode: u8, rank: u32, c: Completion) -> Error {
 /// once instead: it cannot answer while we spin.
 const SPIN_ALONE: Duration = Duration::from_micros(2);
 /// [`Ni::relax`]: pauses one look that says spin stands for, and how early in a wait it must
-/// come for that (a pause is a poll of the caller's and a spin hint: well under 100 ns, so
-/// the wait looks again before `SPIN_ALONE` is over).
+/// come for that. A pause paces one poll of the caller's (a queue's MQCW: a few ns; a
+/// `progress` pass: up to a few hundred), so the wait looks at the clock again about when
+/// `SPIN_ALONE` ends, at worst a microsecond or so after.
 const RELAX_SPINS: u32 = 8;
 const RELAX_FRESH: Duration = Duration::from_micros(1);
 

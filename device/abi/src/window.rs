@@ -4,9 +4,9 @@
 //! Every member maps the same pages, so a message to a peer on the same daemon is two stores
 //! and a load away, with no device thread between sender and receiver: the receiver's NI *is*
 //! the ring the sender writes. Small tagged messages travel whole in per-pair rings (a
-//! 32-byte header slot, the payload beside it); larger ones send a header there and their payload through
-//! the fabric (one copy, rendezvous); vector collectives of up to [`COLL_MAX`] bytes combine
-//! in per-rank slots that every member reads in rank order.
+//! 32-byte header slot, the payload beside it); larger ones send a header there and their
+//! payload through the fabric (one copy, rendezvous); vector collectives of up to
+//! [`COLL_MAX`] bytes combine in per-rank slots that every member reads in rank order.
 //!
 //! **One writer per page.** The window is laid out by writer: the device page (header,
 //! `STATE`, `REACH`) is written by the device alone, and rank `r`'s [`zone`] holds every word
@@ -326,8 +326,8 @@ pub const RINGS_BYTES: u64 = 1 << 20;
 /// partition's size rounded up to a power of two, at most 512 KiB: 512 KiB for 2 members,
 /// 64 KiB for 16, 16 KiB for 64. Always a power of two slots, so free-running indices wrap
 /// onto the same slot. A sender that fills its ring waits for the receiver; sharing a core
-/// with it, that costs two context switches: with rings of 1024 slots a window of 64 4 KiB
-/// messages took eleven such rounds where Open MPI's shared memory takes one.
+/// with it, that costs two context switches: with the 32 KiB rings of version 5 a window of
+/// 64 4 KiB messages took eleven such rounds where Open MPI's shared memory takes one.
 pub const fn ring_bytes(size: u32) -> u64 {
     let per = RINGS_BYTES / size.next_power_of_two() as u64;
     if per < MAX_RING_BYTES {
