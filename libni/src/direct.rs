@@ -616,6 +616,20 @@ impl Inner {
         len: u64,
         copy: impl FnOnce(&mut Self, &mut [u8]),
     ) {
+        let c = self.eager_done(p, src, tag, len, copy);
+        self.finish_lib(c);
+    }
+
+    /// [`Inner::deliver_eager`]'s receive, its completion returned rather than recorded.
+    #[inline]
+    fn eager_done(
+        &mut self,
+        p: Posted,
+        src: u32,
+        tag: u64,
+        len: u64,
+        copy: impl FnOnce(&mut Self, &mut [u8]),
+    ) -> Completion {
         let n = len.min(p.cap);
         let status = if !self.registered(p.addr, n) {
             Status::NotRegistered
@@ -634,7 +648,45 @@ impl Inner {
                 Status::Ok
             }
         };
-        self.finish_lib(completion(op::RECV, p.user, status, src, len, tag));
+        completion(op::RECV, p.user, status, src, len, tag)
+    }
+
+    /// A wait on receive `user` from `src`: its message straight from `src`'s ring when it
+    /// is the next one there and this receive the earliest posted (the receive a progress
+    /// pass would give it to), its completion returned, not recorded. `None`: anything
+    /// else, for the progress pass. Other rings, the device's completions and the
+    /// collective wait for the next pass, as they do behind a receive that finds its
+    /// message when it is posted (`w_recv`).
+    #[inline]
+    pub(crate) fn w_wait_recv(&mut self, user: u64, src: u32) -> Result<Option<Completion>> {
+        if !self.direct() || src == ANY_RANK || src >= self.win.as_ref().unwrap().size {
+            return Ok(None);
+        }
+        self.w_sync()?;
+        let win = self.win.as_mut().unwrap();
+        if !win.live() {
+            return Ok(None);
+        }
+        let Some(e) = win.next_eager(src) else {
+            return Ok(None);
+        };
+        let first = self.d.posted.front();
+        if e.am || !first.is_some_and(|p| p.user == user && p.matches(src, e.tag)) {
+            return Ok(None);
+        }
+        let p = self.d.posted.pop_front().unwrap();
+        let c = self.eager_done(p, src, e.tag, e.len as u64, |me, buf| {
+            me.win.as_ref().unwrap().eager_payload(src, &e, buf)
+        });
+        let win = self.win.as_mut().unwrap();
+        win.consume_eager(src, &e);
+        if win.publish_head_if_far(src) {
+            self.wake(&[src])?;
+        }
+        if c.status != Status::Ok as u16 {
+            self.count_failure(c.status);
+        }
+        Ok(Some(c))
     }
 
     /// Hand a message to a matched receive.

@@ -562,10 +562,16 @@ impl Inner {
         Ok(r.user)
     }
 
+    /// Where completion `index` lies in the completion ring.
+    #[inline]
+    fn cq_entry(index: u32) -> usize {
+        (index % CQ_ENTRIES) as usize * ENTRY_SIZE as usize
+    }
+
     fn cq_seq(&self, index: u32) -> &AtomicU32 {
-        let at = (index % CQ_ENTRIES) as u64 * ENTRY_SIZE + COMPLETION_SEQ;
+        let at = Self::cq_entry(index) + COMPLETION_SEQ as usize;
         // SAFETY: inside the completion ring, 4-aligned; the device stores it with release.
-        unsafe { &*(self.cq.ptr().add(at as usize) as *const AtomicU32) }
+        unsafe { &*(self.cq.ptr().add(at) as *const AtomicU32) }
     }
 
     fn cq_ready(&self) -> bool {
@@ -578,9 +584,8 @@ impl Inner {
         self.check_alive(false)?;
         let mut n = 0;
         while self.cq_ready() {
-            let at = (self.cq_head % CQ_ENTRIES) as usize * ENTRY_SIZE as usize;
             let mut b = [0u8; 64];
-            self.cq.read_at(at, &mut b);
+            self.cq.read_at(Self::cq_entry(self.cq_head), &mut b);
             let c = Completion::decode(&b);
             self.cq_head = self.cq_head.wrapping_add(1);
             self.sram_u32(ctrl::CQ_HEAD)
@@ -1399,6 +1404,13 @@ impl Ni {
             // needs no progress first.
             if t.is_none() {
                 if let Some(c) = i.done.remove(op.user) {
+                    return Ok(Some(finish(op, c)));
+                }
+            }
+            // A receive from one source whose message is the next in its ring: no pass over
+            // the others, nor the finished table.
+            if op.opcode == op::RECV {
+                if let Some(c) = i.w_wait_recv(op.user, op.rank)? {
                     return Ok(Some(finish(op, c)));
                 }
             }

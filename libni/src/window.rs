@@ -624,16 +624,15 @@ impl Window {
         let at = self.in_slot(src, self.in_head[src as usize]);
         self.mem.read_at(at as usize, &mut b);
         let len = u16::from_le_bytes([b[w::LEN_AT], b[w::LEN_AT + 1]]) as usize;
-        let am = match b[w::KIND_AT] {
-            w::kind::EAGER => false,
-            w::kind::AM if len <= w::max_len(w::kind::AM) as usize => true,
-            _ => return None,
-        };
-        if b[w::PAD_AT] != 0 || len > w::EAGER_MAX as usize {
+        let kind = b[w::KIND_AT];
+        if (kind != w::kind::EAGER && kind != w::kind::AM)
+            || b[w::PAD_AT] != 0
+            || len > w::max_len(kind) as usize
+        {
             return None;
         }
         Some(Eager {
-            am,
+            am: kind == w::kind::AM,
             tag: u64::from_le_bytes(b[w::TAG_AT..w::TAG_AT + 8].try_into().unwrap()),
             len,
             inline: b[w::HEADER as usize..].try_into().unwrap(),

@@ -15,6 +15,7 @@ mod report;
 mod sock;
 mod spec;
 mod stats;
+mod waits;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};

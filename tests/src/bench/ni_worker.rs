@@ -3,12 +3,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use ni::{MessageQueue, MqAddr, MqOutcome, Ni, Op, ReduceOp, Region, Request};
 use ni_abi::fastpath::{mqcw, op};
 
 use super::driver::{cmd, Ctl, Laps, Link, R};
+use super::waits;
 
 /// Tags above anything the patterns use.
 const TAG_CTL: u64 = 0xC7C7_0000_0000_0000;
@@ -118,21 +118,12 @@ impl NiLink {
         Ok(())
     }
 
-    /// Wait until our queue holds a message past the software head; take it. Resets the
-    /// queue when it nears its limit (callers only do so when nothing is in flight to us).
+    /// Take `count` messages from our queue, waiting for them.
     fn mq_take(&mut self, count: u64) -> R<()> {
         let mut got = 0;
-        // The wait begins at the first look that finds nothing (as libni's own waits): a
-        // clock read is 18 ns here, and most takes find their message at once.
-        let mut since = None;
         let mut msgs = [[0u8; 64]; 16];
         while got < count {
-            let n = self.mq.take_into(&mut msgs);
-            if n == 0 {
-                self.ni.relax(*since.get_or_insert_with(Instant::now));
-                continue;
-            }
-            got += n as u64;
+            got += waits::mq_take(&self.ni, &mut self.mq, &mut msgs) as u64;
         }
         Ok(())
     }
@@ -150,17 +141,7 @@ impl NiLink {
     /// Wait until the handler has run for the next active message sent to this rank.
     fn am_wait(&mut self) -> R<()> {
         self.ams_due += 1;
-        let mut since = None;
-        loop {
-            self.ni.progress().map_err(e)?;
-            // Look before pausing: the handler may have run in that progress, and a yield
-            // now would hand the cpu to a peer with nothing to do (on a shared cpu, two
-            // context switches per message).
-            if self.ams.load(Ordering::Relaxed) >= self.ams_due {
-                return Ok(());
-            }
-            self.ni.relax(*since.get_or_insert_with(Instant::now));
-        }
+        waits::am_wait(&self.ni, &self.ams, self.ams_due).map_err(e)
     }
 
     fn mq_send(&self, dest: u32) -> R<()> {

@@ -15,10 +15,12 @@
 //! peer's message queue (the waiter polls its MQCW, as `ni-bench mq` does), pacing each
 //! poll with `Ni::relax`. SIZE is ignored (64).
 
+#[path = "../bench/waits.rs"]
+mod waits;
+
 use ni::{MessageQueue, Ni, Region};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 const TAG_DATA: u64 = 1;
 const TAG_BACK: u64 = 2;
@@ -69,22 +71,12 @@ impl Peer {
 
     fn am_wait(&mut self, ni: &Ni) {
         self.ams_due += 1;
-        let mut since = None;
-        loop {
-            ni.progress().expect("progress");
-            if self.ams.load(Ordering::Relaxed) >= self.ams_due {
-                return;
-            }
-            ni.relax(*since.get_or_insert_with(Instant::now));
-        }
+        waits::am_wait(ni, &self.ams, self.ams_due).expect("progress");
     }
 
     fn mq_take(&mut self, ni: &Ni) {
-        let mut since = None;
         let mut msg = [[0u8; 64]; 1];
-        while self.mq.take_into(&mut msg) == 0 {
-            ni.relax(*since.get_or_insert_with(Instant::now));
-        }
+        waits::mq_take(ni, &mut self.mq, &mut msg);
         // Restart at slot 1 while nothing is in flight to us (the peer waits for our SEND).
         if ni_abi::fastpath::mqcw::tail(self.mq.mqcw()) + 16 >= MQ_LIMIT {
             self.mq
