@@ -779,12 +779,17 @@ impl Inner {
         if !self.win.as_mut().is_some_and(|w| w.live()) {
             return Ok(());
         }
-        // Most looks of a waiter find nothing: a few loads say so.
-        if self.d.deferred.is_empty()
-            && self.d.wcoll.is_none()
-            && self.win.as_ref().unwrap().quiet()
-        {
-            return Ok(());
+        // Most looks of a waiter find nothing, or only the `HEAD`s of messages receives took
+        // straight from their rings to publish: a few loads say so.
+        if self.d.deferred.is_empty() && self.d.wcoll.is_none() {
+            let win = self.win.as_mut().unwrap();
+            if win.quiet_but_heads() {
+                win.publish_heads(&mut self.d.wake);
+                if !self.d.wake.is_empty() {
+                    self.w_flush_and_wake()?;
+                }
+                return Ok(());
+            }
         }
         while let Some((r, alias)) = self.d.deferred.pop_front() {
             match self.post_aliased(r, alias) {

@@ -1365,8 +1365,7 @@ impl Ni {
         if let Some(d) = op.early.take() {
             return self.finish_ready(&op, d, handlers);
         }
-        // When the wait began: taken at the first look that finds `op` unfinished.
-        let mut t = None;
+        let mut t = WaitClock::default();
         loop {
             let step = self.wait_step(&op, &mut t, timeout, handlers);
             if handlers {
@@ -1394,15 +1393,18 @@ impl Ni {
     fn wait_step(
         &self,
         op: &Op,
-        t: &mut Option<Instant>,
+        t: &mut WaitClock,
         timeout: Option<Duration>,
         handlers: bool,
     ) -> Result<Option<Result<Done>>> {
         {
             let mut i = self.lock();
+            if let Some((took, sharers)) = t.yielded.take() {
+                i.contention.yielded(took, sharers);
+            }
             // An operation that finished before the wait (an eager send into the window)
             // needs no progress first.
-            if t.is_none() {
+            if t.since.is_none() {
                 if let Some(c) = i.done.remove(op.user) {
                     return Ok(Some(finish(op, c)));
                 }
@@ -1421,8 +1423,8 @@ impl Ni {
             if let Some(c) = i.done.remove(op.user) {
                 return Ok(Some(finish(op, c)));
             }
-            let now = Instant::now();
-            let idle = now.duration_since(*t.get_or_insert(now));
+            let now = t.now.take().unwrap_or_else(Instant::now);
+            let idle = now.duration_since(*t.since.get_or_insert(now));
             if let Some(limit) = timeout {
                 if idle > limit {
                     // Nobody will collect it now.
@@ -1465,7 +1467,14 @@ impl Ni {
                     return Ok(None);
                 }
                 drop(i);
-                self.give_way(direct_spin, now, idle, sharers);
+                if !direct_spin && idle >= SPIN && self.backoff == Backoff::Yield {
+                    std::thread::yield_now();
+                    let back = Instant::now();
+                    t.now = Some(back);
+                    t.yielded = Some((back.duration_since(now), sharers));
+                } else {
+                    self.give_way(direct_spin, now, idle, sharers);
+                }
                 return Ok(None);
             }
         }
@@ -2514,6 +2523,19 @@ const SPIN_ALONE: Duration = Duration::from_micros(2);
 /// `SPIN_ALONE` ends, at worst a microsecond or so after.
 const RELAX_SPINS: u32 = 8;
 const RELAX_FRESH: Duration = Duration::from_micros(1);
+
+/// What a wait's steps tell the next (`Ni::wait_step`).
+#[derive(Default)]
+struct WaitClock {
+    /// When the wait began: taken at the first look that finds the operation unfinished.
+    since: Option<Instant>,
+    /// The clock read when the last step's yield returned: the next step's `now`, which
+    /// comes right after it (a clock read fewer a yield).
+    now: Option<Instant>,
+    /// That yield's length and the waiters it was among, for [`ni_abi::fastpath::Contention::yielded`] under
+    /// the next step's lock (a lock fewer a yield).
+    yielded: Option<(Duration, u32)>,
+}
 
 /// Payload buffers kept for active messages to come.
 const AM_SPARE: usize = 16;

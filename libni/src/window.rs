@@ -561,10 +561,28 @@ impl Window {
             })
     }
 
-    /// Nothing to do for a progress pass: no message to take, no member whose state moved,
+    /// Nothing to do for a progress pass but perhaps publish the `HEAD`s of messages taken
+    /// ([`Window::publish_heads`]; a receive that takes its message straight from the ring
+    /// publishes only every quarter ring): no message to take, no member whose state moved,
     /// nothing waiting for room in a ring.
-    pub fn quiet(&self) -> bool {
-        self.backlogged == 0 && !self.heads_behind && !self.gen_moved() && !self.has_arrivals()
+    #[inline]
+    pub fn quiet_but_heads(&self) -> bool {
+        self.backlogged == 0 && !self.gen_moved() && !self.has_arrivals()
+    }
+
+    /// Publish every `HEAD` that moved; the members that must be woken for it (they block
+    /// waiting for room in our rings) go to `wake`.
+    #[inline]
+    pub fn publish_heads(&mut self, wake: &mut Vec<u32>) {
+        if !self.heads_behind {
+            return;
+        }
+        for src in 0..self.size {
+            if self.publish_head(src) {
+                wake.push(src);
+            }
+        }
+        self.heads_behind = false;
     }
 
     /// Whether any ring toward this rank holds a message we have not taken.
