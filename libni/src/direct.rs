@@ -621,7 +621,7 @@ impl Inner {
     }
 
     /// [`Inner::deliver_eager`]'s receive, its completion returned rather than recorded.
-    #[inline]
+    #[inline(always)]
     fn eager_done(
         &mut self,
         p: Posted,
@@ -652,14 +652,20 @@ impl Inner {
     }
 
     /// A wait on receive `user` from `src`: its message straight from `src`'s ring when it
-    /// is the next one there and this receive the earliest posted (the receive a progress
+    /// is the next one there and this receive the only one posted (the receive a progress
     /// pass would give it to), its completion returned, not recorded. `None`: anything
     /// else, for the progress pass. Other rings, the device's completions and the
     /// collective wait for the next pass, as they do behind a receive that finds its
     /// message when it is posted (`w_recv`).
     #[inline]
     pub(crate) fn w_wait_recv(&mut self, user: u64, src: u32) -> Result<Option<Completion>> {
-        if !self.direct() || src == ANY_RANK || src >= self.win.as_ref().unwrap().size {
+        // The only posted receive (a window of receives takes its messages in one progress
+        // pass, each for the receive it matches, as it always did), for one source.
+        if self.d.posted.len() != 1
+            || self.d.posted[0].user != user
+            || src == ANY_RANK
+            || !self.direct()
+        {
             return Ok(None);
         }
         self.w_sync()?;

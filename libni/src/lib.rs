@@ -1409,8 +1409,8 @@ impl Ni {
                     return Ok(Some(finish(op, c)));
                 }
             }
-            // A receive from one source whose message is the next in its ring: no pass over
-            // the others, nor the finished table.
+            // The only receive posted, from one source, whose message is the next in its ring: no
+            // pass over the others, nor the finished table.
             if op.opcode == op::RECV {
                 if let Some(c) = i.w_wait_recv(op.user, op.rank)? {
                     return Ok(Some(finish(op, c)));

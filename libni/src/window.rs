@@ -633,7 +633,7 @@ impl Window {
     /// from one read of its header slot: what the peer writes there later changes nothing
     /// checked, and a payload of at most [`w::INLINE`] bytes comes with it. `None`: nothing
     /// there, or anything else ([`Window::next`] takes it, and judges it).
-    #[inline]
+    #[inline(always)]
     pub fn next_eager(&self, src: u32) -> Option<Eager> {
         if !self.arrived(src) {
             return None;

@@ -823,6 +823,98 @@ fn a_receive_taking_its_message_from_the_ring_runs_the_handlers_before_it() {
     assert_eq!(&m, b"after");
 }
 
+/// A wait on the only posted receive takes its message straight from the ring when it is
+/// the next one there, and only then: an active message, a message with another tag or one
+/// longer than its buffer ahead of it, or a second receive posted, and the wait leaves the
+/// ring to the progress pass, which gives each message where it belongs (the handler runs,
+/// the other tags wait unexpected for their receives, in order; the truncated one fails
+/// with its length). Checked over the window and the shared window alike.
+#[test]
+fn a_wait_takes_its_message_from_the_ring_only_when_it_is_next() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let ran = Arc::new(AtomicU32::new(0));
+    let r = ran.clone();
+    b.am_register(3, move |src, payload| {
+        assert_eq!((src, payload), (0, &b"am"[..]));
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    let sbuf = a.alloc(256).unwrap();
+    let rbuf = b.alloc(64).unwrap();
+    // Sends on the fabric's path end when their receive took them: all wait at the end.
+    let sent = std::cell::RefCell::new(vec![]);
+    let send = |tag: u64, text: &[u8]| {
+        let at = sent.borrow().len() % 8 * 32;
+        sbuf.write_at(at, text);
+        let o = a.isend(1, &sbuf, at..at + text.len(), tag).unwrap();
+        sent.borrow_mut().push(o);
+    };
+    let read = |len: usize| {
+        let mut m = vec![0u8; len];
+        rbuf.read_at(0, &mut m);
+        m
+    };
+    for round in 0..4 {
+        // Posted before anything is sent: the wait, not irecv, meets the messages.
+        let want = b.irecv(Some(0), &rbuf, 0..16, 7, u64::MAX).unwrap();
+        assert!(!want.ready());
+        match round {
+            0 => send(7, b"first"),
+            1 => {
+                a.am_send(1, 3, b"am").unwrap();
+                send(7, b"after the am");
+            }
+            2 => {
+                send(8, b"other tag");
+                send(8, b"other again");
+                send(7, b"mine");
+            }
+            _ => {
+                send(7, b"longer than sixteen bytes");
+            }
+        }
+        match (round, b.wait(want)) {
+            (0, Ok(got)) => assert_eq!((got.len, read(5)), (5, b"first".to_vec())),
+            (1, Ok(got)) => {
+                assert_eq!((got.len, read(12)), (12, b"after the am".to_vec()));
+                assert_eq!(ran.load(Ordering::SeqCst), 1, "the handler ran in the wait");
+            }
+            (2, Ok(got)) => {
+                assert_eq!((got.len, read(4)), (4, b"mine".to_vec()));
+                for text in [&b"other tag"[..], b"other again"] {
+                    let got = b.recv(Some(0), &rbuf, 0..16, 8, u64::MAX).unwrap();
+                    assert_eq!(
+                        (got.len as usize, read(text.len())),
+                        (text.len(), text.to_vec())
+                    );
+                }
+            }
+            (3, Err(e)) => {
+                assert_eq!(status(&e), Some(Status::Truncated), "{e}");
+                assert_eq!(read(16), b"longer than sixt".to_vec());
+            }
+            (round, got) => panic!("round {round}: {got:?}"),
+        }
+    }
+    // Two receives posted: each gets its own message, in the order of the sends.
+    let first = b.irecv(Some(0), &rbuf, 0..8, 5, u64::MAX).unwrap();
+    let rbuf2 = b.alloc(64).unwrap();
+    let second = b.irecv(Some(0), &rbuf2, 0..8, 6, u64::MAX).unwrap();
+    send(6, b"six");
+    send(5, b"five");
+    assert_eq!(b.wait(second).unwrap().len, 3);
+    assert_eq!(b.wait(first).unwrap().len, 4);
+    let mut six = [0u8; 3];
+    rbuf2.read_at(0, &mut six);
+    assert_eq!((&six, read(4)), (b"six", b"five".to_vec()));
+    for o in sent.take() {
+        // The truncated one ends as its receive did.
+        let _ = a.wait(o);
+    }
+}
+
 /// A receiver blocked on its interrupt is woken by a sender that skips its store-load fence
 /// (both on the daemon's host, registered for membarriers: the receiver's `SLEEPING` word
 /// carries `SLEEPING_MEMBARRIER` and its membarrier before blocking stands for the sender's
