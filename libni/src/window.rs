@@ -705,7 +705,10 @@ impl Window {
         let len = out.len();
         let (a, b) = out.split_at_mut(len.min(to_end));
         self.mem.read_at(at, a);
-        self.mem.read_at(at + to_end - self.area_bytes(), b);
+        // Most payloads end before the area does.
+        if !b.is_empty() {
+            self.mem.read_at(at + to_end - self.area_bytes(), b);
+        }
     }
 
     /// Where the payload of the message at slot `i` of a ring that starts at `ring` is in
@@ -729,7 +732,9 @@ impl Window {
         let (at, to_end) = self.payload_at(self.out_ring[dst as usize], i);
         let (a, b) = payload.split_at(payload.len().min(to_end));
         self.mem.write_at(at, a);
-        self.mem.write_at(at + to_end - self.area_bytes(), b);
+        if !b.is_empty() {
+            self.mem.write_at(at + to_end - self.area_bytes(), b);
+        }
     }
 
     /// Done with the message [`Window::next`] returned; its slots go back to `src` at the
