@@ -676,8 +676,7 @@ impl Inner {
         let Some(e) = win.next_eager(src) else {
             return Ok(None);
         };
-        let first = self.d.posted.front();
-        if e.am || !first.is_some_and(|p| p.user == user && p.matches(src, e.tag)) {
+        if e.am || !self.d.posted[0].matches(src, e.tag) {
             return Ok(None);
         }
         let p = self.d.posted.pop_front().unwrap();

@@ -1220,21 +1220,26 @@ impl Ni {
         if spin && idle < RELAX_FRESH {
             self.relax_spins.store(RELAX_SPINS, Ordering::Relaxed);
         }
-        self.give_way(spin, now, idle, sharers);
+        if let Some((_, took)) = self.give_way(spin, now, idle) {
+            self.lock().contention.yielded(took, sharers);
+        }
     }
 
     /// One pause of a waiter idle for `idle` (measured at `now`, just before): poll on
-    /// (`spin`), or yield (to `sharers` members waiting on this cpu among others), or sleep.
-    fn give_way(&self, spin: bool, now: Instant, idle: Duration, sharers: u32) {
+    /// (`spin`), or yield, or sleep. Returns, when it yielded, the clock read after the yield
+    /// and how long the yield took, for the caller's `Contention::yielded` (with the members
+    /// waiting on this cpu it yielded to).
+    fn give_way(&self, spin: bool, now: Instant, idle: Duration) -> Option<(Instant, Duration)> {
         if spin {
             std::hint::spin_loop();
         } else if idle >= SPIN && self.backoff == Backoff::Yield {
             std::thread::yield_now();
-            let took = now.elapsed();
-            self.lock().contention.yielded(took, sharers);
+            let back = Instant::now();
+            return Some((back, back.duration_since(now)));
         } else {
             pause(idle, self.backoff);
         }
+        None
     }
 
     /// Run the handlers of the active messages `progress` queued, with the NI unlocked, so
@@ -1409,8 +1414,8 @@ impl Ni {
                     return Ok(Some(finish(op, c)));
                 }
             }
-            // The only receive posted, from one source, whose message is the next in its ring: no
-            // pass over the others, nor the finished table.
+            // The only receive posted, from one source, whose message is next in its ring:
+            // no pass over the others, nor the finished table.
             if op.opcode == op::RECV {
                 if let Some(c) = i.w_wait_recv(op.user, op.rank)? {
                     return Ok(Some(finish(op, c)));
@@ -1467,13 +1472,9 @@ impl Ni {
                     return Ok(None);
                 }
                 drop(i);
-                if !direct_spin && idle >= SPIN && self.backoff == Backoff::Yield {
-                    std::thread::yield_now();
-                    let back = Instant::now();
+                if let Some((back, took)) = self.give_way(direct_spin, now, idle) {
                     t.now = Some(back);
-                    t.yielded = Some((back.duration_since(now), sharers));
-                } else {
-                    self.give_way(direct_spin, now, idle, sharers);
+                    t.yielded = Some((took, sharers));
                 }
                 return Ok(None);
             }
@@ -2532,8 +2533,9 @@ struct WaitClock {
     /// The clock read when the last step's yield returned: the next step's `now`, which
     /// comes right after it (a clock read fewer a yield).
     now: Option<Instant>,
-    /// That yield's length and the waiters it was among, for [`ni_abi::fastpath::Contention::yielded`] under
-    /// the next step's lock (a lock fewer a yield).
+    /// That yield's length and the waiters it was among, for
+    /// [`ni_abi::fastpath::Contention::yielded`] under the next step's lock (a lock fewer a
+    /// yield).
     yielded: Option<(Duration, u32)>,
 }
 
