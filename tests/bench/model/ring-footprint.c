@@ -1,0 +1,130 @@
+/* How far a ring's payloads travel, and what a 1 KiB ping-pong between two cores pays for it
+ * (issue 15: ni's 1 KiB half round trip is slower than Open MPI's with a third fewer
+ * instructions). Two processes pinned to cpus 0 and 1 bounce 1 KiB messages through shared
+ * memory; no libni, no Open MPI: only where the bytes go.
+ *
+ *   gcc -O2 -o /tmp/ring-footprint tests/bench/model/ring-footprint.c
+ *   /tmp/ring-footprint MODE ITERS [RING_KIB]
+ *
+ * MODE 0: ni's window version 10: a header ring of 32-byte slots and, beside it, a payload
+ *         area as large, the message at slot i keeping its payload from byte 32·(i mod N): a
+ *         1 KiB message takes 32 slots, so each one lands on lines 1 KiB further on;
+ *         RING_KIB (default 256, the ring of a 2-member partition) is each part's size.
+ * MODE 1: a fast box as Open MPI's vader keeps one: header and payload together, in one of
+ *         three places of a 4 KiB box reused over and over.
+ * MODE 2: header and payload together, advancing through a ring of RING_KIB.
+ * Prints the mean half round trip past the first tenth. Compare modes within one minute:
+ * the machine's figures between two cores jump between clusters (tests/bench/README.md).
+ */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MSG 1024
+#define MAX_RING (256 * 1024)
+#define DIR_BYTES (2 * MAX_RING + 4096)
+
+struct hdr {
+    volatile uint32_t seq;
+    uint32_t len;
+    uint64_t tag;
+};
+
+static uint32_t ring = 256 * 1024;
+static char *base;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void pin(int cpu) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    sched_setaffinity(0, sizeof s, &s);
+}
+
+/* Where message i of direction d has its header and its payload. */
+static void place(int d, uint32_t i, int mode, struct hdr **h, char **payload) {
+    char *r = base + (size_t)d * DIR_BYTES;
+    if (mode == 0) {
+        uint32_t slot = (i * (MSG / 32)) % (ring / 32);
+        *h = (struct hdr *)(r + slot * 32);
+        *payload = r + MAX_RING + slot * 32;
+    } else {
+        uint32_t off = mode == 1 ? (i % 3) * (MSG + 64) : (i * (MSG + 64)) % (ring - MSG - 64);
+        *h = (struct hdr *)(r + off);
+        *payload = (char *)*h + 64;
+    }
+}
+
+static void send_msg(int d, uint32_t i, int mode, const char *buf) {
+    struct hdr *h;
+    char *p;
+    place(d, i, mode, &h, &p);
+    memcpy(p, buf, MSG);
+    h->len = MSG;
+    h->tag = 1;
+    __atomic_store_n(&h->seq, i + 1, __ATOMIC_RELEASE);
+}
+
+static void recv_msg(int d, uint32_t i, int mode, char *buf) {
+    struct hdr *h;
+    char *p;
+    place(d, i, mode, &h, &p);
+    while (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != i + 1)
+        __builtin_ia32_pause();
+    memcpy(buf, p, h->len);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODE(0|1|2) ITERS [RING_KIB]\n", argv[0]);
+        return 2;
+    }
+    int mode = atoi(argv[1]);
+    uint32_t n = (uint32_t)atoi(argv[2]);
+    if (argc > 3)
+        ring = (uint32_t)atoi(argv[3]) * 1024;
+    if (mode < 0 || mode > 2 || n < 10 || ring < 4096 || ring > MAX_RING) {
+        fprintf(stderr, "MODE 0-2, ITERS >= 10, RING_KIB 4-256\n");
+        return 2;
+    }
+    base = mmap(0, 2 * DIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return 1;
+    memset(base, 0, 2 * DIR_BYTES);
+    char *buf = aligned_alloc(4096, 4096);
+    memset(buf, 7, 4096);
+    pid_t child = fork();
+    if (child == 0) {
+        pin(1);
+        for (uint32_t i = 0; i < n; i++) {
+            recv_msg(0, i, mode, buf);
+            send_msg(1, i, mode, buf);
+        }
+        _exit(0);
+    }
+    pin(0);
+    double t0 = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (i == n / 10)
+            t0 = now();
+        send_msg(0, i, mode, buf);
+        recv_msg(1, i, mode, buf);
+    }
+    double t = now() - t0;
+    printf("mode %d ring %u KiB: half round trip %.3f us\n", mode, ring / 1024,
+           t / (n - n / 10) / 2 * 1e6);
+    waitpid(child, NULL, 0);
+    return 0;
+}
