@@ -608,21 +608,10 @@ impl Inner {
 
     /// Finish a matched eager receive of a `len`-byte message: `copy` fills the receive
     /// buffer with the message's first bytes (as many as the slice it is given holds).
-    fn deliver_eager(
-        &mut self,
-        p: Posted,
-        src: u32,
-        tag: u64,
-        len: u64,
-        copy: impl FnOnce(&mut Self, &mut [u8]),
-    ) {
-        let c = self.eager_done(p, src, tag, len, copy);
-        self.finish_lib(c);
-    }
-
-    /// [`Inner::deliver_eager`]'s receive, its completion returned rather than recorded.
+    /// Returns the receive's completion, for the caller to record (`finish_lib`) or to hand
+    /// straight to the wait on it.
     #[inline(always)]
-    fn eager_done(
+    fn deliver_eager(
         &mut self,
         p: Posted,
         src: u32,
@@ -676,16 +665,14 @@ impl Inner {
         let Some(e) = win.next_eager(src) else {
             return Ok(None);
         };
-        if e.am || !self.d.posted[0].matches(src, e.tag) {
+        // Looked at again: a pass `w_sync` ran may have given this receive its message.
+        let first = self.d.posted.front();
+        if e.am || !first.is_some_and(|p| p.user == user && p.matches(src, e.tag)) {
             return Ok(None);
         }
         let p = self.d.posted.pop_front().unwrap();
-        let c = self.eager_done(p, src, e.tag, e.len as u64, |me, buf| {
-            me.win.as_ref().unwrap().eager_payload(src, &e, buf)
-        });
-        let win = self.win.as_mut().unwrap();
-        win.consume_eager(src, &e);
-        if win.publish_head_if_far(src) {
+        let c = self.take_eager(p, src, &e);
+        if self.win.as_mut().unwrap().publish_head_if_far(src) {
             self.wake(&[src])?;
         }
         if c.status != Status::Ok as u16 {
@@ -698,9 +685,10 @@ impl Inner {
     fn deliver(&mut self, p: Posted, src: u32, tag: u64, what: Arrived) -> Result<()> {
         match what {
             Arrived::Eager(data) => {
-                self.deliver_eager(p, src, tag, data.len() as u64, |_, buf| {
+                let c = self.deliver_eager(p, src, tag, data.len() as u64, |_, buf| {
                     buf.copy_from_slice(&data[..buf.len()])
                 });
+                self.finish_lib(c);
             }
             Arrived::Rts { id } => {
                 // The fabric moves the payload: sender's region straight into this buffer.
@@ -891,9 +879,10 @@ impl Inner {
             };
             match (h.kind, p) {
                 (kind::EAGER, Some(p)) => {
-                    self.deliver_eager(p, src, h.tag, h.len as u64, |me, buf| {
+                    let c = self.deliver_eager(p, src, h.tag, h.len as u64, |me, buf| {
                         me.win.as_ref().unwrap().payload(src, &h, buf)
                     });
+                    self.finish_lib(c);
                     self.win.as_mut().unwrap().consume(src, &h);
                 }
                 (kind::EAGER, None) => {
@@ -943,10 +932,8 @@ impl Inner {
             return false;
         }
         let p = self.d.posted.pop_front().unwrap();
-        self.deliver_eager(p, src, e.tag, e.len as u64, |me, buf| {
-            me.win.as_ref().unwrap().eager_payload(src, &e, buf)
-        });
-        self.win.as_mut().unwrap().consume_eager(src, &e);
+        let c = self.take_eager(p, src, &e);
+        self.finish_lib(c);
         true
     }
 
@@ -956,16 +943,26 @@ impl Inner {
     fn w_take_wanted(&mut self, src: u32, want: Posted) -> Result<Option<Posted>> {
         match self.win.as_ref().unwrap().next_eager(src) {
             Some(e) if !e.am && want.matches(src, e.tag) => {
-                self.deliver_eager(want, src, e.tag, e.len as u64, |me, buf| {
-                    me.win.as_ref().unwrap().eager_payload(src, &e, buf)
-                });
-                self.win.as_mut().unwrap().consume_eager(src, &e);
+                let c = self.take_eager(want, src, &e);
+                self.finish_lib(c);
                 Ok(None)
             }
             // Most receives are posted before their message comes.
             None if !self.win.as_ref().unwrap().arrived(src) => Ok(Some(want)),
             _ => self.w_take(src, Some(want)),
         }
+    }
+
+    /// Take the eager message [`Window::next_eager`] found at the head of `src`'s ring for
+    /// receive `p`: its payload into `p`'s buffer, the ring's cursor past it. Returns the
+    /// receive's completion.
+    #[inline(always)]
+    fn take_eager(&mut self, p: Posted, src: u32, e: &crate::window::Eager) -> Completion {
+        let c = self.deliver_eager(p, src, e.tag, e.len as u64, |me, buf| {
+            me.win.as_ref().unwrap().eager_payload(src, e, buf)
+        });
+        self.win.as_mut().unwrap().consume_eager(src, e);
+        c
     }
 
     /// Queue the active message [`Window::next_eager`] found for its handler.
