@@ -915,6 +915,103 @@ fn a_wait_takes_its_message_from_the_ring_only_when_it_is_next() {
     }
 }
 
+/// Waits on the one posted receive while a third member keeps coming and going: each time
+/// `GEN` moves, the wait's next look runs a progress pass (`w_sync`) before its own take from
+/// the ring, and that pass may give the receive its message, or queue a later one as
+/// unexpected (`fastpath.md`, "Waiting and waking"). Messages come two at a time, so one is
+/// often behind the other; every one reaches its receive, in order, whole. (The exact
+/// interleaving the wait's second look at its receive guards — a pass inside the wait that
+/// takes the message, and another message landing just after — is too narrow to aim at.)
+#[test]
+fn waits_take_every_message_in_order_while_a_member_comes_and_goes() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    const N: u64 = 50_000;
+    const ROUND: u64 = 1000;
+    const LEN: usize = 24;
+    let d = Daemon::start(3);
+    let a = Ni::attach_path(&d.sock(0)).unwrap();
+    let b = Ni::attach_path(&d.sock(1)).unwrap();
+    let t = std::time::Instant::now();
+    while a.peers_up() < 2 || b.peers_up() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "NIs 0 and 1 up");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let done = AtomicBool::new(false);
+    let comings = AtomicU32::new(0);
+    let message = |i: u64| -> Vec<u8> { (0..LEN as u64).map(|k| (i * 31 + k) as u8).collect() };
+    // Rounds of messages until N went and the third member came and went a few times.
+    let (go_on, round) = (AtomicBool::new(true), std::sync::Barrier::new(2));
+    let mut failure = None;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                let c = Ni::attach_path(&d.sock(2)).unwrap();
+                comings.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+                drop(c);
+            }
+        });
+        s.spawn(|| {
+            let buf = b.alloc(2 * LEN).unwrap();
+            let mut i = 0;
+            loop {
+                for _ in 0..ROUND / 2 {
+                    let ops: Vec<_> = (0..2)
+                        .map(|k| {
+                            let at = k * LEN;
+                            buf.write_at(at, &message(i));
+                            i += 1;
+                            b.isend(0, &buf, at..at + LEN, 9).unwrap()
+                        })
+                        .collect();
+                    for o in ops {
+                        b.wait(o).unwrap();
+                    }
+                }
+                round.wait();
+                if !go_on.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
+        });
+        let rbuf = a.alloc(64).unwrap();
+        let mut i = 0;
+        // A failure ends the rounds (the other threads wait for them), then the test.
+        let take = |i: u64| -> Result<(), String> {
+            let o = a.irecv(Some(1), &rbuf, 0..64, 9, u64::MAX).unwrap();
+            let got = a
+                .wait_timeout(o, Some(Duration::from_secs(30)))
+                .map_err(|e| format!("message {i}: {e}"))?;
+            let mut m = vec![0u8; LEN];
+            rbuf.read_at(0, &mut m);
+            if (got.len as usize, &m) != (LEN, &message(i)) {
+                return Err(format!("message {i}: {} bytes, {m:?}", got.len));
+            }
+            Ok(())
+        };
+        loop {
+            for _ in 0..ROUND {
+                if let Err(e) = take(i) {
+                    failure = Some(e);
+                    break;
+                }
+                i += 1;
+            }
+            if t.elapsed() > Duration::from_secs(120) {
+                failure.get_or_insert("member 2 did not come and go".into());
+            }
+            let more = i < N || comings.load(Ordering::Relaxed) < 3;
+            go_on.store(failure.is_none() && more, Ordering::Relaxed);
+            round.wait();
+            if !go_on.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(failure, None);
+}
+
 /// A receiver blocked on its interrupt is woken by a sender that skips its store-load fence
 /// (both on the daemon's host, registered for membarriers: the receiver's `SLEEPING` word
 /// carries `SLEEPING_MEMBARRIER` and its membarrier before blocking stands for the sender's

@@ -13,6 +13,8 @@
  * MODE 1: a fast box as Open MPI's vader keeps one: header and payload together, in one of
  *         three places of a 4 KiB box reused over and over.
  * MODE 2: header and payload together, advancing through a ring of RING_KIB.
+ * MODE 3: headers advancing one 32-byte slot a message, every payload at the start of the
+ *         area (what a layout that reuses the area whenever the ring is empty would do).
  * Prints the mean half round trip past the first tenth. Compare modes within one minute:
  * the machine's figures between two cores jump between clusters (tests/bench/README.md).
  */
@@ -56,7 +58,10 @@ static void pin(int cpu) {
 /* Where message i of direction d has its header and its payload. */
 static void place(int d, uint32_t i, int mode, struct hdr **h, char **payload) {
     char *r = base + (size_t)d * DIR_BYTES;
-    if (mode == 0) {
+    if (mode == 3) {
+        *h = (struct hdr *)(r + (i % (ring / 32)) * 32);
+        *payload = r + MAX_RING;
+    } else if (mode == 0) {
         uint32_t slot = (i * (MSG / 32)) % (ring / 32);
         *h = (struct hdr *)(r + slot * 32);
         *payload = r + MAX_RING + slot * 32;
@@ -88,15 +93,15 @@ static void recv_msg(int d, uint32_t i, int mode, char *buf) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s MODE(0|1|2) ITERS [RING_KIB]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODE(0|1|2|3) ITERS [RING_KIB]\n", argv[0]);
         return 2;
     }
     int mode = atoi(argv[1]);
     uint32_t n = (uint32_t)atoi(argv[2]);
     if (argc > 3)
         ring = (uint32_t)atoi(argv[3]) * 1024;
-    if (mode < 0 || mode > 2 || n < 10 || ring < 4096 || ring > MAX_RING) {
-        fprintf(stderr, "MODE 0-2, ITERS >= 10, RING_KIB 4-256\n");
+    if (mode < 0 || mode > 3 || n < 10 || ring < 4096 || ring > MAX_RING) {
+        fprintf(stderr, "MODE 0-3, ITERS >= 10, RING_KIB 4-256\n");
         return 2;
     }
     base = mmap(0, 2 * DIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
