@@ -262,7 +262,9 @@ struct Inner {
     next_key: u32,
     done: idmap::Finished<Completion>,
     ignored: IdSet,
-    handlers: IdMap<Handler>,
+    /// Active-message handlers by id; `None` while the dispatcher runs that one (taken out
+    /// and put back in place: no removal and insertion a message).
+    handlers: IdMap<Option<Handler>>,
     /// Active messages taken from the ring whose handlers have not run yet (they run with
     /// this lock released: see `Ni::run_handlers`).
     am_arrived: VecDeque<(u64, u32, Vec<u8>)>,
@@ -643,7 +645,7 @@ impl Inner {
             let Some((h, src, payload)) = self.am_arrived.pop_front() else {
                 break None;
             };
-            match self.handlers.remove(&h) {
+            match self.handlers.get_mut(&h).and_then(Option::take) {
                 Some(f) => break Some((h, src, payload, f)),
                 None => self.am_pending.push((h, src, payload)),
             }
@@ -1272,12 +1274,12 @@ impl Ni {
                 let mut i = self.lock();
                 // Put it back, unless it was replaced meanwhile (then drop it unlocked, as
                 // `am_register` drops the one it replaces).
-                let _replaced = match i.handlers.entry(h) {
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(f);
+                let _replaced = match i.handlers.get_mut(&h) {
+                    Some(slot @ None) => {
+                        *slot = Some(f);
                         None
                     }
-                    std::collections::hash_map::Entry::Occupied(_) => Some(f),
+                    _ => Some(f),
                 };
                 if i.am_spare.len() < AM_SPARE {
                     i.am_spare.push(payload);
@@ -1704,7 +1706,7 @@ impl Ni {
         let _replaced;
         {
             let mut i = self.lock();
-            _replaced = i.handlers.insert(handler, Box::new(f));
+            _replaced = i.handlers.insert(handler, Some(Box::new(f)));
             // Earlier arrivals go first, in their order.
             let pending = std::mem::take(&mut i.am_pending);
             let (mine, others): (Vec<_>, Vec<_>) =
