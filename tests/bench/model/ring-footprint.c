@@ -15,6 +15,15 @@
  * MODE 2: header and payload together, advancing through a ring of RING_KIB.
  * MODE 3: headers advancing one 32-byte slot a message, every payload at the start of the
  *         area (what a layout that reuses the area whenever the ring is empty would do).
+ * MODE 4: headers as in mode 0 (1 KiB further on each message), payloads as in mode 3.
+ *
+ * Each process also prints where its half round trips go, in TSC ticks: "found" from the
+ * sender's stamp (taken just before its SEQ store, carried in the header) to the receiver's
+ * look that saw the message plus EXIT ticks; "copy" the copy out; "turn" from the copy to
+ * the reply's stamp (TURN ticks and the reply's payload copy included). Knobs, to make the
+ * model look like a library: LOOK=n pauses a look (default 1), EXIT=ticks of busy work
+ * between the look that saw a message and its copy, TURN=ticks between the copy and the
+ * reply (libni spends about 90 and 130 there: tests/bench/README.md, stop 40).
  * Prints the mean half round trip past the first tenth. Compare modes within one minute:
  * the machine's figures between two cores jump between clusters (tests/bench/README.md).
  */
@@ -28,6 +37,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <x86intrin.h>
 
 #define MSG 1024
 #define MAX_RING (256 * 1024)
@@ -41,6 +51,30 @@ struct hdr {
 
 static uint32_t ring = 256 * 1024;
 static char *base;
+static int look_pauses = 1;
+static uint64_t exit_ticks, turn_ticks;
+/* Sums and counts of the three legs (found, copy, turn); the stamp of the last copy's end. */
+static uint64_t sum[3], count[3], copied;
+
+static void busy(uint64_t ticks) {
+    uint64_t t = __rdtsc();
+    while (__rdtsc() - t < ticks)
+        ;
+}
+
+static void leg(int k, uint64_t ticks) {
+    /* A descheduled process's leg is not a cache line's travel. */
+    if (ticks < 100000) {
+        sum[k] += ticks;
+        count[k]++;
+    }
+}
+
+static void report(const char *who) {
+    fprintf(stderr, "%s: found %.0f copy %.0f turn %.0f ticks\n", who,
+            (double)sum[0] / (count[0] ? count[0] : 1), (double)sum[1] / (count[1] ? count[1] : 1),
+            (double)sum[2] / (count[2] ? count[2] : 1));
+}
 
 static double now(void) {
     struct timespec t;
@@ -58,7 +92,11 @@ static void pin(int cpu) {
 /* Where message i of direction d has its header and its payload. */
 static void place(int d, uint32_t i, int mode, struct hdr **h, char **payload) {
     char *r = base + (size_t)d * DIR_BYTES;
-    if (mode == 3) {
+    if (mode == 4) {
+        uint32_t slot = (i * (MSG / 32)) % (ring / 32);
+        *h = (struct hdr *)(r + slot * 32);
+        *payload = r + MAX_RING;
+    } else if (mode == 3) {
         *h = (struct hdr *)(r + (i % (ring / 32)) * 32);
         *payload = r + MAX_RING;
     } else if (mode == 0) {
@@ -78,7 +116,11 @@ static void send_msg(int d, uint32_t i, int mode, const char *buf) {
     place(d, i, mode, &h, &p);
     memcpy(p, buf, MSG);
     h->len = MSG;
-    h->tag = 1;
+    busy(turn_ticks);
+    uint64_t now = __rdtsc();
+    if (copied)
+        leg(2, now - copied);
+    h->tag = now;
     __atomic_store_n(&h->seq, i + 1, __ATOMIC_RELEASE);
 }
 
@@ -87,21 +129,34 @@ static void recv_msg(int d, uint32_t i, int mode, char *buf) {
     char *p;
     place(d, i, mode, &h, &p);
     while (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != i + 1)
-        __builtin_ia32_pause();
+        for (int k = 0; k < look_pauses; k++)
+            __builtin_ia32_pause();
+    busy(exit_ticks);
+    uint64_t t = __rdtsc();
+    if (t > h->tag)
+        leg(0, t - h->tag);
     memcpy(buf, p, h->len);
+    copied = __rdtsc();
+    leg(1, copied - t);
 }
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s MODE(0|1|2|3) ITERS [RING_KIB]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODE(0-4) ITERS [RING_KIB]\n", argv[0]);
         return 2;
     }
     int mode = atoi(argv[1]);
+    if (getenv("LOOK"))
+        look_pauses = atoi(getenv("LOOK"));
+    if (getenv("EXIT"))
+        exit_ticks = strtoull(getenv("EXIT"), NULL, 10);
+    if (getenv("TURN"))
+        turn_ticks = strtoull(getenv("TURN"), NULL, 10);
     uint32_t n = (uint32_t)atoi(argv[2]);
     if (argc > 3)
         ring = (uint32_t)atoi(argv[3]) * 1024;
-    if (mode < 0 || mode > 3 || n < 10 || ring < 4096 || ring > MAX_RING) {
-        fprintf(stderr, "MODE 0-3, ITERS >= 10, RING_KIB 4-256\n");
+    if (mode < 0 || mode > 4 || n < 10 || ring < 4096 || ring > MAX_RING) {
+        fprintf(stderr, "MODE 0-4, ITERS >= 10, RING_KIB 4-256\n");
         return 2;
     }
     base = mmap(0, 2 * DIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -117,6 +172,7 @@ int main(int argc, char **argv) {
             recv_msg(0, i, mode, buf);
             send_msg(1, i, mode, buf);
         }
+        report("cpu 1");
         _exit(0);
     }
     pin(0);
@@ -130,6 +186,7 @@ int main(int argc, char **argv) {
     double t = now() - t0;
     printf("mode %d ring %u KiB: half round trip %.3f us\n", mode, ring / 1024,
            t / (n - n / 10) / 2 * 1e6);
+    report("cpu 0");
     waitpid(child, NULL, 0);
     return 0;
 }
