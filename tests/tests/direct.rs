@@ -939,16 +939,30 @@ fn waits_take_every_message_in_order_while_a_member_comes_and_goes() {
     let done = AtomicBool::new(false);
     let comings = AtomicU32::new(0);
     let message = |i: u64| -> Vec<u8> { (0..LEN as u64).map(|k| (i * 31 + k) as u8).collect() };
-    // Rounds of messages until N went and the third member came and went a few times.
+    // Rounds of messages until N went and the third member came and went a few times. A
+    // failure on either side ends the rounds (each side still meets the other at the
+    // round's end, so nothing hangs), then the test.
     let (go_on, round) = (AtomicBool::new(true), std::sync::Barrier::new(2));
-    let mut failure = None;
+    let failures = std::sync::Mutex::new(Vec::<String>::new());
+    let fail = |e: String| failures.lock().unwrap().push(e);
+    let wait = |ni: &Ni, o: ni::Op, what: String| {
+        ni.wait_timeout(o, Some(Duration::from_secs(30)))
+            .map_err(|e| format!("{what}: {e}"))
+    };
     std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(Ordering::Relaxed) {
-                let c = Ni::attach_path(&d.sock(2)).unwrap();
-                comings.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(1));
-                drop(c);
+                match Ni::attach_path(&d.sock(2)) {
+                    Ok(c) => {
+                        comings.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(1));
+                        drop(c);
+                    }
+                    Err(e) => {
+                        fail(format!("member 2 attaches: {e}"));
+                        return;
+                    }
+                }
             }
         });
         s.spawn(|| {
@@ -956,16 +970,24 @@ fn waits_take_every_message_in_order_while_a_member_comes_and_goes() {
             let mut i = 0;
             loop {
                 for _ in 0..ROUND / 2 {
-                    let ops: Vec<_> = (0..2)
-                        .map(|k| {
-                            let at = k * LEN;
-                            buf.write_at(at, &message(i));
-                            i += 1;
-                            b.isend(0, &buf, at..at + LEN, 9).unwrap()
-                        })
-                        .collect();
-                    for o in ops {
-                        b.wait(o).unwrap();
+                    let (mut ops, mut err) = (vec![], None);
+                    for k in 0..2 {
+                        let at = k * LEN;
+                        buf.write_at(at, &message(i));
+                        match b.isend(0, &buf, at..at + LEN, 9) {
+                            Ok(o) => ops.push((i, o)),
+                            Err(e) => err = Some(format!("send {i}: {e}")),
+                        }
+                        i += 1;
+                    }
+                    for (j, o) in ops {
+                        if let Err(e) = wait(&b, o, format!("send {j}")) {
+                            err.get_or_insert(e);
+                        }
+                    }
+                    if let Some(e) = err {
+                        fail(e);
+                        break;
                     }
                 }
                 round.wait();
@@ -975,13 +997,11 @@ fn waits_take_every_message_in_order_while_a_member_comes_and_goes() {
             }
         });
         let rbuf = a.alloc(64).unwrap();
-        let mut i = 0;
-        // A failure ends the rounds (the other threads wait for them), then the test.
         let take = |i: u64| -> Result<(), String> {
-            let o = a.irecv(Some(1), &rbuf, 0..64, 9, u64::MAX).unwrap();
-            let got = a
-                .wait_timeout(o, Some(Duration::from_secs(30)))
-                .map_err(|e| format!("message {i}: {e}"))?;
+            let o = a
+                .irecv(Some(1), &rbuf, 0..64, 9, u64::MAX)
+                .map_err(|e| format!("receive {i}: {e}"))?;
+            let got = wait(&a, o, format!("message {i}"))?;
             let mut m = vec![0u8; LEN];
             rbuf.read_at(0, &mut m);
             if (got.len as usize, &m) != (LEN, &message(i)) {
@@ -989,19 +1009,23 @@ fn waits_take_every_message_in_order_while_a_member_comes_and_goes() {
             }
             Ok(())
         };
+        let mut i = 0;
         loop {
             for _ in 0..ROUND {
                 if let Err(e) = take(i) {
-                    failure = Some(e);
+                    fail(e);
                     break;
                 }
                 i += 1;
             }
             if t.elapsed() > Duration::from_secs(120) {
-                failure.get_or_insert("member 2 did not come and go".into());
+                fail("member 2 did not come and go three times in 120 s".into());
             }
             let more = i < N || comings.load(Ordering::Relaxed) < 3;
-            go_on.store(failure.is_none() && more, Ordering::Relaxed);
+            go_on.store(
+                failures.lock().unwrap().is_empty() && more,
+                Ordering::Relaxed,
+            );
             round.wait();
             if !go_on.load(Ordering::Relaxed) {
                 break;
@@ -1009,7 +1033,7 @@ fn waits_take_every_message_in_order_while_a_member_comes_and_goes() {
         }
         done.store(true, Ordering::Relaxed);
     });
-    assert_eq!(failure, None);
+    assert_eq!(failures.into_inner().unwrap(), Vec::<String>::new());
 }
 
 /// A receiver blocked on its interrupt is woken by a sender that skips its store-load fence
