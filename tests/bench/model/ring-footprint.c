@@ -23,7 +23,9 @@
  * the reply's stamp (TURN ticks and the reply's payload copy included). Knobs, to make the
  * model look like a library: LOOK=n pauses a look (default 1), EXIT=ticks of busy work
  * between the look that saw a message and its copy, TURN=ticks between the copy and the
- * reply (libni spends about 90 and 130 there: tests/bench/README.md, stop 40).
+ * reply (libni spends about 90 and 130 there: tests/bench/README.md, stop 40); MEMFD=1 puts
+ * the rings in a memfd each process maps itself, and each process's buffer in a memfd of its
+ * own, as libni's window and `Ni::alloc` regions are.
  * Prints the mean half round trip past the first tenth. Compare modes within one minute:
  * the machine's figures between two cores jump between clusters (tests/bench/README.md).
  */
@@ -80,6 +82,18 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* A 4 KiB buffer in a memfd of its own (what `Ni::alloc` gives libni), NULL on failure. */
+static char *own_buffer(void) {
+    int fd = memfd_create("buffer", 0);
+    if (fd < 0 || ftruncate(fd, 4096) != 0)
+        return NULL;
+    char *b = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (b == MAP_FAILED)
+        return NULL;
+    memset(b, 7, 4096);
+    return b;
 }
 
 static void pin(int cpu) {
@@ -159,14 +173,27 @@ int main(int argc, char **argv) {
         fprintf(stderr, "MODE 0-4, ITERS >= 10, RING_KIB 4-256\n");
         return 2;
     }
-    base = mmap(0, 2 * DIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int memfd = getenv("MEMFD") ? memfd_create("rings", 0) : -1;
+    if (memfd >= 0 && ftruncate(memfd, 2 * DIR_BYTES) != 0)
+        return 1;
+    base = memfd >= 0 ? mmap(0, 2 * DIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)
+                      : mmap(0, 2 * DIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                             -1, 0);
     if (base == MAP_FAILED)
         return 1;
     memset(base, 0, 2 * DIR_BYTES);
     char *buf = aligned_alloc(4096, 4096);
     memset(buf, 7, 4096);
+    if (memfd >= 0 && !(buf = own_buffer()))
+        return 1;
     pid_t child = fork();
     if (child == 0) {
+        if (memfd >= 0) {
+            /* The rings mapped anew, the buffer a memfd of this process's own. */
+            base = mmap(0, 2 * DIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+            if (base == MAP_FAILED || !(buf = own_buffer()))
+                _exit(1);
+        }
         pin(1);
         for (uint32_t i = 0; i < n; i++) {
             recv_msg(0, i, mode, buf);
