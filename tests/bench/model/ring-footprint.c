@@ -90,10 +90,7 @@ static char *own_buffer(void) {
     if (fd < 0 || ftruncate(fd, 4096) != 0)
         return NULL;
     char *b = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (b == MAP_FAILED)
-        return NULL;
-    memset(b, 7, 4096);
-    return b;
+    return b == MAP_FAILED ? NULL : b;
 }
 
 static void pin(int cpu) {
@@ -182,10 +179,10 @@ int main(int argc, char **argv) {
     if (base == MAP_FAILED)
         return 1;
     memset(base, 0, 2 * DIR_BYTES);
-    char *buf = aligned_alloc(4096, 4096);
-    memset(buf, 7, 4096);
-    if (memfd >= 0 && !(buf = own_buffer()))
+    char *buf = memfd >= 0 ? own_buffer() : aligned_alloc(4096, 4096);
+    if (!buf)
         return 1;
+    memset(buf, 7, 4096);
     pid_t child = fork();
     if (child == 0) {
         if (memfd >= 0) {
@@ -193,6 +190,7 @@ int main(int argc, char **argv) {
             base = mmap(0, 2 * DIR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
             if (base == MAP_FAILED || !(buf = own_buffer()))
                 _exit(1);
+            memset(buf, 7, 4096);
         }
         pin(1);
         for (uint32_t i = 0; i < n; i++) {
