@@ -34,54 +34,45 @@ pub fn identity(d: u32, o: u32, acc: &mut [u8]) {
 }
 
 /// `acc = acc op x`, element-wise (little-endian elements, the client's own layout).
+///
+/// One loop per type and operation, chosen before it starts: with the operation matched
+/// inside the loop the compiler kept it scalar (256 f64 summed in about 230 ns on the bench
+/// machine); each loop here is one the compiler vectorises, and each element still gets the
+/// scalar expression's exact bits (IEEE operations lane by lane, the same comparisons).
 pub fn apply(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
-    macro_rules! int {
-        ($t:ty) => {{
-            let n = std::mem::size_of::<$t>();
-            for (a, b) in acc.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
-                let va = <$t>::from_le_bytes(a.try_into().unwrap());
-                let vb = <$t>::from_le_bytes(b.try_into().unwrap());
-                let r = match o {
-                    redop::SUM => va.wrapping_add(vb),
-                    redop::PROD => va.wrapping_mul(vb),
-                    redop::MIN => va.min(vb),
-                    redop::MAX => va.max(vb),
-                    redop::AND => va & vb,
-                    redop::OR => va | vb,
-                    _ => va ^ vb,
-                };
-                a.copy_from_slice(&r.to_le_bytes());
+    macro_rules! each {
+        ($t:ty, |$a:ident, $b:ident| $r:expr) => {{
+            const N: usize = std::mem::size_of::<$t>();
+            for (a, b) in acc.chunks_exact_mut(N).zip(x.chunks_exact(N)) {
+                let $a = <$t>::from_le_bytes(a.try_into().unwrap());
+                let $b = <$t>::from_le_bytes(b.try_into().unwrap());
+                a.copy_from_slice(&$r.to_le_bytes());
             }
         }};
     }
-    macro_rules! float {
-        ($t:ty) => {{
-            let n = std::mem::size_of::<$t>();
-            for (a, b) in acc.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
-                let va = <$t>::from_le_bytes(a.try_into().unwrap());
-                let vb = <$t>::from_le_bytes(b.try_into().unwrap());
-                let r = match o {
-                    redop::SUM => va + vb,
-                    redop::PROD => va * vb,
-                    // Deterministic for NaN: the accumulator is kept unless vb compares less.
-                    redop::MIN => {
-                        if vb < va {
-                            vb
-                        } else {
-                            va
-                        }
-                    }
-                    _ => {
-                        if vb > va {
-                            vb
-                        } else {
-                            va
-                        }
-                    }
-                };
-                a.copy_from_slice(&r.to_le_bytes());
+    macro_rules! int {
+        ($t:ty) => {
+            match o {
+                redop::SUM => each!($t, |a, b| a.wrapping_add(b)),
+                redop::PROD => each!($t, |a, b| a.wrapping_mul(b)),
+                redop::MIN => each!($t, |a, b| a.min(b)),
+                redop::MAX => each!($t, |a, b| a.max(b)),
+                redop::AND => each!($t, |a, b| a & b),
+                redop::OR => each!($t, |a, b| a | b),
+                _ => each!($t, |a, b| a ^ b),
             }
-        }};
+        };
+    }
+    macro_rules! float {
+        ($t:ty) => {
+            match o {
+                redop::SUM => each!($t, |a, b| a + b),
+                redop::PROD => each!($t, |a, b| a * b),
+                // Deterministic for NaN: the accumulator is kept unless b compares less.
+                redop::MIN => each!($t, |a, b| if b < a { b } else { a }),
+                _ => each!($t, |a, b| if b > a { b } else { a }),
+            }
+        };
     }
     match d {
         dtype::I32 => int!(i32),
@@ -90,5 +81,119 @@ pub fn apply(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
         dtype::U64 => int!(u64),
         dtype::F32 => float!(f32),
         _ => float!(f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes of `n` elements of `d` drawn from values that find the corners: NaN, ±0, ±∞,
+    /// the extremes, negative integers (`seed` shifts the pick).
+    fn vector(d: u32, n: usize, seed: usize) -> Vec<u8> {
+        let f = [
+            f64::NAN,
+            0.0,
+            -0.0,
+            1.5,
+            -2.25,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e300,
+        ];
+        let i = [
+            0i64,
+            1,
+            -1,
+            7,
+            i64::MIN,
+            i64::MAX,
+            -123_456_789,
+            0x5555_5555,
+        ];
+        (0..n)
+            .flat_map(|k| {
+                let j = (k * 5 + seed * 3 + k / 7) % 8;
+                match d {
+                    dtype::I32 | dtype::U32 => (i[j] as i32).to_le_bytes().to_vec(),
+                    dtype::I64 | dtype::U64 => i[j].to_le_bytes().to_vec(),
+                    dtype::F32 => (f[j] as f32).to_le_bytes().to_vec(),
+                    _ => f[j].to_le_bytes().to_vec(),
+                }
+            })
+            .collect()
+    }
+
+    /// A vector reduced at once gives, bit for bit, what its elements give one at a time
+    /// (a loop of one element runs no vector code): at every length around the vector
+    /// widths, for every type and operation.
+    #[test]
+    fn whole_vectors_reduce_as_their_elements_do() {
+        let ops = [
+            redop::SUM,
+            redop::PROD,
+            redop::MIN,
+            redop::MAX,
+            redop::AND,
+            redop::OR,
+            redop::XOR,
+        ];
+        let types = [
+            dtype::I32,
+            dtype::U32,
+            dtype::I64,
+            dtype::U64,
+            dtype::F32,
+            dtype::F64,
+        ];
+        for d in types {
+            let size = if matches!(d, dtype::I32 | dtype::U32 | dtype::F32) {
+                4
+            } else {
+                8
+            };
+            for o in ops {
+                for n in [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 256] {
+                    let mut acc = vector(d, n, 0);
+                    let x = vector(d, n, 1);
+                    let mut one = acc.clone();
+                    apply(d, o, &mut acc, &x);
+                    for (a, b) in one.chunks_exact_mut(size).zip(x.chunks_exact(size)) {
+                        apply(d, o, a, b);
+                    }
+                    assert_eq!(acc, one, "dtype {d} op {o} n {n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reductions_keep_their_meaning() {
+        let f = |v: &[f64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let mut acc = f(&[1.0, f64::NAN, 2.0, -0.0]);
+        apply(
+            dtype::F64,
+            redop::MIN,
+            &mut acc,
+            &f(&[f64::NAN, 1.0, 1.0, 0.0]),
+        );
+        let got: Vec<f64> = acc
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        // NaN never replaces the accumulator; the accumulator's NaN stays (1 < NaN is false).
+        assert_eq!(got[0], 1.0);
+        assert!(got[1].is_nan());
+        assert_eq!(got[2], 1.0);
+        assert!(
+            got[3] == 0.0 && got[3].is_sign_negative(),
+            "-0.0 kept: 0.0 < -0.0 is false"
+        );
+        let mut acc = u32::MAX.to_le_bytes().to_vec();
+        apply(dtype::U32, redop::SUM, &mut acc, &2u32.to_le_bytes());
+        assert_eq!(acc, 1u32.to_le_bytes(), "integer sums wrap");
+        let mut acc = vec![0u8; 8];
+        identity(dtype::I64, redop::MIN, &mut acc);
+        assert_eq!(acc, i64::MAX.to_le_bytes());
     }
 }
