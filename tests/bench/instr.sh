@@ -20,6 +20,7 @@
 # am|mq: a ping-pong of 64-byte active messages or T3E SENDs (`ni-bench am`, `mq`), per round
 # trip; MPI has neither, so its stack runs the 64-byte ping-pong beside it, and the stacks
 # over ni are left out.
+# allreduce: both ranks sum SIZE / 8 f64 (libni's allreduce, MPI_Allreduce), per allreduce.
 #
 # Stacks, each with its own private ni-device where it uses ni:
 #   ni        libni (Ni::irecv + send + wait; rank 1 recv + send), the partition window
@@ -39,7 +40,8 @@ case "$NIB_INSTR_PATTERN" in
 pingpong) PER=1 UNIT="round trip" DEF_A=2000 DEF_B=4000 ;;
 send | recv | posted) PER=64 UNIT="message ($NIB_INSTR_PATTERN, windows of 64)" DEF_A=200 DEF_B=400 ;;
 am | mq) PER=1 UNIT="round trip ($NIB_INSTR_PATTERN)" DEF_A=2000 DEF_B=4000 SIZE=64 MPI_ONLY=1 ;;
-*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send, recv, posted, am or mq" >&2; exit 2 ;;
+allreduce) PER=1 UNIT="allreduce of $((SIZE / 8)) f64 (sum, 2 ranks)" DEF_A=2000 DEF_B=4000 ;;
+*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send, recv, posted, am, mq or allreduce" >&2; exit 2 ;;
 esac
 ITERS_A="${NIB_INSTR_A:-$DEF_A}"
 ITERS_B="${NIB_INSTR_B:-$DEF_B}"
@@ -208,7 +210,10 @@ else
 fi
 
 {
-    if [ "$PER" = 1 ]; then
+    if [ "$NIB_INSTR_PATTERN" = allreduce ]; then
+        printf 'instructions per %s at rank 0 (%s bytes a rank, waiting included;\n' "$UNIT" "$SIZE"
+        printf 'callgrind, (Ir at %s - Ir at %s allreduces) / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$REPS"
+    elif [ "$PER" = 1 ]; then
         printf 'instructions per %s-byte round trip at rank 0 (one send + one receive, waiting included;\n' "$SIZE"
         printf 'callgrind, (Ir at %s - Ir at %s round trips) / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$REPS"
     else
@@ -216,7 +221,7 @@ fi
         printf 'callgrind, (Ir at %s - Ir at %s windows) / %s / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$PER" "$REPS"
     fi
     printf 'load average when it ended: %s)\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-    printf '%-10s %12s %10s\n' stack "$([ "$PER" = 1 ] && echo Ir/round || echo Ir/msg)" 'x mpi'
+    printf '%-10s %12s %10s\n' stack "$([ "$PER" = 1 ] && echo Ir/op || echo Ir/msg)" 'x mpi'
     for s in "${STACKS[@]}"; do
         ratio="-"
         [ -n "${PER_RT[mpi]:-}" ] && ratio=$(python3 -c "print(f'{${PER_RT[$s]}/${PER_RT[mpi]}:.2f}')")
@@ -231,7 +236,7 @@ python3 - "$OUT/instr.json" "$SIZE" "$ITERS_A" "$ITERS_B" "${STACKS[@]/#/}" <<PY
 import json, sys
 out, size, a, b, *stacks = sys.argv[1:]
 per = {$(for s in "${STACKS[@]}"; do printf '"%s": %s, ' "$s" "${PER_RT[$s]}"; done)}
-key = "per_round_trip" if "$NIB_INSTR_PATTERN" == "pingpong" else "per_message"
+key = {"pingpong": "per_round_trip", "allreduce": "per_allreduce"}.get("$NIB_INSTR_PATTERN", "per_message")
 json.dump({"size": int(size), "iters": [int(a), int(b)], "pattern": "$NIB_INSTR_PATTERN", key: per,
            "method": "callgrind Ir inside nib_pingpong at rank 0, difference of two runs"},
           open(out, "w"), indent=1)

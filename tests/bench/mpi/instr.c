@@ -5,14 +5,17 @@
  * warm everything up.
  * NIB_INSTR_PATTERN=send|recv: instead, rank 0 streams (send) or takes (recv) windows of
  * WINDOW messages as `pt2pt msgrate` does; an iteration is one window. posted: rank 0
- * receives, into receives it posted before rank 1 sends (rank 1 waits for a go-ahead). */
+ * receives, into receives it posted before rank 1 sends (rank 1 waits for a go-ahead).
+ * allreduce: both ranks sum SIZE / 8 doubles (MPI_Allreduce, separate buffers). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int rank;
-static int pattern; /* 0 ping-pong, 1 rank 0 sends, 2 rank 0 receives, 3 posted first */
+static int pattern; /* 0 ping-pong, 1 rank 0 sends, 2 rank 0 receives, 3 posted first,
+                       4 allreduce of size / 8 doubles */
+static char *rbuf;
 
 #define WINDOW 64
 static MPI_Request reqs[WINDOW];
@@ -39,6 +42,11 @@ static void window(int size, char *buf, int sender)
 
 __attribute__((noinline)) void nib_pingpong(long iters, int size, char *buf)
 {
+    if (pattern == 4) {
+        for (long i = 0; i < iters; i++)
+            MPI_Allreduce(buf, rbuf, size / 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        return;
+    }
     if (pattern) {
         for (long i = 0; i < iters; i++)
             window(size, buf, (rank == 0) == (pattern == 1));
@@ -65,15 +73,17 @@ int main(int argc, char **argv)
     long iters = atol(argv[1]);
     int size = atoi(argv[2]);
     char *buf = calloc(1, size > 0 ? size : 1);
+    rbuf = calloc(1, size > 0 ? size : 1);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     const char *p = getenv("NIB_INSTR_PATTERN");
     pattern = !p || !strcmp(p, "pingpong") ? 0
             : !strcmp(p, "send")             ? 1
             : !strcmp(p, "recv")             ? 2
             : !strcmp(p, "posted")           ? 3
+            : !strcmp(p, "allreduce")        ? 4
                                              : -1;
     if (pattern < 0) {
-        fprintf(stderr, "NIB_INSTR_PATTERN=%s: pingpong, send, recv or posted\n", p);
+        fprintf(stderr, "NIB_INSTR_PATTERN=%s: pingpong, send, recv, posted or allreduce\n", p);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -81,6 +91,7 @@ int main(int argc, char **argv)
     nib_pingpong(iters, size, buf);
     MPI_Barrier(MPI_COMM_WORLD);
     free(buf);
+    free(rbuf);
     MPI_Finalize();
     return 0;
 }

@@ -14,6 +14,9 @@
 //! waiter polls the count with `progress`, as `ni-bench am` does), or of T3E SENDs into the
 //! peer's message queue (the waiter polls its MQCW, as `ni-bench mq` does), pacing each
 //! poll with `Ni::relax`. SIZE is ignored (64).
+//!
+//! `allreduce`: both ranks sum SIZE / 8 f64 (`Ni::allreduce`, separate send and receive
+//! regions, as `ni-bench allreduce` runs it); an iteration is one allreduce.
 
 #[path = "../bench/waits.rs"]
 mod waits;
@@ -42,21 +45,25 @@ enum Pattern {
     Am,
     /// T3E SENDs into the peer's queue, each way.
     Mq,
+    /// Allreduces of f64 sums.
+    Allreduce,
 }
 
 const AM_HANDLER: u64 = 7;
 /// Slots of each rank's queue; it restarts at slot 1 well before it fills.
 const MQ_LIMIT: u64 = 4096;
 
-/// What the `am` and `mq` patterns wait on: the handler's count, or the queue.
+/// What the `am` and `mq` patterns wait on: the handler's count, or the queue; where
+/// `allreduce` puts its result.
 pub struct Peer {
     ams: Arc<AtomicU64>,
     ams_due: u64,
     mq: MessageQueue,
+    rbuf: Region,
 }
 
 impl Peer {
-    fn new(ni: &Ni) -> Peer {
+    fn new(ni: &Ni, size: usize) -> Peer {
         let ams = Arc::new(AtomicU64::new(0));
         let count = ams.clone();
         ni.am_register(AM_HANDLER, move |_, _| {
@@ -66,6 +73,7 @@ impl Peer {
             ams,
             ams_due: 0,
             mq: ni.mq_create(MQ_LIMIT, 0).expect("mq_create"),
+            rbuf: ni.alloc(size.max(4096)).expect("alloc"),
         }
     }
 
@@ -100,8 +108,11 @@ fn pattern() -> Pattern {
         Ok("posted") => Pattern::Posted,
         Ok("am") => Pattern::Am,
         Ok("mq") => Pattern::Mq,
+        Ok("allreduce") => Pattern::Allreduce,
         Ok("pingpong") | Err(_) => Pattern::PingPong,
-        Ok(other) => panic!("NIB_INSTR_PATTERN={other}: pingpong, send, recv, posted, am or mq"),
+        Ok(other) => {
+            panic!("NIB_INSTR_PATTERN={other}: pingpong, send, recv, posted, am, mq or allreduce")
+        }
     }
 }
 
@@ -138,6 +149,13 @@ fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, go: bool, ops: &mut 
 #[no_mangle]
 pub fn nib_pingpong(ni: &Ni, buf: &Region, peer: &mut Peer, iters: u64, size: usize) {
     let p = pattern();
+    if p == Pattern::Allreduce {
+        for _ in 0..iters {
+            ni.allreduce::<f64>(ni::ReduceOp::Sum, buf, 0, &peer.rbuf, 0, size / 8)
+                .expect("allreduce");
+        }
+        return;
+    }
     if p == Pattern::Am || p == Pattern::Mq {
         let me = ni.rank();
         for _ in 0..iters {
@@ -192,7 +210,7 @@ fn main() {
     let size: usize = a.next().and_then(|s| s.parse().ok()).expect(usage);
     let ni = Ni::attach().expect("attach");
     let buf = ni.alloc(size.max(4096)).expect("alloc");
-    let mut peer = Peer::new(&ni);
+    let mut peer = Peer::new(&ni, size);
     // Every rank's queue and handler exist before anyone sends.
     ni.barrier().expect("barrier");
     nib_warmup(&ni, &buf, &mut peer, size);
