@@ -39,7 +39,24 @@ pub fn identity(d: u32, o: u32, acc: &mut [u8]) {
 /// inside the loop the compiler kept it scalar (256 f64 summed in about 230 ns on the bench
 /// machine); each loop here is one the compiler vectorises, and each element still gets the
 /// scalar expression's exact bits (IEEE operations lane by lane, the same comparisons).
+/// Where the CPU has AVX2 the same loops are compiled for it too (256 f64: 48 → 27 ns).
 pub fn apply(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { apply_avx2(d, o, acc, x) };
+    }
+    apply_loops(d, o, acc, x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn apply_avx2(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
+    apply_loops(d, o, acc, x)
+}
+
+#[inline(always)]
+fn apply_loops(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
     macro_rules! each {
         ($t:ty, |$a:ident, $b:ident| $r:expr) => {{
             const N: usize = std::mem::size_of::<$t>();
@@ -125,8 +142,8 @@ mod tests {
     }
 
     /// A vector reduced at once gives, bit for bit, what its elements give one at a time
-    /// (a loop of one element runs no vector code): at every length around the vector
-    /// widths, for every type and operation.
+    /// (a loop of one element runs no vector code), with the AVX2 loops and without: at
+    /// every length around the vector widths, for every type and operation.
     #[test]
     fn whole_vectors_reduce_as_their_elements_do() {
         let ops = [
@@ -162,6 +179,10 @@ mod tests {
                         apply(d, o, a, b);
                     }
                     assert_eq!(acc, one, "dtype {d} op {o} n {n}");
+                    // The loops compiled for the baseline CPU agree with the AVX2 ones.
+                    let mut plain = vector(d, n, 0);
+                    apply_loops(d, o, &mut plain, &x);
+                    assert_eq!(plain, acc, "dtype {d} op {o} n {n}: baseline loops");
                 }
             }
         }
