@@ -800,6 +800,19 @@ impl Window {
             .load(Ordering::Relaxed)
     }
 
+    /// The first `len` bytes (at most a slot's) of member `r`'s data in round `round`, in
+    /// place: for a reduction that reads each byte once. The member's own words: a member
+    /// writing them while the round is read changes only what it contributes (its garbage),
+    /// never what is read or written outside its slot.
+    pub fn coll_data(&self, round: u64, r: u32, len: usize) -> &[u8] {
+        let at = (w::coll_slot(round, r) + w::COLL_DATA) as usize;
+        let len = len.min(w::COLL_MAX as usize);
+        assert!(at + len <= self.mem.len());
+        // SAFETY: inside the mapping (checked above), which lives as long as `self`; read
+        // only, as bytes (any value is valid).
+        unsafe { std::slice::from_raw_parts(self.mem.ptr().add(at), len) }
+    }
+
     pub fn coll_read(&self, round: u64, r: u32, out: &mut [u8]) {
         let n = out.len().min(w::COLL_MAX as usize);
         self.mem.read_at(

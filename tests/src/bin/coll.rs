@@ -387,6 +387,25 @@ fn vectors(ni: &Ni) {
             assert_eq!(u64::from_le_bytes(d), digest, "rank {r}'s result differs");
         }
     }
+    // In place (send and receive the same bytes; one window slot, two, the scratch path):
+    // the result is built in the buffer that held this member's data.
+    for count in [257usize, 700, 2000] {
+        let mine: Vec<u8> = (0..count)
+            .flat_map(|i| ((mix(me as u64, i as u64) % 1000) as i64).to_le_bytes())
+            .collect();
+        send.write_at(0, &mine);
+        ni.allreduce::<i64>(ReduceOp::Max, &send, 0, &send, 0, count)
+            .unwrap();
+        let mut got = vec![0u8; count * 8];
+        send.read_at(0, &mut got);
+        for i in 0..count {
+            let want = (0..p)
+                .map(|r| (mix(r as u64, i as u64) % 1000) as i64)
+                .max();
+            let g = i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+            assert_eq!(Some(g), want, "in-place max, count {count} element {i}");
+        }
+    }
     // Integer ops and scans.
     let count = 257;
     let mine: Vec<i64> = (0..count)
