@@ -49,7 +49,7 @@ use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, TryLockError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ni_abi::fastpath::{
@@ -268,6 +268,11 @@ struct Inner {
     /// Active messages taken from the ring whose handlers have not run yet (they run with
     /// this lock released: see `Ni::run_handlers`).
     am_arrived: VecDeque<(u64, u32, Vec<u8>)>,
+    /// A thread is running handlers (`Ni::run_queued_handlers`): one at a time, in arrival
+    /// order. Under this lock, beside the queue, so that the dispatcher's last look at an
+    /// empty queue and its end are one step (a message queued after it finds no dispatcher
+    /// and its queuer runs it) — and no atomic read-modify-write a message.
+    dispatching: bool,
     /// `!am_arrived.is_empty()` as of the last time this lock was held, readable without it:
     /// the waits skip the dispatcher when nothing is queued.
     am_queued: Arc<AtomicBool>,
@@ -379,8 +384,6 @@ pub struct Ni {
     inner: Arc<lock::NiLock<Inner>>,
     /// Held while the shared bounce buffer carries a request's payload.
     bounce: Mutex<()>,
-    /// Held by the thread running active-message handlers: one at a time, in arrival order.
-    dispatch: Mutex<()>,
     cq_event: File,
     mq_event: File,
     rank: u32,
@@ -640,6 +643,7 @@ impl Inner {
     /// The next queued active message whose handler is registered, with the handler taken
     /// out of the table (the caller runs it unlocked and puts it back). Messages for
     /// unregistered handlers move to `am_pending`.
+    #[inline]
     fn next_am(&mut self) -> Option<(u64, u32, Vec<u8>, Handler)> {
         let next = loop {
             let Some((h, src, payload)) = self.am_arrived.pop_front() else {
@@ -816,6 +820,7 @@ impl Ni {
             ignored: IdSet::default(),
             handlers: IdMap::default(),
             am_arrived: VecDeque::new(),
+            dispatching: false,
             am_queued: am_queued.clone(),
             am_pending: Vec::new(),
             am_spare: Vec::new(),
@@ -836,7 +841,6 @@ impl Ni {
         let ni = Ni {
             inner: Arc::new(lock::NiLock::new(inner)),
             bounce: Mutex::new(()),
-            dispatch: Mutex::new(()),
             cq_event,
             mq_event,
             rank,
@@ -1190,8 +1194,12 @@ impl Ni {
 
     /// Take completions and run active-message handlers. Returns how many completions.
     pub fn progress(&self) -> Result<usize> {
-        let n = self.lock().progress();
-        self.run_handlers();
+        let mut i = self.lock();
+        let n = i.progress();
+        if self.am_queued.load(Ordering::Acquire) {
+            // The pass queued active messages: its lock takes the first (one lock fewer).
+            self.run_queued_handlers(i);
+        }
         n
     }
 
@@ -1253,48 +1261,43 @@ impl Ni {
         // Whoever queues a message runs the handlers after it (this thread, or another that
         // then finds this flag set): a stale `false` here skips nothing that waits.
         if self.am_queued.load(Ordering::Acquire) {
-            self.run_queued_handlers();
+            self.run_queued_handlers(self.lock());
         }
     }
 
+    /// `i`: this `Ni`'s lock, which it releases.
     #[inline(never)]
-    fn run_queued_handlers(&self) {
-        loop {
-            let _d = match self.dispatch.try_lock() {
-                Ok(g) => g,
-                // A handler panicked earlier: the queue itself is intact.
-                Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                // Another thread, or this one further up the stack, is running them.
-                Err(TryLockError::WouldBlock) => return,
-            };
-            // One lock a message: the one that puts the last handler back takes the next.
-            let mut next = self.lock().next_am();
-            while let Some((h, src, payload, mut f)) = next {
-                f(src, &payload);
-                let mut i = self.lock();
-                // Put it back, unless it was replaced meanwhile (then drop it unlocked, as
-                // `am_register` drops the one it replaces).
-                let _replaced = match i.handlers.get_mut(&h) {
-                    Some(slot @ None) => {
-                        *slot = Some(f);
-                        None
-                    }
-                    _ => Some(f),
-                };
-                if i.am_spare.len() < AM_SPARE {
-                    i.am_spare.push(payload);
-                }
-                next = i.next_am();
-                drop(i);
-            }
-            drop(_d);
-            // A message queued by a thread that found the dispatcher busy just before it
-            // finished must not wait for the next call (`queue_am` sets the flag, the last
-            // `next_am` cleared it).
-            if !self.am_queued.load(Ordering::Acquire) {
-                return;
-            }
+    fn run_queued_handlers(&self, mut i: lock::NiGuard<'_, Inner>) {
+        // Another thread, or this one further up the stack, is running them.
+        if i.dispatching {
+            return;
         }
+        let mut next = i.next_am();
+        i.dispatching = next.is_some();
+        drop(i);
+        // A handler that panics ends this dispatcher, not every later one.
+        let end = EndDispatch(self);
+        // One lock a message: the one that puts the last handler back takes the next.
+        while let Some((h, src, payload, mut f)) = next {
+            f(src, &payload);
+            let mut i = self.lock();
+            // Put it back, unless it was replaced meanwhile (then drop it unlocked, as
+            // `am_register` drops the one it replaces).
+            let _replaced = match i.handlers.get_mut(&h) {
+                Some(slot @ None) => {
+                    *slot = Some(f);
+                    None
+                }
+                _ => Some(f),
+            };
+            if i.am_spare.len() < AM_SPARE {
+                i.am_spare.push(payload);
+            }
+            next = i.next_am();
+            i.dispatching = next.is_some();
+            drop(i);
+        }
+        std::mem::forget(end);
     }
 
     /// Whether `op` has finished; `Some` at most once.
@@ -2539,6 +2542,16 @@ struct WaitClock {
     /// [`ni_abi::fastpath::Contention::yielded`] under the next step's lock (a lock fewer a
     /// yield).
     yielded: Option<(Duration, u32)>,
+}
+
+/// Ends the dispatcher of [`Ni::run_queued_handlers`] when a handler's panic unwinds through
+/// it (forgotten on the way out otherwise: the last look at the queue ended it).
+struct EndDispatch<'a>(&'a Ni);
+
+impl Drop for EndDispatch<'_> {
+    fn drop(&mut self) {
+        self.0.lock().dispatching = false;
+    }
 }
 
 /// Payload buffers kept for active messages to come.

@@ -1089,6 +1089,52 @@ fn a_receiver_asleep_is_woken_by_a_sender_that_skipped_its_fence() {
 /// dropped under it, the region's drop would lock the NI again inside its own lock (a
 /// deadlock with a mutex; two guards at once with the NI's lock biased to its thread, which
 /// debug builds assert against). Also when it is replaced while it runs.
+/// A handler that panics ends the dispatcher it ran in, not later ones: the panic reaches
+/// the caller of `progress`, and the next message's handler (the same handler, put back
+/// by the next registration) runs at the next `progress`, as do messages that were queued
+/// behind the one that panicked.
+#[test]
+fn a_handler_that_panics_stops_no_later_dispatch() {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let runs = Arc::new(AtomicU32::new(0));
+    let count = runs.clone();
+    b.am_register(9, move |_, data| {
+        count.fetch_add(1, Ordering::SeqCst);
+        assert!(data != b"boom", "the handler panics on purpose");
+    });
+    for m in [&b"boom"[..], b"one", b"two"] {
+        a.am_send(1, 9, m).unwrap();
+    }
+    let t = std::time::Instant::now();
+    let mut panicked = false;
+    while runs.load(Ordering::SeqCst) < 1 {
+        assert!(t.elapsed() < Duration::from_secs(10), "handler never ran");
+        panicked |= catch_unwind(AssertUnwindSafe(|| b.progress().unwrap())).is_err();
+    }
+    assert!(
+        panicked,
+        "the handler's panic reaches the caller of progress"
+    );
+    // The handler was lost with its panic (it was taken out of its slot to run): a new
+    // registration takes the messages queued behind.
+    let count = runs.clone();
+    b.am_register(9, move |_, _| {
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    while runs.load(Ordering::SeqCst) < 3 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "later messages never ran"
+        );
+        b.progress().unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}
+
 #[test]
 fn a_handler_owning_a_region_can_be_replaced() {
     use std::sync::atomic::{AtomicU32, Ordering};
