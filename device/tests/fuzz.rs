@@ -377,10 +377,11 @@ fn fastpath_requests() {
 }
 
 /// The partition window's ring header, as a peer may write it: decode only what an honest
-/// sender writes (`Header::decode`), and never a length past what the ring can hold.
+/// sender writes (`Header::decode`), and never a length past what the ring can hold — for a
+/// `BIG`, once the receiver bounded it by its partition's `big_max`, as libni does.
 #[test]
 fn window_ring_headers() {
-    use ni_abi::window::{kind, Header as WHeader, EAGER_MAX, SLOT};
+    use ni_abi::window::{big_max, kind, ring_slots, Header as WHeader, BIG_MAX, EAGER_MAX, SLOT};
     let corpus: Vec<Vec<u8>> = [
         WHeader {
             kind: kind::EAGER,
@@ -403,6 +404,13 @@ fn window_ring_headers() {
             id: 9,
             full: 1 << 30,
         },
+        WHeader {
+            kind: kind::BIG,
+            len: 12000,
+            tag: 4,
+            id: 0,
+            full: 12000,
+        },
     ]
     .iter()
     .map(|h| h.encode(&[0x11; 48]).to_vec())
@@ -412,10 +420,20 @@ fn window_ring_headers() {
         let n = input.len().min(b.len());
         b[..n].copy_from_slice(&input[..n]);
         if let Some(h) = WHeader::decode(&b) {
-            assert!(h.len as u64 <= EAGER_MAX);
+            assert!(
+                h.len as u64
+                    <= if h.kind == kind::BIG {
+                        BIG_MAX
+                    } else {
+                        EAGER_MAX
+                    }
+            );
             assert!(h.full <= fastpath::MAX_TRANSFER);
-            assert!(h.slots() <= ni_abi::window::slots_for(EAGER_MAX));
-            assert!(h.slots() < ni_abi::window::ring_slots(ni_abi::window::MAX_RANKS));
+            for size in [2, 3, 4, 8, 16, 32, 64] {
+                if h.kind != kind::BIG || h.full <= big_max(size) {
+                    assert!(h.slots() < ring_slots(size), "{h:?} in a ring of {size}");
+                }
+            }
         }
     });
 }

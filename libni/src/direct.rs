@@ -3,8 +3,9 @@
 //!
 //! When the NI's partition has a window, libni matches every tagged message itself: each
 //! send puts a header in the (sender → receiver) ring — with the payload when it is at most
-//! `EAGER_MAX` bytes, else as a *ready to send* whose payload the fabric moves (one copy)
-//! once the receiver matched it and posted a fabric receive for it. One ring per pair keeps
+//! `big_max` bytes of the partition's size (`EAGER_MAX` always; up to 64 KiB where the rings
+//! are large), else as a *ready to send* whose payload the fabric moves (one copy) once the
+//! receiver matched it and posted a fabric receive for it. One ring per pair keeps
 //! MPI's non-overtaking order; receives match the earliest waiting message, messages the
 //! earliest posted receive, as the fabric does (`fastpath.md`, "Matching and ordering").
 //! Every operation still ends as a completion in `Inner::done`, so `wait`/`test`/`forget`
@@ -255,11 +256,17 @@ impl Inner {
                 tag,
             )));
         }
-        if len <= w::EAGER_MAX {
+        let size = self.win.as_ref().unwrap().size;
+        if len <= w::big_max(size) {
             // SAFETY: [addr, addr + len) is inside a region this process registered and
             // still holds (checked above, under the lock that dropping a region takes).
             let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
-            return self.w_put_buffered(op::SEND, kind::EAGER, dest, payload, tag);
+            let kind = if len <= w::EAGER_MAX {
+                kind::EAGER
+            } else {
+                kind::BIG
+            };
+            return self.w_put_buffered(op::SEND, kind, dest, payload, tag);
         }
         // Rendezvous: the payload stays here until the receiver's fabric receive takes it.
         let id = self.d.next_rndv[dest as usize];
@@ -878,14 +885,14 @@ impl Inner {
                 None => (self.take_posted(src, h.tag), false),
             };
             match (h.kind, p) {
-                (kind::EAGER, Some(p)) => {
+                (kind::EAGER | kind::BIG, Some(p)) => {
                     let c = self.deliver_eager(p, src, h.tag, h.len as u64, |me, buf| {
                         me.win.as_ref().unwrap().payload(src, &h, buf)
                     });
                     self.finish_lib(c);
                     self.win.as_mut().unwrap().consume(src, &h);
                 }
-                (kind::EAGER, None) => {
+                (kind::EAGER | kind::BIG, None) => {
                     let win = self.win.as_mut().unwrap();
                     let mut data = vec![0u8; h.len as usize];
                     win.payload(src, &h, &mut data);

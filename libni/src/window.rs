@@ -402,7 +402,7 @@ impl Window {
 
     fn count_put(&self, h: &Header) {
         match h.kind {
-            w::kind::EAGER => {
+            w::kind::EAGER | w::kind::BIG => {
                 self.count(w::stats::SENDS);
                 self.add(w::stats::BYTES, h.len as u64);
             }
@@ -619,8 +619,11 @@ impl Window {
             let mut b = [0u8; w::SLOT as usize];
             self.mem.read_at(self.in_slot(src, head) as usize, &mut b);
             match Header::decode(&b) {
-                Some(h) => return Some(h),
-                None => {
+                // A BIG longer than this partition's rings take is no honest sender's.
+                Some(h) if h.kind != w::kind::BIG || h.full <= w::big_max(self.size) => {
+                    return Some(h)
+                }
+                _ => {
                     self.count_ring_error();
                     self.in_head[src as usize] = head.wrapping_add(1);
                     self.heads_behind = true;

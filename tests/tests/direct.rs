@@ -34,9 +34,25 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
     const BIG: usize = 1 << 20;
     let sbuf = a.alloc(BIG).unwrap();
     let rbuf = b.alloc(BIG).unwrap();
-    // Sizes straddling the eager limit and the inline bytes, all with one tag: the
-    // receiver must see them in the order sent, whichever path carried the payload.
-    let sizes = [0usize, 1, 32, 33, 4096, 4097, 8, BIG, 64, 100_000, 7];
+    // Sizes straddling the inline bytes, `EAGER_MAX` (a `BIG` beyond it) and `big_max`
+    // (a rendezvous beyond it), all with one tag: the receiver must see them in the order
+    // sent, whichever path carried the payload.
+    let big_max = ni_abi::window::big_max(2) as usize;
+    let sizes = [
+        0usize,
+        1,
+        32,
+        33,
+        4096,
+        4097,
+        8,
+        BIG,
+        64,
+        100_000,
+        big_max,
+        big_max + 1,
+        7,
+    ];
     let t = std::thread::spawn(move || {
         let mut got = vec![];
         for _ in 0..sizes.len() {
@@ -58,9 +74,9 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
     }
     let (_b, _rbuf, got) = t.join().unwrap();
     assert_eq!(got, ops);
-    let large = sizes.iter().filter(|&&n| n as u64 > 4096).count() as u64;
-    // Small payloads went through the window, large ones through the fabric (one fabric
-    // send each, its header in the window); `sends` and `recvs` count every message.
+    let large = sizes.iter().filter(|&&n| n > big_max).count() as u64;
+    // Payloads up to `big_max` went through the window, larger ones through the fabric (one
+    // fabric send each, its header in the window); `sends` and `recvs` count every message.
     let total: u64 = sizes.iter().map(|&n| n as u64).sum();
     assert_eq!(d.counter(0, "window_sends"), sizes.len() as u64 - large);
     assert_eq!(d.counter(0, "sends"), sizes.len() as u64);
@@ -125,6 +141,15 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     am[4] = ni_abi::window::kind::AM;
     am[6..8].copy_from_slice(&(ni_abi::fastpath::AM_MAX_PAYLOAD as u16 + 1).to_le_bytes());
     lies.push(am);
+    // BIGs (`kind::BIG`: length in `full` @16) no sender writes: one that fits an eager
+    // message, one past `BIG_MAX`, one with a `len` besides.
+    for (full, len) in [(100u64, 0u16), (ni_abi::window::BIG_MAX + 1, 0), (8192, 8)] {
+        let mut big = [0u8; SLOT];
+        big[4] = ni_abi::window::kind::BIG;
+        big[6..8].copy_from_slice(&len.to_le_bytes());
+        big[16..24].copy_from_slice(&full.to_le_bytes());
+        lies.push(big);
+    }
     for (i, lie) in lies.iter_mut().enumerate() {
         // Each tagged for the receive below: a lie taken as a message would end it.
         lie[8..16].copy_from_slice(&(100 + i as u64).to_le_bytes());
@@ -148,6 +173,56 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     let mut v = [0u8; 6];
     rbuf.read_at(0, &mut v);
     assert_eq!((&v, dn.len), (b"honest", 6));
+}
+
+/// A `BIG` that decodes (at most `BIG_MAX`) but is longer than an eighth of this
+/// partition's payload area (`big_max(8)`: 8 KiB) is no honest sender's: the receiver
+/// refuses it and counts it, and takes the honest `BIG`s (one of exactly `big_max(8)`)
+/// that follow.
+#[test]
+fn a_big_message_longer_than_the_rings_take_is_refused_and_counted() {
+    if window_off() {
+        return;
+    }
+    use ni_abi::window::{big_max, kind, SLOT};
+    let d = Daemon::start(8);
+    let nis: Vec<Ni> = (0..8)
+        .map(|r| Ni::attach_path(&d.sock(r)).unwrap())
+        .collect();
+    for n in &nis {
+        n.wait_for_partition(Duration::from_secs(10)).unwrap();
+    }
+    let (a, b) = (&nis[0], &nis[1]);
+    let max = big_max(8) as usize;
+    assert!(max < ni_abi::window::BIG_MAX as usize);
+    let rbuf = b.alloc(2 * max).unwrap();
+    let mut lie = [0u8; SLOT as usize];
+    lie[4] = kind::BIG;
+    lie[8..16].copy_from_slice(&7u64.to_le_bytes());
+    lie[16..24].copy_from_slice(&(max as u64 + 32).to_le_bytes());
+    assert!(a.window_inject(1, &lie));
+    let o = b.irecv(Some(0), &rbuf, 0..2 * max, 7, u64::MAX).unwrap();
+    let e = b
+        .wait_timeout(o, Some(Duration::from_millis(200)))
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert_eq!(d.counter(1, "window_ring_errors"), 1);
+    let sbuf = a.alloc(max).unwrap();
+    for n in [4097, max] {
+        let v: Vec<u8> = (0..n).map(|k| (k * 13 + n) as u8).collect();
+        sbuf.write_at(0, &v);
+        a.send(1, &sbuf, 0..n, 8).unwrap();
+        let dn = b.recv(Some(0), &rbuf, 0..2 * max, 8, u64::MAX).unwrap();
+        let mut got = vec![0u8; n];
+        rbuf.read_at(0, &mut got);
+        assert_eq!((dn.len as usize, got == v), (n, true), "BIG of {n}");
+    }
+    assert_eq!(
+        d.counter(0, "window_sends"),
+        2,
+        "both went through the window"
+    );
+    assert_eq!(d.counter(1, "window_ring_errors"), 1);
 }
 
 #[test]

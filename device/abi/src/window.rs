@@ -69,7 +69,8 @@ pub mod hdr {
     /// 9: rings up to 256 KiB ([`super::ring_bytes`]).
     /// 10: payloads beyond [`super::INLINE`] in the ring's payload area, in one piece
     /// ([`super::payload_area`]); no continuation slots; rings up to 512 KiB.
-    pub const VERSION_VALUE: u32 = 10;
+    /// 11: eager messages up to [`super::big_max`] (`kind::BIG`).
+    pub const VERSION_VALUE: u32 = 11;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -374,10 +375,34 @@ pub mod kind {
     /// An active message (MLINK ROP): `tag` names the handler, the payload (at most
     /// [`crate::fastpath::AM_MAX_PAYLOAD`]) follows in the ring as an eager one does.
     pub const AM: u8 = 3;
+    /// An eager message longer than [`super::EAGER_MAX`] (at most [`super::big_max`] of the
+    /// partition's size): `len` 0, the length in `full` (@16), the payload in the payload
+    /// area as an eager one's.
+    pub const BIG: u8 = 4;
 }
 
-/// The largest payload carried in the ring itself.
+/// The largest payload carried in the ring in every partition (`kind::EAGER`).
 pub const EAGER_MAX: u64 = 4096;
+/// The largest payload a `kind::BIG` message ever carries; [`big_max`] bounds it by the ring.
+/// Past 16 KiB the rendezvous's one copy (by the device) beats the ring's two in bandwidth
+/// and message rate, and past 32 KiB in latency too (`tests/bench/README.md`, stop 41).
+pub const BIG_MAX: u64 = 16 << 10;
+
+/// The largest eager payload in a partition of `size` members: up to [`BIG_MAX`] where an
+/// eighth of the ring's payload area holds it (up to 4 members: 16 KiB; 5–8: 8; 9 and
+/// more: [`EAGER_MAX`]). Between 4 KiB and this a message goes as one `kind::BIG` in the
+/// ring (two copies, no device thread: 8 KiB half round trip 8.5 → 1.3 µs) instead of a
+/// rendezvous through the fabric. A receiver refuses (counts, skips) a `BIG` beyond it.
+pub const fn big_max(size: u32) -> u64 {
+    let eighth = payload_area(ring_bytes(size)) / 8;
+    if eighth < EAGER_MAX {
+        EAGER_MAX
+    } else if eighth > BIG_MAX {
+        BIG_MAX
+    } else {
+        eighth
+    }
+}
 
 /// A message's header slot starts with `SEQ` (u32): the slot's free-running index in the ring
 /// plus one ([`seq_for`]). The sender stores the message's payload, then its header slot's
@@ -431,9 +456,16 @@ impl Header {
     /// as words, with no byte buffer in between; `SEQ`, the low half of word 0, is 0).
     #[inline]
     pub fn encode_words(&self, inline: &[u8]) -> [u64; 4] {
-        let w0 = ((self.kind as u64) << 32) | ((self.len as u16 as u64) << 48);
+        let len = if self.kind == kind::BIG {
+            0
+        } else {
+            self.len as u16
+        };
+        let w0 = ((self.kind as u64) << 32) | ((len as u64) << 48);
         let (w2, w3) = if self.kind == kind::RTS {
             (self.id, self.full)
+        } else if self.kind == kind::BIG {
+            (self.full, 0)
         } else {
             let mut b = [0u8; INLINE as usize];
             let n = inline.len().min(INLINE as usize);
@@ -468,6 +500,19 @@ impl Header {
                 id: u64::from_le_bytes(b[16..24].try_into().unwrap()),
                 full: u64::from_le_bytes(b[24..32].try_into().unwrap()),
             },
+            kind::BIG if len == 0 && pad == 0 => {
+                let full = u64::from_le_bytes(b[16..24].try_into().unwrap());
+                if full <= EAGER_MAX || full > BIG_MAX {
+                    return None;
+                }
+                Header {
+                    kind,
+                    len: full as u32,
+                    tag,
+                    id: 0,
+                    full,
+                }
+            }
             _ => return None,
         };
         (h.kind != kind::RTS || h.full <= crate::fastpath::MAX_TRANSFER).then_some(h)
@@ -484,6 +529,7 @@ pub const fn max_len(kind: u8) -> u64 {
     match kind {
         kind::AM => crate::fastpath::AM_MAX_PAYLOAD,
         kind::EAGER => EAGER_MAX,
+        kind::BIG => BIG_MAX,
         _ => 0,
     }
 }
@@ -533,6 +579,11 @@ const _: () = {
     assert!(stats::AMS_TAKEN + 8 <= stats::LEN);
     // The smallest ring still holds a largest eager message with room to spare.
     assert!((slots_for(EAGER_MAX) as u64) < ring_slots(MAX_RANKS) as u64);
+    assert!(big_max(2) == BIG_MAX && big_max(MAX_RANKS) == EAGER_MAX);
+    assert!(
+        BIG_MAX <= u32::MAX as u64,
+        "a BIG's length is kept in Header::len"
+    );
     assert!(payload_area(ring_bytes(MAX_RANKS)) == ring_slots(MAX_RANKS) as u64 * SLOT);
     assert!(
         INLINE < SLOT,
@@ -604,6 +655,29 @@ mod tests {
             ..am
         };
         assert_eq!(Header::decode(&long_am.encode(&[])), None);
+        // A BIG: its length in `full`, only between EAGER_MAX and BIG_MAX, and `len` 0.
+        let big = Header {
+            kind: kind::BIG,
+            len: 16000,
+            tag: 9,
+            id: 0,
+            full: 16000,
+        };
+        let b = big.encode(&[]);
+        assert_eq!(u16::from_le_bytes([b[LEN_AT], b[LEN_AT + 1]]), 0);
+        assert_eq!(Header::decode(&b), Some(big));
+        assert_eq!(big.slots(), 500);
+        for full in [0, 16, EAGER_MAX, BIG_MAX + 1, u64::MAX] {
+            let lie = Header { full, ..big };
+            assert_eq!(Header::decode(&lie.encode(&[])), None, "BIG of {full}");
+        }
+        let mut with_len = big.encode(&[]);
+        with_len[LEN_AT] = 1;
+        assert_eq!(Header::decode(&with_len), None);
+        assert_eq!(
+            (big_max(2), big_max(4), big_max(5), big_max(8), big_max(9)),
+            (BIG_MAX, BIG_MAX, 8 << 10, 8 << 10, EAGER_MAX)
+        );
         let mut junk = [0xFFu8; SLOT as usize];
         assert_eq!(Header::decode(&junk), None);
         junk[4] = kind::RTS;
