@@ -256,8 +256,8 @@ impl Inner {
                 tag,
             )));
         }
-        let size = self.win.as_ref().unwrap().size;
-        if len <= w::big_max(size) {
+        let win = self.win.as_mut().unwrap();
+        if len <= w::EAGER_MAX || (len <= w::big_max(win.size) && win.drained(dest)) {
             // SAFETY: [addr, addr + len) is inside a region this process registered and
             // still holds (checked above, under the lock that dropping a region takes).
             let payload = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };

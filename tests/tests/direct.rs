@@ -74,11 +74,16 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
     }
     let (_b, _rbuf, got) = t.join().unwrap();
     assert_eq!(got, ops);
-    let large = sizes.iter().filter(|&&n| n > big_max).count() as u64;
-    // Payloads up to `big_max` went through the window, larger ones through the fabric (one
+    let count = |f: &dyn Fn(usize) -> bool| sizes.iter().filter(|&&n| f(n)).count() as u64;
+    // Payloads up to `EAGER_MAX` went through the window, those up to `big_max` too where
+    // they found the ring empty (else as rendezvous), larger ones through the fabric (one
     // fabric send each, its header in the window); `sends` and `recvs` count every message.
     let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    assert_eq!(d.counter(0, "window_sends"), sizes.len() as u64 - large);
+    let window = d.counter(0, "window_sends");
+    assert!(
+        (count(&|n| n <= 4096)..=count(&|n| n <= big_max)).contains(&window),
+        "{window} through the window"
+    );
     assert_eq!(d.counter(0, "sends"), sizes.len() as u64);
     assert_eq!(d.counter(0, "send_bytes"), total);
     assert_eq!(d.counter(1, "recvs"), sizes.len() as u64);
@@ -173,6 +178,49 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     let mut v = [0u8; 6];
     rbuf.read_at(0, &mut v);
     assert_eq!((&v, dn.len), (b"honest", 6));
+}
+
+/// A `BIG` goes into the ring only when the ring is empty (`Window::drained`): a stream's
+/// later messages of the same size are rendezvous (one copy by the fabric, none into the
+/// backlog), and the receiver still takes every message whole and in the order sent.
+#[test]
+fn big_messages_that_find_the_ring_busy_go_as_rendezvous_in_order() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let len = ni_abi::window::big_max(2) as usize;
+    const N: usize = 40;
+    let sbuf = a.alloc(N * len).unwrap();
+    let rbuf = b.alloc(len).unwrap();
+    let msg = |i: usize| -> Vec<u8> { (0..len).map(|k| (k * 31 + i * 7) as u8).collect() };
+    let mut ops = vec![];
+    for i in 0..N {
+        sbuf.write_at(i * len, &msg(i));
+        ops.push(a.isend(1, &sbuf, i * len..(i + 1) * len, 6).unwrap());
+    }
+    let t = std::thread::spawn(move || {
+        for o in ops {
+            a.wait(o).unwrap();
+        }
+        a
+    });
+    for i in 0..N {
+        let dn = b.recv(Some(0), &rbuf, 0..len, 6, u64::MAX).unwrap();
+        let mut got = vec![0u8; len];
+        rbuf.read_at(0, &mut got);
+        assert_eq!((dn.len as usize, got == msg(i)), (len, true), "message {i}");
+    }
+    let _a = t.join().unwrap();
+    // The first went into the ring, found empty; the others found it busy.
+    let in_ring = d.counter(0, "window_sends");
+    assert!(
+        in_ring > 0 && in_ring < N as u64,
+        "{in_ring} of {N} through the ring"
+    );
+    assert_eq!(d.counter(0, "sends"), N as u64);
+    assert_eq!(d.counter(1, "window_ring_errors"), 0);
 }
 
 /// A `BIG` that decodes (at most `BIG_MAX`) but is longer than an eighth of this
