@@ -3,9 +3,9 @@
 //!
 //! When the NI's partition has a window, libni matches every tagged message itself: each
 //! send puts a header in the (sender → receiver) ring — with the payload when it is at most
-//! `big_max` bytes of the partition's size (`EAGER_MAX` always; up to 64 KiB where the rings
-//! are large), else as a *ready to send* whose payload the fabric moves (one copy) once the
-//! receiver matched it and posted a fabric receive for it. One ring per pair keeps
+//! `EAGER_MAX` bytes, or at most `big_max` of the partition's size and the ring is empty
+//! (`Window::drained`), else as a *ready to send* whose payload the fabric moves (one copy)
+//! once the receiver matched it and posted a fabric receive for it. One ring per pair keeps
 //! MPI's non-overtaking order; receives match the earliest waiting message, messages the
 //! earliest posted receive, as the fabric does (`fastpath.md`, "Matching and ordering").
 //! Every operation still ends as a completion in `Inner::done`, so `wait`/`test`/`forget`
