@@ -175,6 +175,11 @@ counters! {
     /// Allreduces too large for the window's slots that this NI's client did through the
     /// members' exported scratch (also counted in `collectives` and `collective_bytes`).
     window_large_allreduces,
+    /// Rendezvous messages (larger than the ring's eager ones) this NI's client received by
+    /// copying their payload itself out of the sender's exported region, and their bytes
+    /// (also counted in `recvs` and `recv_bytes`).
+    window_reads,
+    window_read_bytes,
     /// Mappings of peers' exported regions this NI's client was handed, and refused.
     exports,
     exports_refused,

@@ -381,7 +381,10 @@ fn fastpath_requests() {
 /// `BIG`, once the receiver bounded it by its partition's `big_max`, as libni does.
 #[test]
 fn window_ring_headers() {
-    use ni_abi::window::{big_max, kind, ring_slots, Header as WHeader, BIG_MAX, EAGER_MAX, SLOT};
+    use ni_abi::window::{
+        big_max, fin, kind, ring_slots, GetFrom, Header as WHeader, BIG_MAX, EAGER_MAX, GET_LEN,
+        SLOT,
+    };
     let corpus: Vec<Vec<u8>> = [
         WHeader {
             kind: kind::EAGER,
@@ -411,9 +414,31 @@ fn window_ring_headers() {
             id: 0,
             full: 12000,
         },
+        WHeader {
+            kind: kind::GET,
+            len: GET_LEN as u32,
+            tag: 5,
+            id: 7,
+            full: 1 << 20,
+        },
+        WHeader {
+            kind: kind::FIN,
+            len: 0,
+            tag: 7,
+            id: fin::FABRIC,
+            full: 0,
+        },
     ]
     .iter()
     .map(|h| h.encode(&[0x11; 48]).to_vec())
+    .chain(std::iter::once(
+        GetFrom {
+            key: 3,
+            offset: 4096,
+        }
+        .encode()
+        .to_vec(),
+    ))
     .collect();
     fuzz("window ring headers", 4, corpus, |input| {
         let mut b = [0u8; SLOT as usize];
@@ -434,6 +459,18 @@ fn window_ring_headers() {
                     assert!(h.slots() < ring_slots(size), "{h:?} in a ring of {size}");
                 }
             }
+            match h.kind {
+                kind::GET => assert_eq!(h.len as u64, GET_LEN),
+                kind::FIN => assert!(h.len == 0 && h.id <= fin::FABRIC),
+                _ => {}
+            }
+        }
+        // A GET's payload as a peer may write it: only what `encode` writes decodes.
+        let mut g = [0u8; GET_LEN as usize];
+        let n = input.len().min(g.len());
+        g[..n].copy_from_slice(&input[..n]);
+        if let Some(from) = GetFrom::decode(&g) {
+            assert_eq!(from.encode(), g);
         }
     });
 }

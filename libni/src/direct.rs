@@ -19,7 +19,7 @@ use ni_abi::fastpath::{
     coll, dtype, mqcw, op, redop, Completion, Request, Status, ANY_RANK, MQ_MESSAGE,
 };
 use ni_abi::reduce::{apply, identity};
-use ni_abi::window::{self as w, kind, Header};
+use ni_abi::window::{self as w, fin, kind, GetFrom, Header};
 
 /// A mapping of a peer's exported region, and the region's own length.
 pub(crate) type PeerMem = (std::sync::Arc<crate::mem::Mem>, u64);
@@ -70,6 +70,21 @@ pub(crate) enum Arrived {
     Rts {
         id: u64,
     },
+    /// Ready to be read: `full` bytes in the sender's exported region, where `from` says; a
+    /// `FIN` of `id` answers it.
+    Get {
+        id: u64,
+        from: GetFrom,
+        full: u64,
+    },
+}
+
+/// A send whose receiver reads the payload itself (`kind::GET`), until its `FIN`.
+pub(crate) struct Getting {
+    user: u64,
+    tag: u64,
+    addr: u64,
+    len: u64,
 }
 
 /// The collective this rank has in flight in the window (at most one: round `n + 2` reuses
@@ -111,6 +126,11 @@ pub(crate) struct DirectState {
     pub coll_round: u64,
     /// Next rendezvous id per destination (the fabric tag of a large message's payload).
     pub next_rndv: Vec<u64>,
+    /// Sends whose receivers read their payload themselves, by (destination, id).
+    pub gets: std::collections::HashMap<(u32, u64), Getting>,
+    /// Members that answered a `GET` with "use the fabric" (they cannot map a peer's
+    /// region: a guest): sent `RTS`s until they come back anew.
+    pub no_get: Vec<bool>,
     /// Peers' exported regions this process mapped, by `rank << 32 | key` (keys the device
     /// hands out); `None`: refused (asked again once the peer's `REGIONS` word moves, as
     /// the mappings are then dropped). With each mapping, the region's length.
@@ -268,9 +288,36 @@ impl Inner {
             };
             return self.w_put_buffered(op::SEND, kind, dest, payload, tag);
         }
-        // Rendezvous: the payload stays here until the receiver's fabric receive takes it.
+        // Rendezvous: the payload stays here until the receiver takes it — itself, from
+        // this process's exported region, or through the fabric.
         let id = self.d.next_rndv[dest as usize];
         self.d.next_rndv[dest as usize] += 1;
+        if let Some(from) = self.readable_at(dest, addr, len) {
+            let user = self.lib_user();
+            let g = Getting {
+                user,
+                tag,
+                addr,
+                len,
+            };
+            self.d.gets.insert((dest, id), g);
+            let h = Header {
+                kind: kind::GET,
+                len: w::GET_LEN as u32,
+                tag,
+                id,
+                full: len,
+            };
+            if let Ok(true) = self
+                .win
+                .as_mut()
+                .unwrap()
+                .put(dest, h, &from.encode(), || None)
+            {
+                self.wake(&[dest])?;
+            }
+            return Ok(Sent::later(user));
+        }
         let user = self.post(Request {
             opcode: op::SEND,
             rank: dest,
@@ -291,6 +338,97 @@ impl Inner {
             self.wake(&[dest])?;
         }
         Ok(Sent::later(user))
+    }
+
+    /// Where `dest` may read `[addr, addr + len)` itself (`kind::GET`): in one of this
+    /// process's exported regions (`Ni::alloc`'s, each a memory file a peer can be handed),
+    /// from a host process (a guest's regions are guest memory, which no peer maps), toward a
+    /// member that has not asked for the fabric's path.
+    fn readable_at(&self, dest: u32, addr: u64, len: u64) -> Option<GetFrom> {
+        if self.d.no_get[dest as usize] || !self.dev.maps_by_fd() {
+            return None;
+        }
+        let end = addr.checked_add(len)?;
+        match self.exports.range(..=addr).next_back() {
+            Some((&start, &(rlen, key))) if end <= start + rlen => Some(GetFrom {
+                key,
+                offset: addr - start,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A `FIN` from `src` for the send that wrote `GET` `id`: done (`fin::READ`), or its
+    /// payload goes through the fabric (`fin::FABRIC`), as a `RTS`'s would. A `FIN` that
+    /// answers nothing is no honest receiver's: counted, dropped.
+    fn w_fin(&mut self, src: u32, id: u64, status: u64) -> Result<()> {
+        let Some(g) = self.d.gets.remove(&(src, id)) else {
+            self.win.as_ref().unwrap().count(w::stats::RING_ERRORS);
+            return Ok(());
+        };
+        if status == fin::READ {
+            // Counted once read: sent back to the fabric, the fabric's SEND counts it.
+            let win = self.win.as_ref().unwrap();
+            win.count(w::stats::SENDS);
+            win.add(w::stats::BYTES, g.len);
+            self.finish_lib(completion(op::SEND, g.user, Status::Ok, src, g.len, g.tag));
+            return Ok(());
+        }
+        self.d.no_get[src as usize] = true;
+        let r = Request {
+            opcode: op::SEND,
+            rank: src,
+            addr: g.addr,
+            len: g.len,
+            tag: id,
+            ..Default::default()
+        };
+        self.post_or_defer(r, Some((g.user, g.tag)))
+    }
+
+    /// Receive `p` of a `GET` from `src`: the payload copied out of `src`'s exported region
+    /// here, if the daemon lets this process map it and `from` lies in it; the receive's
+    /// completion. `None`: the fabric's path, then.
+    fn w_read_get(
+        &mut self,
+        p: Posted,
+        src: u32,
+        tag: u64,
+        from: GetFrom,
+        full: u64,
+    ) -> std::result::Result<Completion, Posted> {
+        let Some(mem) = self.peer_mem(src, from.key) else {
+            return Err(p);
+        };
+        let (base, region_len) = (mem.0.ptr(), mem.1);
+        if from
+            .offset
+            .checked_add(full)
+            .is_none_or(|end| end > region_len)
+        {
+            // No honest sender names bytes past its region's end.
+            self.win.as_ref().unwrap().count(w::stats::RING_ERRORS);
+            return Err(p);
+        }
+        let cap = p.cap;
+        let c = self.deliver_eager(p, src, tag, full, |_, buf| {
+            // SAFETY: `[offset, offset + full)` lies in the peer's region, inside the mapping
+            // `mem` holds (checked above); `buf` is at most `full` bytes of a receive buffer
+            // in a region this process holds (`deliver_eager` checked it).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    base.add(from.offset as usize),
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            }
+        });
+        if c.status == Status::Ok as u16 || c.status == Status::Truncated as u16 {
+            let win = self.win.as_ref().unwrap();
+            win.count(w::stats::READS);
+            win.add(w::stats::READ_BYTES, full.min(cap));
+        }
+        Ok(c)
     }
 
     /// An MLINK WRITE (`op::PUT`) or READ of `len` bytes between `addr` and `dest`'s region
@@ -710,6 +848,30 @@ impl Inner {
                 };
                 self.post_or_defer(r, Some((p.user, tag)))?;
             }
+            Arrived::Get { id, from, full } => {
+                let status = match self.w_read_get(p, src, tag, from, full) {
+                    Ok(c) => {
+                        self.finish_lib(c);
+                        fin::READ
+                    }
+                    Err(p) => {
+                        // As for a `RTS`: the sender posts the fabric SEND once it reads the
+                        // `FIN`.
+                        self.deliver(p, src, tag, Arrived::Rts { id })?;
+                        fin::FABRIC
+                    }
+                };
+                let h = Header {
+                    kind: kind::FIN,
+                    len: 0,
+                    tag: id,
+                    id: status,
+                    full: 0,
+                };
+                if let Ok(true) = self.win.as_mut().unwrap().put(src, h, &[], || None) {
+                    self.wake(&[src])?;
+                }
+            }
         }
         Ok(())
     }
@@ -723,8 +885,20 @@ impl Inner {
         for ch in &changes {
             if ch.new_incarnation {
                 self.d.next_rndv[ch.rank as usize] = 0;
+                self.d.no_get[ch.rank as usize] = false;
             }
             if !ch.up || ch.new_incarnation {
+                // Sends whose receiver left before it read them (its `FIN`s, sent before it
+                // left, were taken already).
+                let gone: Vec<(u32, u64)> = (self.d.gets.keys())
+                    .filter(|k| k.0 == ch.rank)
+                    .copied()
+                    .collect();
+                for k in gone {
+                    let g = self.d.gets.remove(&k).expect("just seen");
+                    let c = completion(op::SEND, g.user, Status::PeerDown, ch.rank, g.len, g.tag);
+                    self.finish_lib(c);
+                }
                 // Messages still waiting for room toward a client that left are not sent.
                 let dropped = self.win.as_mut().unwrap().drop_backlog(ch.rank);
                 for (_, _, c) in dropped {
@@ -875,6 +1049,27 @@ impl Inner {
                 self.queue_am(h.tag, src, payload);
                 continue;
             }
+            if h.kind == kind::FIN {
+                self.win.as_mut().unwrap().consume(src, &h);
+                self.w_fin(src, h.tag, h.id)?;
+                continue;
+            }
+            // Where a `GET`'s payload lies, judged before it may match a receive.
+            let get_from = if h.kind == kind::GET {
+                let win = self.win.as_mut().unwrap();
+                let mut b = [0u8; w::GET_LEN as usize];
+                win.payload(src, &h, &mut b);
+                let from = GetFrom::decode(&b);
+                if from.is_none() {
+                    // No honest sender's: skipped.
+                    win.consume(src, &h);
+                    win.count(w::stats::RING_ERRORS);
+                    continue;
+                }
+                from
+            } else {
+                None
+            };
             // With `want`, no posted receive is for `src` (the caller checked).
             let (p, wanted) = match want.take() {
                 Some(w) if w.matches(src, h.tag) => (Some(w), true),
@@ -904,8 +1099,16 @@ impl Inner {
                     });
                 }
                 (_, p) => {
-                    self.win.as_mut().unwrap().consume(src, &h);
-                    let what = Arrived::Rts { id: h.id };
+                    let win = self.win.as_mut().unwrap();
+                    win.consume(src, &h);
+                    let what = match get_from {
+                        Some(from) => Arrived::Get {
+                            id: h.id,
+                            from,
+                            full: h.full,
+                        },
+                        None => Arrived::Rts { id: h.id },
+                    };
                     match p {
                         Some(p) => self.deliver(p, src, h.tag, what)?,
                         None => self.d.unexpected.push_back(Unexpected {

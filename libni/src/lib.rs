@@ -292,6 +292,9 @@ struct Inner {
     /// Regions this process registered (address → length), so the direct path never
     /// touches memory the NI may not.
     regions: BTreeMap<u64, u64>,
+    /// `Ni::alloc`'s regions (address → length, key): exported, so a receiver may read a
+    /// large message's payload out of one itself (`kind::GET`).
+    exports: BTreeMap<u64, (u64, u32)>,
     /// The region `registered` found last (start, length): most operations use the one
     /// before. Emptied when a region goes.
     region_hit: std::cell::Cell<(u64, u64)>,
@@ -828,11 +831,13 @@ impl Ni {
             win,
             d: direct::DirectState {
                 next_rndv: vec![0; size as usize],
+                no_get: vec![false; size as usize],
                 peer_gen: vec![None; size as usize],
                 ..Default::default()
             },
             alias: IdMap::default(),
             regions: BTreeMap::new(),
+            exports: BTreeMap::new(),
             region_hit: Default::default(),
             pins: BTreeMap::new(),
             alive: Liveness::new(),
@@ -919,6 +924,7 @@ impl Ni {
             i.regions.insert(mem.iova(), mem.len() as u64);
             let key = i.next_key;
             i.next_key += 1;
+            i.exports.insert(mem.iova(), (mem.len() as u64, key));
             key
         };
         let r = Request {
@@ -1178,6 +1184,18 @@ impl Ni {
     /// there is no window.
     #[doc(hidden)]
     pub fn window_inject(&self, dest: u32, raw: &[u8; ni_abi::window::SLOT as usize]) -> bool {
+        self.window_inject_with(dest, raw, &[])
+    }
+
+    /// [`Ni::window_inject`] with `area` written into the ring's payload area where the
+    /// slot's message keeps its payload (at most the rest of the area before the slot).
+    #[doc(hidden)]
+    pub fn window_inject_with(
+        &self,
+        dest: u32,
+        raw: &[u8; ni_abi::window::SLOT as usize],
+        area: &[u8],
+    ) -> bool {
         let mut i = self.lock();
         // Current member states first: a peer that came up resets the rings toward it.
         if i.w_progress().is_err() {
@@ -1185,7 +1203,7 @@ impl Ni {
         }
         match i.win.as_mut() {
             Some(w) if dest < w.size => {
-                w.inject(dest, raw);
+                w.inject(dest, raw, area);
                 true
             }
             _ => false,
@@ -2443,6 +2461,7 @@ impl Drop for Region {
         }
         match self.pins.take() {
             None => {
+                i.exports.remove(&self.mem.iova());
                 let _ = i.dev.dma_unmap(self.mem.iova(), self.mem.len() as u64);
             }
             Some(held) => {

@@ -341,10 +341,14 @@ impl Window {
         true
     }
 
-    /// Publish one raw slot as the next message to `dst`, whatever it says after its `SEQ`
-    /// (conformance tests: a peer that writes what no sender writes).
-    pub fn inject(&mut self, dst: u32, raw: &[u8; w::SLOT as usize]) {
+    /// Publish one raw slot as the next message to `dst`, whatever it says after its `SEQ`,
+    /// with `area` in its payload area (conformance tests: a peer that writes what no sender
+    /// writes).
+    pub fn inject(&mut self, dst: u32, raw: &[u8; w::SLOT as usize], area: &[u8]) {
         let tail = self.out_tail[dst as usize];
+        if !area.is_empty() {
+            self.write_payload(dst, tail, &area[..area.len().min(self.area_bytes())]);
+        }
         let at = self.out_slot(dst, tail);
         self.mem.write_at((at + 4) as usize, &raw[4..]);
         self.u32(at + w::SEQ)

@@ -75,14 +75,16 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
     let (_b, _rbuf, got) = t.join().unwrap();
     assert_eq!(got, ops);
     let count = |f: &dyn Fn(usize) -> bool| sizes.iter().filter(|&&n| f(n)).count() as u64;
-    // Payloads up to `EAGER_MAX` went through the window, those up to `big_max` too where
-    // they found the ring empty (else as rendezvous), larger ones through the fabric (one
-    // fabric send each, its header in the window); `sends` and `recvs` count every message.
+    // Payloads up to `EAGER_MAX` went in the ring, those up to `big_max` too where they
+    // found the ring empty (else as rendezvous), and the rendezvous' payloads (from the
+    // sender's `alloc` region) the receiver read itself (`kind::GET`): every message went
+    // through the window; `sends` and `recvs` count every message once.
     let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    let window = d.counter(0, "window_sends");
+    assert_eq!(d.counter(0, "window_sends"), sizes.len() as u64);
+    let reads = d.counter(1, "window_reads");
     assert!(
-        (count(&|n| n <= 4096)..=count(&|n| n <= big_max)).contains(&window),
-        "{window} through the window"
+        (count(&|n| n > big_max)..=count(&|n| n > 4096)).contains(&reads),
+        "{reads} read by the receiver"
     );
     assert_eq!(d.counter(0, "sends"), sizes.len() as u64);
     assert_eq!(d.counter(0, "send_bytes"), total);
@@ -213,14 +215,225 @@ fn big_messages_that_find_the_ring_busy_go_as_rendezvous_in_order() {
         assert_eq!((dn.len as usize, got == msg(i)), (len, true), "message {i}");
     }
     let _a = t.join().unwrap();
-    // The first went into the ring, found empty; the others found it busy.
-    let in_ring = d.counter(0, "window_sends");
-    assert!(
-        in_ring > 0 && in_ring < N as u64,
-        "{in_ring} of {N} through the ring"
-    );
+    // The first went into the ring, found empty; the others found it busy and were read
+    // by the receiver from the sender's region.
+    let reads = d.counter(1, "window_reads");
+    assert!(reads > 0 && reads < N as u64, "{reads} of {N} read");
+    assert_eq!(d.counter(0, "window_sends"), N as u64);
+    assert_eq!(d.counter(1, "window_read_bytes"), reads * len as u64);
     assert_eq!(d.counter(0, "sends"), N as u64);
     assert_eq!(d.counter(1, "window_ring_errors"), 0);
+}
+
+/// A message past what the ring carries, sent from an `alloc` region (exported), is read by
+/// the receiver itself out of the sender's region (`kind::GET`, fastpath.md "Tagged
+/// messages"): one copy, no device thread; the send ends only once the receiver read it
+/// (MLINK's rule for a READ: the data is the sender's until taken), a short receive gets
+/// `Truncated` and the send still ends well.
+#[test]
+fn large_messages_are_read_by_the_receiver_and_the_send_ends_when_it_did() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    const LEN: usize = 256 << 10;
+    let sbuf = a.alloc(LEN).unwrap();
+    let rbuf = b.alloc(LEN).unwrap();
+    let msg: Vec<u8> = (0..LEN).map(|k| (k * 13 + 5) as u8).collect();
+    sbuf.write_at(0, &msg);
+    let o = a.isend(1, &sbuf, 0..LEN, 9).unwrap();
+    // Nobody received it yet: however often the sender polls, its send is not done.
+    for _ in 0..50 {
+        a.progress().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        a.test(&o).unwrap().is_none(),
+        "the send ended before a receive took it"
+    );
+    let dn = b.recv(Some(0), &rbuf, 0..LEN, 9, u64::MAX).unwrap();
+    let mut got = vec![0u8; LEN];
+    rbuf.read_at(0, &mut got);
+    assert!(dn.len as usize == LEN && got == msg, "payload read whole");
+    let sent = a.wait(o).unwrap();
+    assert_eq!((sent.len as usize, sent.tag), (LEN, 9));
+    // A receive shorter than the message: its first bytes, `Truncated`; the send is done.
+    let o = a.isend(1, &sbuf, 0..100_000, 10).unwrap();
+    let e = b.recv(Some(0), &rbuf, 0..50_000, 10, u64::MAX).unwrap_err();
+    assert_eq!(status(&e), Some(Status::Truncated), "{e}");
+    rbuf.read_at(0, &mut got[..50_000]);
+    assert_eq!(got[..50_000], msg[..50_000]);
+    a.wait(o).unwrap();
+    assert_eq!(d.counter(1, "window_reads"), 2);
+    assert_eq!(d.counter(1, "window_read_bytes"), LEN as u64 + 50_000);
+    assert_eq!(d.counter(0, "sends"), 2);
+    assert_eq!(d.counter(0, "send_bytes"), LEN as u64 + 100_000);
+    assert_eq!(d.counter(1, "recvs"), 2);
+    for n in 0..2 {
+        assert_eq!(d.counter(n, "window_ring_errors"), 0);
+    }
+}
+
+/// Application memory (`Ni::register`) is not exported — its pages may hold anything else —
+/// so a large message from it is a `RTS` whose payload the fabric copies, as before.
+#[test]
+fn large_messages_from_registered_memory_go_through_the_fabric() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    const LEN: usize = 200_000;
+    let mut heap = vec![0u8; LEN];
+    // SAFETY: `heap` outlives the region (dropped after it, below).
+    let sreg = unsafe { a.register(heap.as_mut_ptr(), LEN, true, false) }.unwrap();
+    let msg: Vec<u8> = (0..LEN).map(|k| (k * 3 + 1) as u8).collect();
+    sreg.write_at(0, &msg);
+    let rbuf = b.alloc(LEN).unwrap();
+    let t = std::thread::spawn(move || {
+        b.recv(Some(0), &rbuf, 0..LEN, 4, u64::MAX).unwrap();
+        let mut got = vec![0u8; LEN];
+        rbuf.read_at(0, &mut got);
+        (b, got)
+    });
+    a.send(1, &sreg, 0..LEN, 4).unwrap();
+    let (_b, got) = t.join().unwrap();
+    assert!(got == msg, "payload whole");
+    assert_eq!(d.counter(1, "window_reads"), 0);
+    assert_eq!(d.counter(0, "sends"), 1);
+    assert_eq!(d.counter(1, "recv_bytes"), LEN as u64);
+    drop(sreg);
+    drop(heap);
+}
+
+/// What a peer can write as a `GET` and a `FIN` that no honest member writes: a `GET` whose
+/// payload-area bytes are not a `GetFrom` (skipped, counted); one naming a key the daemon
+/// will not map, or bytes past its region (the receiver answers "use the fabric" and waits
+/// for the fabric's SEND of that id, which delivers the message, checked, when an honest
+/// sender posts it); a `FIN` answering nothing (counted by the sender, dropped). Neither
+/// side reads or writes outside what it may, and an honest large message still arrives.
+#[test]
+fn lying_gets_and_fins_are_refused_and_counted() {
+    use ni_abi::fastpath::{op, Request};
+    use ni_abi::window::{fin, kind, GetFrom, Header, GET_LEN};
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    const LEN: usize = 100_000;
+    let sbuf = a.alloc(LEN).unwrap();
+    let rbuf = b.alloc(LEN).unwrap();
+    let msg: Vec<u8> = (0..LEN).map(|k| (k * 5 + 3) as u8).collect();
+    sbuf.write_at(0, &msg);
+    let get = |tag: u64, id: u64| {
+        Header {
+            kind: kind::GET,
+            len: GET_LEN as u32,
+            tag,
+            id,
+            full: LEN as u64,
+        }
+        .encode(&[])
+    };
+    let wait_for = |node: u32, name: &str, want: u64| {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while d.counter(node, name) != want {
+            assert!(
+                std::time::Instant::now() < until,
+                "{name} of NI {node} stays {}",
+                d.counter(node, name)
+            );
+            a.progress().unwrap();
+            b.progress().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    // Reserved bytes set: no honest sender's.
+    let mut bad = GetFrom {
+        key: sbuf.key(),
+        offset: 0,
+    }
+    .encode();
+    bad[20] = 1;
+    assert!(a.window_inject_with(1, &get(100, 1000), &bad));
+    let o = b.irecv(Some(0), &rbuf, 0..LEN, 100, u64::MAX).unwrap();
+    let e = b
+        .wait_timeout(o, Some(Duration::from_millis(200)))
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert_eq!(d.counter(1, "window_ring_errors"), 1);
+    // Bytes past the region's end: counted; the receiver asks for the fabric instead, and
+    // the sender finds its `FIN` answers no `GET` of its own.
+    let past = GetFrom {
+        key: sbuf.key(),
+        offset: (LEN as u64).next_multiple_of(4096),
+    };
+    assert!(a.window_inject_with(1, &get(101, 1001), &past.encode()));
+    let o = b.irecv(Some(0), &rbuf, 0..LEN, 101, u64::MAX).unwrap();
+    let e = b
+        .wait_timeout(o, Some(Duration::from_millis(200)))
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert_eq!(d.counter(1, "window_ring_errors"), 2);
+    wait_for(0, "window_ring_errors", 1);
+    // A key the daemon does not map (this process has no region 9999): refused, so the
+    // fabric carries it — the receive ends once the fabric SEND of that id comes.
+    assert!(a.window_inject_with(
+        1,
+        &get(102, 1002),
+        &GetFrom {
+            key: 9999,
+            offset: 0
+        }
+        .encode()
+    ));
+    let o = b.irecv(Some(0), &rbuf, 0..LEN, 102, u64::MAX).unwrap();
+    wait_for(0, "window_ring_errors", 2);
+    assert!(d.counter(1, "exports_refused") >= 1);
+    let s = a
+        .submit(Request {
+            opcode: op::SEND,
+            rank: 1,
+            addr: sbuf.iova(),
+            len: LEN as u64,
+            tag: 1002,
+            ..Default::default()
+        })
+        .unwrap();
+    a.wait(s).unwrap();
+    let dn = b.wait(o).unwrap();
+    let mut got = vec![0u8; LEN];
+    rbuf.read_at(0, &mut got);
+    assert!(
+        (dn.len as usize, dn.tag, got == msg) == (LEN, 102, true),
+        "{dn:?}"
+    );
+    // A `FIN` for nothing.
+    let fin_raw = Header {
+        kind: kind::FIN,
+        len: 0,
+        tag: 77,
+        id: fin::READ,
+        full: 0,
+    }
+    .encode(&[]);
+    assert!(b.window_inject(0, &fin_raw));
+    wait_for(0, "window_ring_errors", 3);
+    // The honest path still works, read by the receiver.
+    sbuf.write_at(0, &msg[1..]);
+    let t = std::thread::spawn(move || {
+        b.recv(Some(0), &rbuf, 0..LEN, 103, u64::MAX).unwrap();
+        let mut got = vec![0u8; LEN - 1];
+        rbuf.read_at(0, &mut got);
+        (b, got)
+    });
+    a.send(1, &sbuf, 0..LEN - 1, 103).unwrap();
+    let (_b, got) = t.join().unwrap();
+    assert!(got[..] == msg[1..], "honest message after the lies");
+    assert_eq!(d.counter(1, "window_reads"), 1);
+    assert_eq!(d.counter(1, "window_ring_errors"), 2);
 }
 
 /// A `BIG` that decodes (at most `BIG_MAX`) but is longer than an eighth of this

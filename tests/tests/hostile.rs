@@ -583,28 +583,41 @@ fn lanai_drd_chain_linked_to_itself_is_cut_off() {
     });
     // Flood the pointer FIFOs with self-linked chains: each is 65536 DRDs of work.
     let t = Instant::now();
-    let mut worst_flood = Duration::ZERO;
+    let mut writes = Vec::with_capacity(4000);
     for i in 0..4000 {
         let t1 = Instant::now();
         let (ch, at) = if i % 2 == 0 { (0, DRD_A) } else { (1, DRD_B) };
         a.special_write(lanai::DMA_POINTER[ch], 4, at as u64)
             .unwrap();
-        worst_flood = worst_flood.max(t1.elapsed());
+        writes.push(t1.elapsed());
     }
     let flood = t.elapsed();
+    writes.sort_unstable();
+    // A write that ran its chain inline would make every write slow (110 ms each in a debug
+    // build): the 99th percentile says so. The worst one alone can be a thread descheduled
+    // for a while on two busy vCPUs (149 ms seen once, while the other tests of this file
+    // ran beside it); it bounds only a stall.
+    let (p99_flood, worst_flood) = (writes[writes.len() * 99 / 100], writes[writes.len() - 1]);
     std::thread::sleep(Duration::from_millis(1500));
     let t1 = Instant::now();
     let more = counter(&sc.d, ATTACKER, "dma_chain_aborts").unwrap();
     let ctl = t1.elapsed();
     sc.note(format!(
-        "4000 chains queued in {} (worst write {}); {} more cut off 1.5 s later; control \
-         request {}",
+        "4000 chains queued in {} (99th percentile write {}, worst {}); {} more cut off \
+         1.5 s later; control request {}",
         ms(flood),
+        ms(p99_flood),
         ms(worst_flood),
         more.saturating_sub(aborts0 + 2),
         ms(ctl)
     ));
-    sc.check(worst_flood < Duration::from_millis(100), || {
+    sc.check(p99_flood < Duration::from_millis(100), || {
+        format!(
+            "pointer writes took {} (99th percentile) under the flood",
+            ms(p99_flood)
+        )
+    });
+    sc.check(worst_flood < Duration::from_secs(1), || {
         format!("a pointer write took {} under the flood", ms(worst_flood))
     });
     sc.check(more > aborts0 + 2, || {

@@ -70,7 +70,9 @@ pub mod hdr {
     /// 10: payloads beyond [`super::INLINE`] in the ring's payload area, in one piece
     /// ([`super::payload_area`]); no continuation slots; rings up to 512 KiB.
     /// 11: eager messages up to [`super::big_max`] (`kind::BIG`).
-    pub const VERSION_VALUE: u32 = 11;
+    /// 12: rendezvous read by the receiver from the sender's exported region (`kind::GET`,
+    /// `kind::FIN`).
+    pub const VERSION_VALUE: u32 = 12;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -216,6 +218,10 @@ pub mod stats {
     /// this member's bytes in them.
     pub const LARGE_ALLREDUCES: u64 = 144;
     pub const LARGE_ALLREDUCE_BYTES: u64 = 152;
+    /// Rendezvous messages (`kind::GET`) this rank read itself from their sender's exported
+    /// region, and their bytes (also counted in `RECVS`, `RECV_BYTES`).
+    pub const READS: u64 = 160;
+    pub const READ_BYTES: u64 = 168;
 }
 
 /// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at
@@ -379,6 +385,56 @@ pub mod kind {
     /// partition's size): `len` 0, the length in `full` (@16), the payload in the payload
     /// area as an eager one's.
     pub const BIG: u8 = 4;
+    /// Ready to be read: a rendezvous whose payload the receiver copies itself out of the
+    /// sender's exported region (`Ni::alloc`'s), as a `get` would. `id` and `full` as a
+    /// `RTS`'s; `len` is [`super::GET_LEN`], the [`super::GetFrom`] in the payload area.
+    /// The receiver answers with a `FIN` of the same `id`.
+    pub const GET: u8 = 5;
+    /// The receiver's answer to a `GET` (in its ring back to the sender): `tag` the `GET`'s
+    /// `id`, @16 a [`super::fin`] status — read (the send is done), or "use the fabric" (it
+    /// could not map the region: the sender posts the fabric `SEND` of tag `id` a `RTS`
+    /// would have, and the receiver its `RECV`). `len` 0.
+    pub const FIN: u8 = 6;
+}
+
+/// A `FIN`'s status (@16).
+pub mod fin {
+    /// The receiver copied the payload: the sender's send is done.
+    pub const READ: u64 = 0;
+    /// The receiver could not read the region: the payload goes through the fabric, as a
+    /// `RTS`'s (fabric tag = the `GET`'s `id`).
+    pub const FABRIC: u64 = 1;
+}
+
+/// Payload bytes of a `kind::GET` (in the payload area: more than [`INLINE`]).
+pub const GET_LEN: u64 = 32;
+
+/// Where a `kind::GET`'s payload lies: region `key` of the sender, from `offset`. In the
+/// payload area: `key` u32 @0, zero u32 @4, `offset` u64 @8, zeros to [`GET_LEN`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GetFrom {
+    pub key: u32,
+    pub offset: u64,
+}
+
+impl GetFrom {
+    pub fn encode(&self) -> [u8; GET_LEN as usize] {
+        let mut b = [0u8; GET_LEN as usize];
+        b[..4].copy_from_slice(&self.key.to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b
+    }
+
+    /// `None` if no honest sender writes it (the reserved bytes not zero).
+    pub fn decode(b: &[u8; GET_LEN as usize]) -> Option<GetFrom> {
+        if b[4..8].iter().chain(&b[16..]).any(|&x| x != 0) {
+            return None;
+        }
+        Some(GetFrom {
+            key: u32::from_le_bytes(b[..4].try_into().unwrap()),
+            offset: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+        })
+    }
 }
 
 /// The largest payload carried in the ring in every partition (`kind::EAGER`).
@@ -431,8 +487,9 @@ pub const fn seq_for(index: u32) -> u32 {
 }
 
 /// A ring message's header: `kind`, `len` (payload bytes in the ring), `tag`, and for a
-/// `RTS` the fabric tag `id` of its payload and its length `full` (an eager message's `full`
-/// is its `len`).
+/// `RTS` or a `GET` the fabric tag `id` of its payload and its length `full` (an eager
+/// message's `full` is its `len`). A `FIN` carries the `GET`'s `id` in `tag` and its
+/// [`fin`] status in `id`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Header {
     pub kind: u8,
@@ -464,8 +521,10 @@ impl Header {
             self.len as u16
         };
         let w0 = ((self.kind as u64) << 32) | ((len as u64) << 48);
-        let (w2, w3) = if self.kind == kind::RTS {
+        let (w2, w3) = if self.kind == kind::RTS || self.kind == kind::GET {
             (self.id, self.full)
+        } else if self.kind == kind::FIN {
+            (self.id, 0)
         } else if self.kind == kind::BIG {
             (self.full, 0)
         } else {
@@ -502,6 +561,27 @@ impl Header {
                 id: u64::from_le_bytes(b[16..24].try_into().unwrap()),
                 full: u64::from_le_bytes(b[24..32].try_into().unwrap()),
             },
+            kind::GET if len as u64 == GET_LEN && pad == 0 => Header {
+                kind,
+                len,
+                tag,
+                id: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+                full: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+            },
+            kind::FIN if len == 0 && pad == 0 => {
+                let status = u64::from_le_bytes(b[16..24].try_into().unwrap());
+                let rest = u64::from_le_bytes(b[24..32].try_into().unwrap());
+                if status > fin::FABRIC || rest != 0 {
+                    return None;
+                }
+                Header {
+                    kind,
+                    len,
+                    tag,
+                    id: status,
+                    full: 0,
+                }
+            }
             kind::BIG if len == 0 && pad == 0 => {
                 let full = u64::from_le_bytes(b[16..24].try_into().unwrap());
                 if full <= EAGER_MAX || full > BIG_MAX {
@@ -517,7 +597,8 @@ impl Header {
             }
             _ => return None,
         };
-        (h.kind != kind::RTS || h.full <= crate::fastpath::MAX_TRANSFER).then_some(h)
+        let rendezvous = h.kind == kind::RTS || h.kind == kind::GET;
+        (!rendezvous || h.full <= crate::fastpath::MAX_TRANSFER).then_some(h)
     }
 
     /// Ring slots the message takes, header included.
@@ -564,6 +645,7 @@ const _: () = {
     assert!(zone::STATS + stats::LEN <= zone::MQ_STATS);
     assert!(zone::MQ_STATS + MAX_RANKS as u64 * MQ_STATS_LEN <= zone::HEADS);
     assert!(stats::LARGE_ALLREDUCE_BYTES + 8 <= stats::LEN);
+    assert!(stats::READ_BYTES + 8 <= stats::LEN);
     assert!(stats::GET_BYTES + 8 <= stats::LEN);
     assert!(REGIONS + 4 <= REACH && REACH.is_multiple_of(8) && REACH - STATE + 8 <= LINE);
     assert!(zone::HEADS + MAX_RANKS as u64 * LINE <= zone::COLL);

@@ -347,6 +347,9 @@ impl Fabric {
             c.err_queue_full += ws.mq_rejected_mine;
             // Allreduces through exported scratch are collectives too.
             c.window_large_allreduces = ws.large_allreduces;
+            // Rendezvous payloads the client read from their senders' regions itself.
+            c.window_reads = ws.reads;
+            c.window_read_bytes = ws.read_bytes;
             c.collectives += ws.large_allreduces;
             c.collective_bytes += ws.large_allreduce_bytes;
             c.puts += ws.puts;

@@ -184,6 +184,8 @@ pub struct WindowStats {
     pub mq_rejected_mine: u64,
     pub large_allreduces: u64,
     pub large_allreduce_bytes: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
 }
 
 /// A window across a daemon handover (`crate::handover`): its memfds (device-writable
@@ -521,6 +523,8 @@ impl Window {
             mq_sends: r(w::stats::MQ_SENDS),
             large_allreduces: r(w::stats::LARGE_ALLREDUCES),
             large_allreduce_bytes: r(w::stats::LARGE_ALLREDUCE_BYTES),
+            reads: r(w::stats::READS),
+            read_bytes: r(w::stats::READ_BYTES),
             mq_stored_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_STORED),
             mq_rejected_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_REJECTED),
             mq_rejected_mine: self.mq_sum(|d| w::mq_stats(rank, d) + w::MQ_REJECTED),
