@@ -23,6 +23,10 @@ fn status(e: &Error) -> Option<Status> {
     }
 }
 
+/// Every size, from exported memory (`Ni::alloc`) and from the application's own
+/// (`Ni::register`), with one tag: the receiver sees them in the order sent, whichever way
+/// each payload travelled — in the ring (eager, `BIG`), read by the receiver out of the
+/// sender's region (`GET`), or copied by the fabric (`RTS`).
 #[test]
 fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
     if window_off() {
@@ -32,11 +36,13 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
     let (a, b) = d.attach_pair();
     assert!(a.direct() && b.direct(), "partition of 2 gets a window");
     const BIG: usize = 1 << 20;
-    let sbuf = a.alloc(BIG).unwrap();
+    let exported = a.alloc(BIG).unwrap();
+    let mut heap = vec![0u8; BIG];
+    // SAFETY: `heap` outlives the region (dropped after it, below).
+    let own = unsafe { a.register(heap.as_mut_ptr(), BIG, true, false) }.unwrap();
     let rbuf = b.alloc(BIG).unwrap();
-    // Sizes straddling the inline bytes, `EAGER_MAX` (a `BIG` beyond it) and `big_max`
-    // (a rendezvous beyond it), all with one tag: the receiver must see them in the order
-    // sent, whichever path carried the payload.
+    // Sizes straddling the inline bytes, `EAGER_MAX` (a `BIG` or a `GET` beyond it) and
+    // `big_max` (a `RTS` or a `GET` beyond it).
     let big_max = ni_abi::window::big_max(2) as usize;
     let sizes = [
         0usize,
@@ -53,9 +59,10 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
         big_max + 1,
         7,
     ];
+    let n = 2 * sizes.len();
     let t = std::thread::spawn(move || {
         let mut got = vec![];
-        for _ in 0..sizes.len() {
+        for _ in 0..n {
             let dn = b.recv(Some(0), &rbuf, 0..BIG, 5, u64::MAX).unwrap();
             let mut v = vec![0u8; dn.len as usize];
             rbuf.read_at(0, &mut v);
@@ -63,32 +70,38 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
         }
         (b, rbuf, got)
     });
-    let mut ops = vec![];
-    for (i, &n) in sizes.iter().enumerate() {
-        let v: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
-        sbuf.write_at(0, &v);
-        // Blocking sends: the eager ones complete at once (buffered), the large ones when
-        // the receiver's fabric receive took them.
-        a.send(1, &sbuf, 0..n, 5).unwrap();
-        ops.push(v);
+    let mut sent = vec![];
+    for (from, sbuf) in [&exported, &own].into_iter().enumerate() {
+        for (i, &n) in sizes.iter().enumerate() {
+            let v: Vec<u8> = (0..n).map(|k| (k * 7 + i + from) as u8).collect();
+            sbuf.write_at(0, &v);
+            // Blocking sends: the ones in the ring complete at once (buffered), the others
+            // once the receiver took them.
+            a.send(1, sbuf, 0..n, 5).unwrap();
+            sent.push(v);
+        }
     }
     let (_b, _rbuf, got) = t.join().unwrap();
-    assert_eq!(got, ops);
+    assert!(got == sent, "messages out of order or garbled");
+    drop(own);
+    drop(heap);
     let count = |f: &dyn Fn(usize) -> bool| sizes.iter().filter(|&&n| f(n)).count() as u64;
-    // Payloads up to `EAGER_MAX` went in the ring, those up to `big_max` too where they
-    // found the ring empty (else as rendezvous), and the rendezvous' payloads (from the
-    // sender's `alloc` region) the receiver read itself (`kind::GET`): every message went
-    // through the window; `sends` and `recvs` count every message once.
-    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    assert_eq!(d.counter(0, "window_sends"), sizes.len() as u64);
-    let reads = d.counter(1, "window_reads");
+    // From exported memory every message went through the window: in the ring up to
+    // `EAGER_MAX`, read by the receiver past it. From the application's, up to `EAGER_MAX`
+    // in the ring, up to `big_max` too where it found the ring empty, else through the
+    // fabric. `sends` and `recvs` count every message once.
+    let total: u64 = 2 * sizes.iter().map(|&n| n as u64).sum::<u64>();
+    let window = d.counter(0, "window_sends");
+    let eager = count(&|n| n <= 4096);
     assert!(
-        (count(&|n| n > big_max)..=count(&|n| n > 4096)).contains(&reads),
-        "{reads} read by the receiver"
+        (sizes.len() as u64 + eager..=sizes.len() as u64 + count(&|n| n <= big_max))
+            .contains(&window),
+        "{window} through the window"
     );
-    assert_eq!(d.counter(0, "sends"), sizes.len() as u64);
+    assert_eq!(d.counter(1, "window_reads"), count(&|n| n > 4096));
+    assert_eq!(d.counter(0, "sends"), n as u64);
     assert_eq!(d.counter(0, "send_bytes"), total);
-    assert_eq!(d.counter(1, "recvs"), sizes.len() as u64);
+    assert_eq!(d.counter(1, "recvs"), n as u64);
     assert_eq!(d.counter(1, "recv_bytes"), total);
     assert_eq!(d.counter(1, "window_ring_errors"), 0);
 }
@@ -184,7 +197,9 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
 
 /// A `BIG` goes into the ring only when the ring is empty (`Window::drained`): a stream's
 /// later messages of the same size are rendezvous (one copy by the fabric, none into the
-/// backlog), and the receiver still takes every message whole and in the order sent.
+/// backlog), and the receiver still takes every message whole and in the order sent. The
+/// sender's memory is the application's (`Ni::register`): from an `alloc` region the
+/// receiver would read every one itself (`kind::GET`), and no `BIG` is written.
 #[test]
 fn big_messages_that_find_the_ring_busy_go_as_rendezvous_in_order() {
     if window_off() {
@@ -194,7 +209,9 @@ fn big_messages_that_find_the_ring_busy_go_as_rendezvous_in_order() {
     let (a, b) = d.attach_pair();
     let len = ni_abi::window::big_max(2) as usize;
     const N: usize = 40;
-    let sbuf = a.alloc(N * len).unwrap();
+    let mut heap = vec![0u8; N * len];
+    // SAFETY: `heap` outlives the region (dropped after the sends ended and the region).
+    let sbuf = unsafe { a.register(heap.as_mut_ptr(), N * len, true, false) }.unwrap();
     let rbuf = b.alloc(len).unwrap();
     let msg = |i: usize| -> Vec<u8> { (0..len).map(|k| (k * 31 + i * 7) as u8).collect() };
     let mut ops = vec![];
@@ -206,7 +223,7 @@ fn big_messages_that_find_the_ring_busy_go_as_rendezvous_in_order() {
         for o in ops {
             a.wait(o).unwrap();
         }
-        a
+        (a, sbuf)
     });
     for i in 0..N {
         let dn = b.recv(Some(0), &rbuf, 0..len, 6, u64::MAX).unwrap();
@@ -214,14 +231,17 @@ fn big_messages_that_find_the_ring_busy_go_as_rendezvous_in_order() {
         rbuf.read_at(0, &mut got);
         assert_eq!((dn.len as usize, got == msg(i)), (len, true), "message {i}");
     }
-    let _a = t.join().unwrap();
-    // The first went into the ring, found empty; the others found it busy and were read
-    // by the receiver from the sender's region.
-    let reads = d.counter(1, "window_reads");
-    assert!(reads > 0 && reads < N as u64, "{reads} of {N} read");
-    assert_eq!(d.counter(0, "window_sends"), N as u64);
-    assert_eq!(d.counter(1, "window_read_bytes"), reads * len as u64);
+    let (_a, sbuf) = t.join().unwrap();
+    drop(sbuf);
+    drop(heap);
+    // The first went into the ring, found empty; the others found it busy.
+    let in_ring = d.counter(0, "window_sends");
+    assert!(
+        in_ring > 0 && in_ring < N as u64,
+        "{in_ring} of {N} through the ring"
+    );
     assert_eq!(d.counter(0, "sends"), N as u64);
+    assert_eq!(d.counter(1, "window_reads"), 0);
     assert_eq!(d.counter(1, "window_ring_errors"), 0);
 }
 
@@ -468,7 +488,11 @@ fn a_big_message_longer_than_the_rings_take_is_refused_and_counted() {
         .unwrap_err();
     assert!(matches!(e, Error::Timeout(_)), "{e}");
     assert_eq!(d.counter(1, "window_ring_errors"), 1);
-    let sbuf = a.alloc(max).unwrap();
+    // The application's memory: from an `alloc` region the receiver would read the
+    // message itself (`kind::GET`), and the send would wait for the receive.
+    let mut heap = vec![0u8; max];
+    // SAFETY: `heap` outlives the region (dropped after it, below).
+    let sbuf = unsafe { a.register(heap.as_mut_ptr(), max, true, false) }.unwrap();
     for n in [4097, max] {
         let v: Vec<u8> = (0..n).map(|k| (k * 13 + n) as u8).collect();
         sbuf.write_at(0, &v);
@@ -484,6 +508,8 @@ fn a_big_message_longer_than_the_rings_take_is_refused_and_counted() {
         "both went through the window"
     );
     assert_eq!(d.counter(1, "window_ring_errors"), 1);
+    drop(sbuf);
+    drop(heap);
 }
 
 #[test]

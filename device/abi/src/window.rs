@@ -448,8 +448,9 @@ pub const BIG_MAX: u64 = 32 << 10;
 
 /// The largest eager payload in a partition of `size` members: up to [`BIG_MAX`] where an
 /// eighth of the ring's payload area holds it (2 members: 32 KiB; 3–4: 16; 5–8: 8; 9 and
-/// more: [`EAGER_MAX`]). Between 4 KiB and this a message goes as one `kind::BIG` in the
-/// ring (two copies, no device thread: 8 KiB half round trip 8.5 → 1.3 µs) instead of a
+/// more: [`EAGER_MAX`]). Between 4 KiB and this a message from memory the receiver cannot
+/// read itself (`kind::GET` needs an exported region) goes as one `kind::BIG` in the ring
+/// (two copies, no device thread: 8 KiB half round trip 8.5 → 1.3 µs) instead of a
 /// rendezvous through the fabric. A receiver refuses (counts, skips) a `BIG` beyond it.
 pub const fn big_max(size: u32) -> u64 {
     let eighth = payload_area(ring_bytes(size)) / 8;

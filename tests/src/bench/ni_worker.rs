@@ -36,6 +36,9 @@ pub struct NiLink {
     ctl: Region,
     mq: MessageQueue,
     mq_src: Region,
+    /// Point-to-point receives' buffer: sends go from `buf`, as the MPI programs' (and OSU's)
+    /// go from one buffer and receive into another.
+    recv: Region,
     /// Collectives' receive buffer (allocated last, only when collectives run).
     rbuf: Option<Region>,
     ops: Vec<Op>,
@@ -50,6 +53,7 @@ impl NiLink {
     pub fn new(max_bytes: usize, collectives: bool) -> R<NiLink> {
         let ni = Ni::attach().map_err(e)?;
         let buf = ni.alloc(max_bytes.max(4096)).map_err(e)?;
+        let recv = ni.alloc(max_bytes.max(4096)).map_err(e)?;
         let ctl = ni.alloc(4096).map_err(e)?;
         let mq = ni.mq_create(MQ_LIMIT, 0).map_err(e)?;
         let mq_src = ni.alloc(4096).map_err(e)?;
@@ -68,6 +72,7 @@ impl NiLink {
         Ok(NiLink {
             ni,
             buf,
+            recv,
             ctl,
             mq,
             mq_src,
@@ -211,12 +216,12 @@ impl Link for NiLink {
                 for _ in 0..c.n {
                     if me == 0 {
                         let back = ni
-                            .irecv(Some(1), &self.buf, 0..size, TAG_BACK, u64::MAX)
+                            .irecv(Some(1), &self.recv, 0..size, TAG_BACK, u64::MAX)
                             .map_err(e)?;
                         ni.send(1, &self.buf, 0..size, TAG_DATA).map_err(e)?;
                         ni.wait(back).map_err(e)?;
                     } else if me == 1 {
-                        ni.recv(Some(0), &self.buf, 0..size, TAG_DATA, u64::MAX)
+                        ni.recv(Some(0), &self.recv, 0..size, TAG_DATA, u64::MAX)
                             .map_err(e)?;
                         ni.send(0, &self.buf, 0..size, TAG_BACK).map_err(e)?;
                     }
@@ -258,7 +263,7 @@ impl Link for NiLink {
                         for _ in 0..c.window {
                             let o = self
                                 .ni
-                                .irecv(Some(peer), &self.buf, 0..size, TAG_DATA, u64::MAX)
+                                .irecv(Some(peer), &self.recv, 0..size, TAG_DATA, u64::MAX)
                                 .map_err(e)?;
                             self.ops.push(o);
                         }
