@@ -77,6 +77,9 @@ pub(crate) enum Arrived {
         from: GetFrom,
         full: u64,
     },
+    /// A `GET` whose sender left before a receive matched it: its region, and the key that
+    /// named it, went with it (the key may name a region of the sender's next incarnation).
+    Gone,
 }
 
 /// A send whose receiver reads the payload itself (`kind::GET`), until its `FIN`.
@@ -858,6 +861,9 @@ impl Inner {
                 };
                 self.post_or_defer(r, Some((p.user, tag)))?;
             }
+            Arrived::Gone => {
+                self.finish_lib(completion(op::RECV, p.user, Status::PeerDown, src, 0, tag));
+            }
             Arrived::Get { id, from, full } => {
                 let status = match self.w_read_get(p, src, tag, from, full) {
                     Ok(c) => {
@@ -915,6 +921,12 @@ impl Inner {
                     if let Some(mut c) = c {
                         c.status = Status::PeerDown as u16;
                         self.finish_lib(c);
+                    }
+                }
+                // What it left to be read is gone with it.
+                for m in self.d.unexpected.iter_mut() {
+                    if m.src == ch.rank && matches!(m.what, Arrived::Get { .. }) {
+                        m.what = Arrived::Gone;
                     }
                 }
                 // Receives named for the client that left fail; messages it sent before

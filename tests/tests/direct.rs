@@ -295,6 +295,44 @@ fn large_messages_are_read_by_the_receiver_and_the_send_ends_when_it_did() {
     }
 }
 
+/// A `GET` names the sender's region by key, and keys are the sender's client's own: a
+/// sender that left before its message was received takes its region with it, and the key
+/// may name a region of the next client on that NI. The receive fails with `peer down`; it
+/// never reads the newcomer's memory.
+#[test]
+fn a_get_whose_sender_left_fails_and_never_reads_its_successor() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    const LEN: usize = 64 << 10;
+    let sbuf = a.alloc(LEN).unwrap();
+    sbuf.write_at(0, &[0xAA; LEN]);
+    let key = sbuf.key();
+    let _pending = a.isend(1, &sbuf, 0..LEN, 1).unwrap();
+    // The receiver takes the `GET` from its ring (written by `isend`: the ring was empty)
+    // before any receive wants it.
+    for _ in 0..10 {
+        b.progress().unwrap();
+    }
+    drop(sbuf);
+    drop(a);
+    // A new client on the sender's NI, its first region under the same key.
+    let a2 = Ni::attach_path(&d.sock(0)).unwrap();
+    a2.wait_for_partition(Duration::from_secs(10)).unwrap();
+    let other = a2.alloc(LEN).unwrap();
+    assert_eq!(other.key(), key, "the newcomer's region takes the same key");
+    other.write_at(0, &[0x55; LEN]);
+    let rbuf = b.alloc(LEN).unwrap();
+    let e = b.recv(Some(0), &rbuf, 0..LEN, 1, u64::MAX).unwrap_err();
+    assert_eq!(status(&e), Some(Status::PeerDown), "{e}");
+    let mut got = vec![0u8; LEN];
+    rbuf.read_at(0, &mut got);
+    assert!(got.iter().all(|&x| x == 0), "read the newcomer's memory");
+    assert_eq!(d.counter(1, "window_reads"), 0);
+}
+
 /// Application memory (`Ni::register`) is not exported — its pages may hold anything else —
 /// so a large message from it is a `RTS` whose payload the fabric copies, as before.
 #[test]
