@@ -77,8 +77,8 @@ pub(crate) enum Arrived {
         from: GetFrom,
         full: u64,
     },
-    /// A `GET` whose sender left before a receive matched it: its region, and the key that
-    /// named it, went with it (the key may name a region of the sender's next incarnation).
+    /// A `GET` or `RTS` whose sender left before a receive matched it: its region (or
+    /// fabric SEND) went with it, and what named it may name the next client's.
     Gone,
 }
 
@@ -892,6 +892,16 @@ impl Inner {
         Ok(())
     }
 
+    /// What `rank` left to be read, before it left, is gone with it: a `GET`'s region, a
+    /// `RTS`'s fabric SEND (whose `id` the next client on that NI starts again from 0).
+    fn forget_gone(&mut self, rank: u32) {
+        for m in self.d.unexpected.iter_mut() {
+            if m.src == rank && !matches!(m.what, Arrived::Eager(_)) {
+                m.what = Arrived::Gone;
+            }
+        }
+    }
+
     /// Act on what changed in the members' states (`Window::refresh`, which already reset
     /// the rings of members that came back), once what they sent before has been taken.
     fn w_states(&mut self, changes: Vec<crate::window::Change>) -> Result<()> {
@@ -923,11 +933,9 @@ impl Inner {
                         self.finish_lib(c);
                     }
                 }
-                // What it left to be read is gone with it.
-                for m in self.d.unexpected.iter_mut() {
-                    if m.src == ch.rank && matches!(m.what, Arrived::Get { .. }) {
-                        m.what = Arrived::Gone;
-                    }
+                // Still gone: what this pass took from it was sent before it left.
+                if !ch.up {
+                    self.forget_gone(ch.rank);
                 }
                 // Receives named for the client that left fail; messages it sent before
                 // leaving were taken from its ring already and still match.
@@ -1007,6 +1015,12 @@ impl Inner {
                 vec![]
             }
         };
+        // Before taking what a member that came back sent anew (from its fresh ring).
+        for ch in &changes {
+            if !ch.up || ch.new_incarnation {
+                self.forget_gone(ch.rank);
+            }
+        }
         let size = self.win.as_ref().unwrap().size;
         let mut failed = Ok(());
         for src in 0..size {

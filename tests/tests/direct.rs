@@ -333,6 +333,50 @@ fn a_get_whose_sender_left_fails_and_never_reads_its_successor() {
     assert_eq!(d.counter(1, "window_reads"), 0);
 }
 
+/// The same for a `RTS` (memory the application registered): its payload waited in the
+/// departed client's fabric SEND, whose `id` the next client on that NI starts again from 0.
+/// The old receive fails with `peer down`; the newcomer's message goes to its own receive.
+#[test]
+fn an_rts_whose_sender_left_fails_and_never_takes_its_successors_message() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    const LEN: usize = 64 << 10;
+    let mut heap = vec![0xAAu8; LEN];
+    // SAFETY: `heap` outlives the region (dropped after it).
+    let sreg = unsafe { a.register(heap.as_mut_ptr(), LEN, true, false) }.unwrap();
+    let _pending = a.isend(1, &sreg, 0..LEN, 1).unwrap();
+    for _ in 0..10 {
+        b.progress().unwrap();
+    }
+    drop(sreg);
+    drop(a);
+    drop(heap);
+    let a2 = Ni::attach_path(&d.sock(0)).unwrap();
+    a2.wait_for_partition(Duration::from_secs(10)).unwrap();
+    let mut heap2 = vec![0x55u8; LEN];
+    // SAFETY: `heap2` outlives the region (dropped after it).
+    let sreg2 = unsafe { a2.register(heap2.as_mut_ptr(), LEN, true, false) }.unwrap();
+    let o = a2.isend(1, &sreg2, 0..LEN, 2).unwrap();
+    let rbuf = b.alloc(LEN).unwrap();
+    let e = b.recv(Some(0), &rbuf, 0..LEN, 1, u64::MAX).unwrap_err();
+    assert_eq!(status(&e), Some(Status::PeerDown), "{e}");
+    let dn = b
+        .wait_timeout(
+            b.irecv(Some(0), &rbuf, 0..LEN, 2, u64::MAX).unwrap(),
+            Some(Duration::from_secs(10)),
+        )
+        .unwrap();
+    let mut got = vec![0u8; LEN];
+    rbuf.read_at(0, &mut got);
+    assert!(dn.len as usize == LEN && got.iter().all(|&x| x == 0x55));
+    a2.wait(o).unwrap();
+    drop(sreg2);
+    drop(heap2);
+}
+
 /// Application memory (`Ni::register`) is not exported — its pages may hold anything else —
 /// so a large message from it is a `RTS` whose payload the fabric copies, as before.
 #[test]
