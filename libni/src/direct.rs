@@ -401,7 +401,7 @@ impl Inner {
 
     /// Receive `p` of a `GET` from `src`: the payload copied out of `src`'s exported region
     /// here, if the daemon lets this process map it and `from` lies in it; the receive's
-    /// completion. `None`: the fabric's path, then.
+    /// completion. `Err(p)`: for the fabric's path, then.
     fn w_read_get(
         &mut self,
         p: Posted,
