@@ -3,9 +3,12 @@
 //!
 //! When the NI's partition has a window, libni matches every tagged message itself: each
 //! send puts a header in the (sender → receiver) ring — with the payload when it is at most
-//! `EAGER_MAX` bytes, or at most `big_max` of the partition's size and the ring is empty
-//! (`Window::drained`), else as a *ready to send* whose payload the fabric moves (one copy)
-//! once the receiver matched it and posted a fabric receive for it. One ring per pair keeps
+//! `EAGER_MAX` bytes; past that, from an exported region, as a *ready to be read* (`GET`)
+//! whose payload the receiver copies itself out of the sender's region once it matched it,
+//! answering with a `FIN`; from other memory with the payload when it is at most `big_max`
+//! of the partition's size and the ring is empty (`Window::drained`), else as a *ready to
+//! send* whose payload the fabric moves (one copy) once the receiver matched it and posted
+//! a fabric receive for it (so does a `GET` the receiver cannot map). One ring per pair keeps
 //! MPI's non-overtaking order; receives match the earliest waiting message, messages the
 //! earliest posted receive, as the fabric does (`fastpath.md`, "Matching and ordering").
 //! Every operation still ends as a completion in `Inner::done`, so `wait`/`test`/`forget`

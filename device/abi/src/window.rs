@@ -555,14 +555,8 @@ impl Header {
                 id: 0,
                 full: len as u64,
             },
-            kind::RTS if len == 0 && pad == 0 => Header {
-                kind,
-                len,
-                tag,
-                id: u64::from_le_bytes(b[16..24].try_into().unwrap()),
-                full: u64::from_le_bytes(b[24..32].try_into().unwrap()),
-            },
-            kind::GET if len as u64 == GET_LEN && pad == 0 => Header {
+            // A `RTS` carries no ring payload, a `GET` exactly its `GetFrom`.
+            kind::RTS | kind::GET if len as u64 == max_len(kind) && pad == 0 => Header {
                 kind,
                 len,
                 tag,
@@ -608,12 +602,13 @@ impl Header {
     }
 }
 
-/// The most ring payload a message of `kind` carries.
+/// The most ring payload a message of `kind` carries (a `GET`: exactly that).
 pub const fn max_len(kind: u8) -> u64 {
     match kind {
         kind::AM => crate::fastpath::AM_MAX_PAYLOAD,
         kind::EAGER => EAGER_MAX,
         kind::BIG => BIG_MAX,
+        kind::GET => GET_LEN,
         _ => 0,
     }
 }
