@@ -277,7 +277,8 @@ fn same_tag_messages_match_in_sending_order() {
 /// sends are accepted before the receiver posts anything — more than the provider stages
 /// ahead (`SEND_EAGER_MAX`), so the rest go on request (RTS with F_CTS) — and then all
 /// arrive intact in reverse order, one dropped by FI_PEEK|FI_DISCARD, every send completing.
-/// The sender's counters (FI_LOG_LEVEL=info at endpoint close) must show both kinds.
+/// The sender's counters (FI_LOG_LEVEL=info at endpoint close) must show both kinds, and
+/// payloads staged both in the send ring and (the ring full) in pooled regions.
 #[test]
 fn sends_are_accepted_before_their_receiver_posts() {
     let (d, ran) = run_pair("backlog", "info");
@@ -300,6 +301,13 @@ fn sends_are_accepted_before_their_receiver_posts() {
     assert!(
         (1..100).contains(&on_request),
         "expected some sends staged ahead and the rest on request: {closed}"
+    );
+    // The first sends hold the ring's first pieces until the very end (received last), so
+    // the later, larger ones wrap round to them and go to pooled regions: both kinds.
+    let ring = count("rndv_ring");
+    assert!(
+        (1..100).contains(&ring),
+        "expected sends staged in the ring and, once it was full, in pooled regions: {closed}"
     );
     assert_eq!(count("bad_headers") + count("stray_cts"), 0, "{closed}");
     assert!(

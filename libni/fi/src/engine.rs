@@ -39,6 +39,7 @@ use smallvec::{smallvec, SmallVec};
 use crate::cq::{Cq, Entry};
 use crate::ffi::errno::*;
 use crate::ffi::*;
+use crate::ring::{self, Ring};
 use crate::{warn, Av};
 
 /// libni tag of every eager slot message.
@@ -63,10 +64,10 @@ const POOL_BYTES: usize = 256 << 20;
 const POOL_MIN: usize = 64 << 10;
 /// Staging regions alive at once (in use and pooled). Each is a file the daemon maps, and it
 /// takes at most 64 files of one client (`device/src/dma.rs`, `MAX_FILES`); the rest are the
-/// slots and libni's own rings.
-const STAGING_MAX: usize = 36;
-/// Of those, in use at once by staged sends waiting for their receivers (past it a send goes
-/// on request), ...
+/// slots, the send ring ([`ring`](crate::ring)) and libni's own rings.
+const STAGING_MAX: usize = 35;
+/// Of those (and of the send ring's pieces), in use at once by staged sends waiting for their
+/// receivers (past it a send goes on request), ...
 pub const SEND_EAGER_MAX: usize = 12;
 /// ... by sends answering a `CTS` (past it a `CTS` waits for one of them to finish), ...
 const SEND_CTS_MAX: usize = 10;
@@ -331,7 +332,7 @@ enum Pending {
     Eager { slot: usize, user: Option<SendDone> },
     /// A rendezvous payload being sent from `staging`.
     RndvSend {
-        staging: Region,
+        staging: Staged,
         class: Class,
         user: Option<SendDone>,
     },
@@ -342,6 +343,14 @@ enum Pending {
     },
     /// An RMA read or write (MLINK READ/WRITE).
     Rma(RmaPending),
+}
+
+/// Where a rendezvous send's payload was staged.
+enum Staged {
+    /// A pooled region of its own (past [`ring::PIECE_MAX`], or the ring full).
+    Pool(Region),
+    /// The piece of the send ring at this offset.
+    Ring(usize),
 }
 
 /// An RMA operation in flight: its local side and what it reports.
@@ -400,6 +409,8 @@ pub struct Counters {
     pub rndv_sent: u64,
     /// Of `rndv_sent`, those sent on request (RTS with `F_CTS`).
     pub rndv_on_request: u64,
+    /// Of `rndv_sent`, those staged in a piece of the send ring (the rest in a pooled region).
+    pub rndv_ring: u64,
     /// `CTS` answers naming no send of ours.
     pub stray_cts: u64,
     pub received: u64,
@@ -436,8 +447,12 @@ pub struct Engine {
     unexpected: [VecDeque<Unexpected>; 2],
     claimed: HashMap<usize, Unexpected>,
     next_id: u32,
+    /// Pooled staging regions by size, plus 1 for those that held receives: a region a
+    /// receive wrote is never a send's, whose lines the receiver's core would still hold.
     pool: BTreeMap<usize, Vec<Region>>,
     pool_bytes: usize,
+    /// The send ring's region and its pieces (`enable`).
+    ring: Option<(Region, Ring)>,
     /// Staging regions alive (in use or pooled).
     staging_live: usize,
     /// Staging regions in use, by [`Class`].
@@ -515,6 +530,7 @@ impl Engine {
             next_id: 0,
             pool: BTreeMap::new(),
             pool_bytes: 0,
+            ring: None,
             staging_live: 0,
             in_use: [0; 4],
             rndv_waiting: VecDeque::new(),
@@ -543,8 +559,10 @@ impl Engine {
         };
         let rx = alloc(RX_SLOTS)?;
         let tx = alloc(TX_SLOTS)?;
+        let ring = alloc(ring::RING_BYTES / SLOT)?;
         self.rx = Some(rx);
         self.tx = Some(tx);
+        self.ring = Some((ring, Ring::new(ring::RING_BYTES)));
         self.tx_free = (0..TX_SLOTS).rev().collect();
         for s in 0..RX_SLOTS {
             self.post_slot(s)
@@ -876,28 +894,10 @@ impl Engine {
     /// Stage and send the payloads whose `CTS` came, while staging regions last.
     fn answer_cts(&mut self) {
         while let Some((dest, id, a)) = self.cts_ready.pop_front() {
-            let len = a.iov.len();
-            let staging = match self.staging(len, Class::Cts) {
-                Ok(Some(r)) => r,
-                Ok(None) => {
-                    self.cts_ready.push_front((dest, id, a));
-                    return;
-                }
-                Err(e) => {
-                    if let Some(u) = a.user {
-                        self.complete_send(u, Err(e));
-                    }
-                    continue;
-                }
-            };
-            // SAFETY: the staging region is ours until its send completes; the application
-            // keeps the send's buffer until its completion, which has not been reported.
-            unsafe {
-                a.iov
-                    .gather(std::slice::from_raw_parts_mut(staging.as_ptr(), len));
-            }
-            match self.ni.isend(dest, &staging, 0..len, RNDV_TAG | id as u64) {
-                Ok(op) => {
+            // The application keeps the send's buffer until its completion, which has not
+            // been reported.
+            match self.stage_and_send(dest, &a.iov, id, Class::Cts) {
+                Ok(Some((staging, op))) => {
                     self.ops.insert(
                         note(&self.ni, &mut self.early, op),
                         Pending::RndvSend {
@@ -907,8 +907,11 @@ impl Engine {
                         },
                     );
                 }
+                Ok(None) => {
+                    self.cts_ready.push_front((dest, id, a));
+                    return;
+                }
                 Err(e) => {
-                    self.recycle(staging, Class::Cts);
                     if let Some(u) = a.user {
                         self.complete_send(u, Err(e));
                     }
@@ -949,7 +952,7 @@ impl Engine {
                 class,
                 user,
             } => {
-                self.recycle(staging, class);
+                self.give_back(staging, class);
                 if let Some(u) = user {
                     self.complete_send(u, r.map(|_| ()));
                 }
@@ -1168,7 +1171,7 @@ impl Engine {
             return Ok(None);
         }
         let size = n.max(POOL_MIN).next_power_of_two();
-        if let Some(r) = self.pool.get_mut(&size).and_then(Vec::pop) {
+        if let Some(r) = self.pool.get_mut(&pool_key(size, class)).and_then(Vec::pop) {
             self.pool_bytes -= size;
             self.in_use[c] += 1;
             return Ok(Some(r));
@@ -1195,9 +1198,72 @@ impl Engine {
         let size = r.len();
         if size.is_power_of_two() && self.pool_bytes + size <= POOL_BYTES {
             self.pool_bytes += size;
-            self.pool.entry(size).or_default().push(r);
+            self.pool.entry(pool_key(size, class)).or_default().push(r);
         } else {
             self.staging_live -= 1;
+        }
+    }
+
+    /// Stage `iov` for a rendezvous send to `dest` under `id` and post its libni send: in a
+    /// piece of the send ring when one is free and large enough, else in a pooled region.
+    /// `None`: `class` has its limit in use (nothing staged, nothing sent). The caller's
+    /// buffer must stay readable for the call.
+    fn stage_and_send(
+        &mut self,
+        dest: u32,
+        iov: &Iov,
+        id: u32,
+        class: Class,
+    ) -> ni::Result<Option<(Staged, ni::Op)>> {
+        let len = iov.len();
+        let c = class as usize;
+        let piece = match &mut self.ring {
+            Some((_, ring)) if len <= ring::PIECE_MAX && self.in_use[c] < CLASS_MAX[c] => {
+                ring.take(len)
+            }
+            _ => None,
+        };
+        let staged = match piece {
+            Some(at) => {
+                self.in_use[c] += 1;
+                self.counters.rndv_ring += 1;
+                Staged::Ring(at)
+            }
+            None => match self.staging(len, class)? {
+                Some(r) => Staged::Pool(r),
+                None => return Ok(None),
+            },
+        };
+        let (region, at) = match &staged {
+            Staged::Pool(r) => (r, 0),
+            Staged::Ring(at) => (&self.ring.as_ref().expect("a piece of it").0, *at),
+        };
+        // SAFETY: the piece (or region) is ours until its send completes and holds `len`
+        // bytes from `at`; the caller's buffer is readable for `len` bytes.
+        unsafe {
+            iov.gather(std::slice::from_raw_parts_mut(region.as_ptr().add(at), len));
+        }
+        match self
+            .ni
+            .isend(dest, region, at..at + len, RNDV_TAG | id as u64)
+        {
+            Ok(op) => Ok(Some((staged, op))),
+            Err(e) => {
+                self.give_back(staged, class);
+                Err(e)
+            }
+        }
+    }
+
+    fn give_back(&mut self, staged: Staged, class: Class) {
+        match staged {
+            Staged::Pool(r) => self.recycle(r, class),
+            Staged::Ring(at) => {
+                self.in_use[class as usize] -= 1;
+                let (_, ring) = self.ring.as_mut().expect("a piece of it");
+                let known = ring.give(at);
+                debug_assert!(known, "a piece given back twice");
+            }
         }
     }
 
@@ -1279,35 +1345,22 @@ impl Engine {
             self.counters.eager_sent += 1;
             return Ok(());
         }
-        // Rendezvous: the payload staged now, or (past SEND_EAGER_MAX staged sends waiting
-        // for their receivers) on request.
-        let staging = self
-            .staging(len, Class::Eager)
-            .map_err(|e| (fi_err(&e), format!("staging {len} bytes: {e}")))?;
+        // Rendezvous: the payload staged and its send posted now (both or neither), or
+        // (past SEND_EAGER_MAX staged sends waiting for their receivers) on request.
         let id = self.next_id;
         h.kind = KIND_RTS;
         h.id = id as u64;
-        // The staged payload and its posted send, both or neither.
-        let staged = match staging {
-            Some(staging) => {
-                // SAFETY: the staging region is ours until its send completes; the caller's
-                // buffer is readable for `len` bytes.
-                unsafe {
-                    iov.gather(std::slice::from_raw_parts_mut(staging.as_ptr(), len));
-                }
-                match self.ni.isend(dest, &staging, 0..len, RNDV_TAG | id as u64) {
-                    Ok(op) => Some((staging, op)),
-                    Err(e) => {
-                        self.recycle(staging, Class::Eager);
-                        return Err((fi_err(&e), format!("send to rank {dest}: {e}")));
-                    }
-                }
-            }
-            None => {
-                h.flags |= F_CTS;
-                None
-            }
-        };
+        let staged = self
+            .stage_and_send(dest, iov, id, Class::Eager)
+            .map_err(|e| {
+                (
+                    fi_err(&e),
+                    format!("send of {len} bytes to rank {dest}: {e}"),
+                )
+            })?;
+        if staged.is_none() {
+            h.flags |= F_CTS;
+        }
         self.next_id = self.next_id.wrapping_add(1);
         let tx = self.tx.as_ref().expect("enabled");
         tx.write_at(at, &h.encode());
@@ -1547,6 +1600,11 @@ impl Engine {
 }
 
 /// The flags of a receive's completion: `FI_RECV` and which kind of message.
+/// The pool's key for a region of `size` (a power of two) that held `class`.
+fn pool_key(size: usize, class: Class) -> usize {
+    size | (class == Class::Recv) as usize
+}
+
 fn recv_flags(tagged: bool) -> u64 {
     FI_RECV | if tagged { FI_TAGGED } else { FI_MSG }
 }

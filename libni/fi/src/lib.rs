@@ -26,6 +26,7 @@ mod eq;
 mod fabric;
 pub use ni_fi_sys as ffi;
 pub mod info;
+mod ring;
 mod rma;
 mod stub;
 
