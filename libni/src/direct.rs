@@ -880,19 +880,72 @@ impl Inner {
                         fin::FABRIC
                     }
                 };
-                let h = Header {
-                    kind: kind::FIN,
-                    len: 0,
-                    tag: id,
-                    id: status,
-                    full: 0,
-                };
-                if let Ok(true) = self.win.as_mut().unwrap().put(src, h, &[], || None) {
-                    self.wake(&[src])?;
-                }
+                self.w_answer_get(src, id, status)?;
             }
         }
         Ok(())
+    }
+
+    /// Answer `src`'s `GET` `id`: read (`fin::READ`), or "send it through the fabric".
+    fn w_answer_get(&mut self, src: u32, id: u64, status: u64) -> Result<()> {
+        let h = Header {
+            kind: kind::FIN,
+            len: 0,
+            tag: id,
+            id: status,
+            full: 0,
+        };
+        if let Ok(true) = self.win.as_mut().unwrap().put(src, h, &[], || None) {
+            self.wake(&[src])?;
+        }
+        Ok(())
+    }
+
+    /// [`Ni::recv_in_place`](crate::Ni::recv_in_place): the first message here from `src`
+    /// with tag `tag`, if it is a `GET` whose bytes this process maps, read by `read` where
+    /// the sender keeps them — at most `cap` of its bytes — and answered `FIN` read. `None`
+    /// (nothing taken): anything else, for a receive to take as it always does (a region
+    /// that cannot be mapped, or bytes past its end, are that receive's to refuse and count).
+    pub(crate) fn w_recv_in_place<R>(
+        &mut self,
+        src: u32,
+        tag: u64,
+        cap: u64,
+        read: impl FnOnce(*const u8, usize) -> R,
+    ) -> Result<Option<(Completion, R)>> {
+        self.w_sync()?;
+        let Some(i) = self
+            .d
+            .unexpected
+            .iter()
+            .position(|m| m.src == src && m.tag == tag)
+        else {
+            return Ok(None);
+        };
+        let Arrived::Get { id, from, full } = self.d.unexpected[i].what else {
+            return Ok(None);
+        };
+        let Some(mem) = self.peer_mem(src, from.key) else {
+            return Ok(None);
+        };
+        if from.offset.checked_add(full).is_none_or(|end| end > mem.1) {
+            return Ok(None);
+        }
+        self.d.unexpected.remove(i);
+        let n = full.min(cap);
+        // SAFETY: `[offset, offset + full)` lies in the peer's region, inside the mapping
+        // `mem` holds (checked above) for the call.
+        let r = read(unsafe { mem.0.ptr().add(from.offset as usize) }, n as usize);
+        let win = self.win.as_ref().unwrap();
+        win.count(w::stats::RECVS);
+        win.add(w::stats::RECV_BYTES, n);
+        win.count(w::stats::READS);
+        win.add(w::stats::READ_BYTES, n);
+        self.w_answer_get(src, id, fin::READ)?;
+        Ok(Some((
+            completion(op::RECV, 0, Status::Ok, src, full, tag),
+            r,
+        )))
     }
 
     /// What `rank` left to be read, before it left, is gone with it: a `GET`'s region, a

@@ -1587,6 +1587,40 @@ impl Ni {
         })
     }
 
+    /// Take the message from `src` tagged exactly `tag` if it is already here to be read
+    /// where its sender keeps it — a large message on the direct path, from a region the
+    /// sender got from [`Ni::alloc`] (`fastpath.md`, "Tagged messages") — and it is the
+    /// first such message here: `read` gets a pointer to its bytes in the sender's region
+    /// and how many of them to take (at most `cap`), copies them wherever the caller wants,
+    /// memory libni need not know, and the sender's send completes as for any receive.
+    /// Returns what the message was (`len`: all of it, even past `cap`) and what `read`
+    /// returned.
+    ///
+    /// `None`, with nothing taken: no such message is here yet, or it came another way (the
+    /// fabric's, a guest's, memory the sender registered), or its bytes cannot be mapped
+    /// here: post a receive for it ([`Ni::irecv`]) as always.
+    ///
+    /// `read` runs under the NI's lock and must not call this `Ni`. The bytes are the
+    /// sender's memory, mapped shared: the pointer is valid for reads of the count given for
+    /// the call, and a sender that lies may change them meanwhile (copy them; do not trust
+    /// them twice).
+    pub fn recv_in_place<R>(
+        &self,
+        src: u32,
+        tag: u64,
+        cap: usize,
+        read: impl FnOnce(*const u8, usize) -> R,
+    ) -> Option<(Done, R)> {
+        let mut i = self.lock();
+        if !i.direct() {
+            return None;
+        }
+        match i.w_recv_in_place(src, tag, cap as u64, read) {
+            Ok(Some((c, r))) => Some((finish_as(op::RECV, src, c).ok()?, r)),
+            _ => None,
+        }
+    }
+
     /// Receive: returns the source, tag and length. A longer message fails with
     /// `Status::Truncated` (the buffer holds its first bytes); the error's `len` and `tag`
     /// are the message's full length and its tag.

@@ -295,6 +295,105 @@ fn large_messages_are_read_by_the_receiver_and_the_send_ends_when_it_did() {
     }
 }
 
+/// `Ni::recv_in_place`: a message waiting to be read in its sender's region is copied by the
+/// caller straight into memory libni does not know (a plain vector here; the provider's
+/// MPI receive buffers), and the send ends as for any receive. Only that: with nothing
+/// here yet, for an eager message, and for one from registered memory (the fabric's) it
+/// takes nothing and a receive gets the message as always. A short `cap`: its first bytes,
+/// the whole length reported, the send done.
+#[test]
+fn a_message_to_be_read_is_taken_in_place_into_memory_libni_does_not_know() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    const LEN: usize = 256 << 10;
+    let sbuf = a.alloc(LEN).unwrap();
+    let msg: Vec<u8> = (0..LEN).map(|k| (k * 7 + 1) as u8).collect();
+    sbuf.write_at(0, &msg);
+    let mut mine = vec![0u8; LEN];
+    let copy_into = |to: &mut [u8]| {
+        let to = to.as_mut_ptr();
+        // SAFETY: `to` holds LEN bytes, `from` is readable for `n` ≤ cap ≤ LEN.
+        move |from: *const u8, n: usize| unsafe {
+            std::ptr::copy_nonoverlapping(from, to, n);
+            n
+        }
+    };
+    assert!(
+        b.recv_in_place(0, 9, LEN, copy_into(&mut mine)).is_none(),
+        "nothing sent yet"
+    );
+    // An eager message under the tag it asks for: not its to take.
+    let small = a.alloc(4096).unwrap();
+    small.write_at(0, b"eager");
+    a.send(1, &small, 0..5, 8).unwrap();
+    b.progress().unwrap();
+    assert!(b.recv_in_place(0, 8, LEN, copy_into(&mut mine)).is_none());
+    let rbuf = b.alloc(LEN).unwrap();
+    let dn = b.recv(Some(0), &rbuf, 0..LEN, 8, u64::MAX).unwrap();
+    assert_eq!(dn.len, 5, "the eager message waited for its receive");
+
+    let o = a.isend(1, &sbuf, 0..LEN, 9).unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let (dn, n) = loop {
+        b.progress().unwrap();
+        if let Some(got) = b.recv_in_place(0, 9, LEN, copy_into(&mut mine)) {
+            break got;
+        }
+        assert!(std::time::Instant::now() < until, "never here to be read");
+    };
+    assert_eq!((dn.len as usize, dn.tag, dn.rank, n), (LEN, 9, 0, LEN));
+    assert!(mine == msg, "payload whole, in memory libni does not know");
+    let sent = a.wait(o).unwrap();
+    assert_eq!(sent.len as usize, LEN);
+    assert!(
+        b.recv_in_place(0, 9, LEN, copy_into(&mut mine)).is_none(),
+        "taken once"
+    );
+
+    // A shorter cap: the first bytes; the send is done all the same.
+    mine.fill(0);
+    let o = a.isend(1, &sbuf, 0..100_000, 10).unwrap();
+    let (dn, n) = loop {
+        b.progress().unwrap();
+        if let Some(got) = b.recv_in_place(0, 10, 50_000, copy_into(&mut mine)) {
+            break got;
+        }
+        assert!(std::time::Instant::now() < until, "never here to be read");
+    };
+    assert_eq!((dn.len, n), (100_000, 50_000));
+    assert!(mine[..50_000] == msg[..50_000] && mine[50_000..].iter().all(|&x| x == 0));
+    a.wait(o).unwrap();
+
+    // From registered memory the fabric carries it: nothing to read in place.
+    let mut heap = vec![0u8; LEN];
+    // SAFETY: `heap` outlives the region (dropped after it, below).
+    let sreg = unsafe { a.register(heap.as_mut_ptr(), LEN, true, false) }.unwrap();
+    sreg.write_at(0, &msg);
+    let o = a.isend(1, &sreg, 0..LEN, 11).unwrap();
+    for _ in 0..20 {
+        b.progress().unwrap();
+        assert!(b.recv_in_place(0, 11, LEN, copy_into(&mut mine)).is_none());
+    }
+    let dn = b.recv(Some(0), &rbuf, 0..LEN, 11, u64::MAX).unwrap();
+    let mut got = vec![0u8; LEN];
+    rbuf.read_at(0, &mut got);
+    assert!(dn.len as usize == LEN && got == msg);
+    a.wait(o).unwrap();
+    drop(sreg);
+    drop(heap);
+
+    assert_eq!(d.counter(1, "window_reads"), 2);
+    assert_eq!(d.counter(1, "window_read_bytes"), LEN as u64 + 50_000);
+    assert_eq!(d.counter(1, "recvs"), 4);
+    assert_eq!(d.counter(0, "sends"), 4);
+    for n in 0..2 {
+        assert_eq!(d.counter(n, "window_ring_errors"), 0);
+    }
+}
+
 /// A `GET` names the sender's region by key, and keys are the sender's client's own: a
 /// sender that left before its message was received takes its region with it, and the key
 /// may name a region of the next client on that NI. The receive fails with `peer down`; it
@@ -473,6 +572,11 @@ fn lying_gets_and_fins_are_refused_and_counted() {
         offset: (LEN as u64).next_multiple_of(4096),
     };
     assert!(a.window_inject_with(1, &get(101, 1001), &past.encode()));
+    // Not read in place either: left for the receive, which refuses it.
+    b.progress().unwrap();
+    assert!(b
+        .recv_in_place(0, 101, LEN, |_, _| panic!("read past a region"))
+        .is_none());
     let o = b.irecv(Some(0), &rbuf, 0..LEN, 101, u64::MAX).unwrap();
     let e = b
         .wait_timeout(o, Some(Duration::from_millis(200)))

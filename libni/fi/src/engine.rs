@@ -229,6 +229,24 @@ impl Iov {
         n
     }
 
+    /// Copy `n` bytes from `from` into the pieces, as `scatter` does (at most `self.len()`).
+    ///
+    /// # Safety
+    /// As `scatter`'s, and `from` is readable for `n` bytes.
+    unsafe fn scatter_from(&self, from: *const u8, n: usize) -> usize {
+        let mut done = 0;
+        for &(p, l) in &self.0 {
+            if done == n {
+                break;
+            }
+            let k = l.min(n - done);
+            // SAFETY: the caller guarantees both sides for these bytes.
+            unsafe { std::ptr::copy_nonoverlapping(from.add(done), p as *mut u8, k) };
+            done += k;
+        }
+        done
+    }
+
     /// Gather the pieces into `out` (which must hold `self.len()` bytes).
     ///
     /// # Safety
@@ -411,6 +429,9 @@ pub struct Counters {
     pub rndv_on_request: u64,
     /// Of `rndv_sent`, those staged in a piece of the send ring (the rest in a pooled region).
     pub rndv_ring: u64,
+    /// Rendezvous payloads received straight from the sender's memory into the
+    /// application's (`Ni::recv_in_place`); the rest through a staging region.
+    pub rndv_in_place: u64,
     /// `CTS` answers naming no send of ours.
     pub stray_cts: u64,
     pub received: u64,
@@ -810,6 +831,23 @@ impl Engine {
     /// waits for one); gives `to` back when no staging region is free.
     fn try_rndv_recv(&mut self, to: Delivery) -> Option<Delivery> {
         let want = to.iov.len().min(to.hdr.len as usize);
+        let tag = RNDV_TAG | to.hdr.id;
+        if to.hdr.flags & F_CTS == 0 && want > 0 {
+            // Its payload went before its RTS: when libni has it to be read in the sender's
+            // memory (the direct path), straight into the application's buffer — no
+            // staging region, no second copy.
+            let iov = &to.iov;
+            // SAFETY: the application owns the posted buffer until this receive completes,
+            // which it does here; libni gives `n` readable bytes.
+            let got = self.ni.recv_in_place(to.src, tag, want, |from, n| unsafe {
+                iov.scatter_from(from, n)
+            });
+            if let Some((_, n)) = got {
+                self.counters.rndv_in_place += 1;
+                self.complete_recv(&to, n, to.hdr.len as usize);
+                return None;
+            }
+        }
         let staging = match want {
             0 => None,
             n => match self.staging(n, Class::Recv) {
@@ -821,7 +859,6 @@ impl Engine {
                 }
             },
         };
-        let tag = RNDV_TAG | to.hdr.id;
         let posted = match &staging {
             Some(r) => self.ni.irecv(Some(to.src), r, 0..want, tag, u64::MAX),
             None => {
