@@ -9,9 +9,12 @@
 //!   into one of the receiver's [`RX_SLOTS`] pre-posted libni receives (any source, libni tag
 //!   [`EAGER_TAG`]). With a partition window that is libni's own eager path (≤ 4 KiB, no
 //!   device thread); without one the fabric copies it.
-//! - **rendezvous** (larger): the sender stages the payload in registered memory and posts a
-//!   libni send with tag `RNDV_TAG | id`, plus an eager `RTS` header naming `id`. A receiver
-//!   that matched the `RTS` posts a libni receive from that source with that tag into a
+//! - **rendezvous** (larger): the sender stages the payload in registered memory — the next
+//!   piece of its send ring ([`crate::ring`]), or a pooled region — and posts a libni send
+//!   with tag `RNDV_TAG | id`, plus an eager `RTS` header naming `id`. A receiver that
+//!   matched the `RTS` takes the payload straight from the sender's memory into the
+//!   application's buffer when libni has it there to be read (`Ni::recv_in_place`: the
+//!   partition window); else it posts a libni receive from that source with that tag into a
 //!   staging buffer no larger than its own receive buffer, so the NI copies the payload once
 //!   and a lying length cannot make it allocate more than it posted.
 //! - **rendezvous on request** (larger, when [`SEND_EAGER_MAX`] staged sends already wait
