@@ -363,3 +363,34 @@ pub mod check {
         }
     }
 }
+
+/// Memory the program allocated itself — a heap vector, as MPI programs and C callers hand
+/// libni — registered with [`ni::Ni::register`] (registered, not exported: its pages may hold
+/// anything else). Derefs to the region; the region goes before the vector.
+pub struct AppMemory {
+    region: ni::Region,
+    _heap: Vec<u8>,
+}
+
+impl AppMemory {
+    /// `len` bytes of `fill`, registered with `ni` for peers to read and this process's own
+    /// operations.
+    pub fn register(ni: &ni::Ni, len: usize, fill: u8) -> AppMemory {
+        let mut heap = vec![fill; len];
+        // SAFETY: the vector's buffer lives as long as the region: moving the vector moves
+        // no bytes, and the field after `region` is dropped after it.
+        let region = unsafe { ni.register(heap.as_mut_ptr(), len, true, false) }
+            .expect("registering heap memory");
+        AppMemory {
+            region,
+            _heap: heap,
+        }
+    }
+}
+
+impl std::ops::Deref for AppMemory {
+    type Target = ni::Region;
+    fn deref(&self) -> &ni::Region {
+        &self.region
+    }
+}

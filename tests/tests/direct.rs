@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ni::{Error, Ni};
 use ni_abi::fastpath::Status;
-use ni_tests::Daemon;
+use ni_tests::{AppMemory, Daemon};
 
 /// The pass with `NI_TEST_DIRECT=off` has no window: these tests are about it.
 fn window_off() -> bool {
@@ -37,9 +37,7 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
     assert!(a.direct() && b.direct(), "partition of 2 gets a window");
     const BIG: usize = 1 << 20;
     let exported = a.alloc(BIG).unwrap();
-    let mut heap = vec![0u8; BIG];
-    // SAFETY: `heap` outlives the region (dropped after it, below).
-    let own = unsafe { a.register(heap.as_mut_ptr(), BIG, true, false) }.unwrap();
+    let own = AppMemory::register(&a, BIG, 0);
     let rbuf = b.alloc(BIG).unwrap();
     // Sizes straddling the inline bytes, `EAGER_MAX` (a `BIG` or a `GET` beyond it) and
     // `big_max` (a `RTS` or a `GET` beyond it).
@@ -84,7 +82,6 @@ fn small_messages_take_the_window_large_ones_the_fabric_in_one_order() {
     let (_b, _rbuf, got) = t.join().unwrap();
     assert!(got == sent, "messages out of order or garbled");
     drop(own);
-    drop(heap);
     let count = |f: &dyn Fn(usize) -> bool| sizes.iter().filter(|&&n| f(n)).count() as u64;
     // From exported memory every message went through the window: in the ring up to
     // `EAGER_MAX`, read by the receiver past it. From the application's, up to `EAGER_MAX`
@@ -209,9 +206,7 @@ fn big_messages_that_find_the_ring_busy_go_as_rendezvous_in_order() {
     let (a, b) = d.attach_pair();
     let len = ni_abi::window::big_max(2) as usize;
     const N: usize = 40;
-    let mut heap = vec![0u8; N * len];
-    // SAFETY: `heap` outlives the region (dropped after the sends ended and the region).
-    let sbuf = unsafe { a.register(heap.as_mut_ptr(), N * len, true, false) }.unwrap();
+    let sbuf = AppMemory::register(&a, N * len, 0);
     let rbuf = b.alloc(len).unwrap();
     let msg = |i: usize| -> Vec<u8> { (0..len).map(|k| (k * 31 + i * 7) as u8).collect() };
     let mut ops = vec![];
@@ -233,7 +228,6 @@ fn big_messages_that_find_the_ring_busy_go_as_rendezvous_in_order() {
     }
     let (_a, sbuf) = t.join().unwrap();
     drop(sbuf);
-    drop(heap);
     // The first went into the ring, found empty; the others found it busy.
     let in_ring = d.counter(0, "window_sends");
     assert!(
@@ -368,9 +362,7 @@ fn a_message_to_be_read_is_taken_in_place_into_memory_libni_does_not_know() {
     a.wait(o).unwrap();
 
     // From registered memory the fabric carries it: nothing to read in place.
-    let mut heap = vec![0u8; LEN];
-    // SAFETY: `heap` outlives the region (dropped after it, below).
-    let sreg = unsafe { a.register(heap.as_mut_ptr(), LEN, true, false) }.unwrap();
+    let sreg = AppMemory::register(&a, LEN, 0);
     sreg.write_at(0, &msg);
     let o = a.isend(1, &sreg, 0..LEN, 11).unwrap();
     for _ in 0..20 {
@@ -383,7 +375,6 @@ fn a_message_to_be_read_is_taken_in_place_into_memory_libni_does_not_know() {
     assert!(dn.len as usize == LEN && got == msg);
     a.wait(o).unwrap();
     drop(sreg);
-    drop(heap);
 
     assert_eq!(d.counter(1, "window_reads"), 2);
     assert_eq!(d.counter(1, "window_read_bytes"), LEN as u64 + 50_000);
@@ -443,21 +434,16 @@ fn an_rts_whose_sender_left_fails_and_never_takes_its_successors_message() {
     let d = Daemon::start(2);
     let (a, b) = d.attach_pair();
     const LEN: usize = 64 << 10;
-    let mut heap = vec![0xAAu8; LEN];
-    // SAFETY: `heap` outlives the region (dropped after it).
-    let sreg = unsafe { a.register(heap.as_mut_ptr(), LEN, true, false) }.unwrap();
+    let sreg = AppMemory::register(&a, LEN, 0xAA);
     let _pending = a.isend(1, &sreg, 0..LEN, 1).unwrap();
     for _ in 0..10 {
         b.progress().unwrap();
     }
     drop(sreg);
     drop(a);
-    drop(heap);
     let a2 = Ni::attach_path(&d.sock(0)).unwrap();
     a2.wait_for_partition(Duration::from_secs(10)).unwrap();
-    let mut heap2 = vec![0x55u8; LEN];
-    // SAFETY: `heap2` outlives the region (dropped after it).
-    let sreg2 = unsafe { a2.register(heap2.as_mut_ptr(), LEN, true, false) }.unwrap();
+    let sreg2 = AppMemory::register(&a2, LEN, 0x55);
     let o = a2.isend(1, &sreg2, 0..LEN, 2).unwrap();
     let rbuf = b.alloc(LEN).unwrap();
     let e = b.recv(Some(0), &rbuf, 0..LEN, 1, u64::MAX).unwrap_err();
@@ -473,7 +459,6 @@ fn an_rts_whose_sender_left_fails_and_never_takes_its_successors_message() {
     assert!(dn.len as usize == LEN && got.iter().all(|&x| x == 0x55));
     a2.wait(o).unwrap();
     drop(sreg2);
-    drop(heap2);
 }
 
 /// Application memory (`Ni::register`) is not exported — its pages may hold anything else —
@@ -486,9 +471,7 @@ fn large_messages_from_registered_memory_go_through_the_fabric() {
     let d = Daemon::start(2);
     let (a, b) = d.attach_pair();
     const LEN: usize = 200_000;
-    let mut heap = vec![0u8; LEN];
-    // SAFETY: `heap` outlives the region (dropped after it, below).
-    let sreg = unsafe { a.register(heap.as_mut_ptr(), LEN, true, false) }.unwrap();
+    let sreg = AppMemory::register(&a, LEN, 0);
     let msg: Vec<u8> = (0..LEN).map(|k| (k * 3 + 1) as u8).collect();
     sreg.write_at(0, &msg);
     let rbuf = b.alloc(LEN).unwrap();
@@ -505,7 +488,6 @@ fn large_messages_from_registered_memory_go_through_the_fabric() {
     assert_eq!(d.counter(0, "sends"), 1);
     assert_eq!(d.counter(1, "recv_bytes"), LEN as u64);
     drop(sreg);
-    drop(heap);
 }
 
 /// What a peer can write as a `GET` and a `FIN` that no honest member writes: a `GET` whose
@@ -676,9 +658,7 @@ fn a_big_message_longer_than_the_rings_take_is_refused_and_counted() {
     assert_eq!(d.counter(1, "window_ring_errors"), 1);
     // The application's memory: from an `alloc` region the receiver would read the
     // message itself (`kind::GET`), and the send would wait for the receive.
-    let mut heap = vec![0u8; max];
-    // SAFETY: `heap` outlives the region (dropped after it, below).
-    let sbuf = unsafe { a.register(heap.as_mut_ptr(), max, true, false) }.unwrap();
+    let sbuf = AppMemory::register(a, max, 0);
     for n in [4097, max] {
         let v: Vec<u8> = (0..n).map(|k| (k * 13 + n) as u8).collect();
         sbuf.write_at(0, &v);
@@ -695,7 +675,6 @@ fn a_big_message_longer_than_the_rings_take_is_refused_and_counted() {
     );
     assert_eq!(d.counter(1, "window_ring_errors"), 1);
     drop(sbuf);
-    drop(heap);
 }
 
 #[test]
