@@ -221,7 +221,7 @@ impl Inner {
             return true;
         }
         match self.regions.range(..=addr).next_back() {
-            Some((&start, &rlen)) if end <= start + rlen => {
+            Some((&start, &(rlen, _))) if end <= start + rlen => {
                 self.region_hit.set((start, rlen));
                 true
             }
@@ -365,8 +365,8 @@ impl Inner {
             return None;
         }
         let end = addr.checked_add(len)?;
-        match self.exports.range(..=addr).next_back() {
-            Some((&start, &(rlen, key))) if end <= start + rlen => Some(GetFrom {
+        match self.regions.range(..=addr).next_back() {
+            Some((&start, &(rlen, Some(key)))) if end <= start + rlen => Some(GetFrom {
                 key,
                 offset: addr - start,
             }),

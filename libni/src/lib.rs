@@ -289,12 +289,10 @@ struct Inner {
     /// Fabric completions that finish a direct-path operation: fabric id → (operation id,
     /// the message's own tag).
     alias: IdMap<(u64, u64)>,
-    /// Regions this process registered (address → length), so the direct path never
-    /// touches memory the NI may not.
-    regions: BTreeMap<u64, u64>,
-    /// `Ni::alloc`'s regions (address → length, key): exported, so a receiver may read a
-    /// large message's payload out of one itself (`kind::GET`).
-    exports: BTreeMap<u64, (u64, u32)>,
+    /// Regions this process registered (address → length, and the key of an `Ni::alloc`
+    /// region: exported, so a receiver may read a large message's payload out of one itself,
+    /// `kind::GET`), so the direct path never touches memory the NI may not.
+    regions: BTreeMap<u64, (u64, Option<u32>)>,
     /// The region `registered` found last (start, length): most operations use the one
     /// before. Emptied when a region goes.
     region_hit: std::cell::Cell<(u64, u64)>,
@@ -837,7 +835,6 @@ impl Ni {
             },
             alias: IdMap::default(),
             regions: BTreeMap::new(),
-            exports: BTreeMap::new(),
             region_hit: Default::default(),
             pins: BTreeMap::new(),
             alive: Liveness::new(),
@@ -921,10 +918,9 @@ impl Ni {
         let key = {
             let mut i = self.lock();
             i.dev.dma_map(&mem)?;
-            i.regions.insert(mem.iova(), mem.len() as u64);
             let key = i.next_key;
             i.next_key += 1;
-            i.exports.insert(mem.iova(), (mem.len() as u64, key));
+            i.regions.insert(mem.iova(), (mem.len() as u64, Some(key)));
             key
         };
         let r = Request {
@@ -998,7 +994,7 @@ impl Ni {
             // Pins never overlap libni's own memory: moving it would cut it off from the
             // mapping the NI already has (its regions are the only entries a gap can meet).
             for &(gs, ge) in &gaps {
-                if let Some((&rs, &rl)) = i.regions.range(..ge).next_back() {
+                if let Some((&rs, &(rl, _))) = i.regions.range(..ge).next_back() {
                     if rs + rl > gs {
                         return Err(Error::BadArgument(format!(
                             "{len} bytes at {start:#x}: pages at {gs:#x} are memory Ni::alloc \
@@ -1057,7 +1053,7 @@ impl Ni {
             }
             let listed = match i.regions.entry(start) {
                 std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(len as u64);
+                    v.insert((len as u64, None));
                     true
                 }
                 std::collections::btree_map::Entry::Occupied(_) => false,
@@ -2495,7 +2491,6 @@ impl Drop for Region {
         }
         match self.pins.take() {
             None => {
-                i.exports.remove(&self.mem.iova());
                 let _ = i.dev.dma_unmap(self.mem.iova(), self.mem.len() as u64);
             }
             Some(held) => {
