@@ -1639,12 +1639,12 @@ impl Engine {
     }
 }
 
-/// The flags of a receive's completion: `FI_RECV` and which kind of message.
 /// The pool's key for a region of `size` (a power of two) that held `class`.
 fn pool_key(size: usize, class: Class) -> usize {
     size | (class == Class::Recv) as usize
 }
 
+/// The flags of a receive's completion: `FI_RECV` and which kind of message.
 fn recv_flags(tagged: bool) -> u64 {
     FI_RECV | if tagged { FI_TAGGED } else { FI_MSG }
 }
