@@ -329,15 +329,19 @@ fn a_message_to_be_read_is_taken_in_place_into_memory_libni_does_not_know() {
     let dn = b.recv(Some(0), &rbuf, 0..LEN, 8, u64::MAX).unwrap();
     assert_eq!(dn.len, 5, "the eager message waited for its receive");
 
-    let o = a.isend(1, &sbuf, 0..LEN, 9).unwrap();
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    let (dn, n) = loop {
-        b.progress().unwrap();
-        if let Some(got) = b.recv_in_place(0, 9, LEN, copy_into(&mut mine)) {
-            break got;
+    // The `GET` reaches the receiver's ring at once; a progress pass takes it from there.
+    let take = |tag: u64, cap: usize, to: &mut [u8]| {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            b.progress().unwrap();
+            if let Some(got) = b.recv_in_place(0, tag, cap, copy_into(to)) {
+                return got;
+            }
+            assert!(std::time::Instant::now() < until, "never here to be read");
         }
-        assert!(std::time::Instant::now() < until, "never here to be read");
     };
+    let o = a.isend(1, &sbuf, 0..LEN, 9).unwrap();
+    let (dn, n) = take(9, LEN, &mut mine);
     assert_eq!((dn.len as usize, dn.tag, dn.rank, n), (LEN, 9, 0, LEN));
     assert!(mine == msg, "payload whole, in memory libni does not know");
     let sent = a.wait(o).unwrap();
@@ -350,13 +354,7 @@ fn a_message_to_be_read_is_taken_in_place_into_memory_libni_does_not_know() {
     // A shorter cap: the first bytes; the send is done all the same.
     mine.fill(0);
     let o = a.isend(1, &sbuf, 0..100_000, 10).unwrap();
-    let (dn, n) = loop {
-        b.progress().unwrap();
-        if let Some(got) = b.recv_in_place(0, 10, 50_000, copy_into(&mut mine)) {
-            break got;
-        }
-        assert!(std::time::Instant::now() < until, "never here to be read");
-    };
+    let (dn, n) = take(10, 50_000, &mut mine);
     assert_eq!((dn.len, n), (100_000, 50_000));
     assert!(mine[..50_000] == msg[..50_000] && mine[50_000..].iter().all(|&x| x == 0));
     a.wait(o).unwrap();

@@ -583,10 +583,20 @@ impl Engine {
         };
         let rx = alloc(RX_SLOTS)?;
         let tx = alloc(TX_SLOTS)?;
-        let ring = alloc(ring::RING_BYTES / SLOT)?;
         self.rx = Some(rx);
         self.tx = Some(tx);
-        self.ring = Some((ring, Ring::new(ring::RING_BYTES)));
+        // Without its ring (no memory, or the daemon's files all taken) the endpoint still
+        // works: every rendezvous is staged in a pooled region, as it was before the ring.
+        self.ring = match self.ni.alloc(ring::RING_BYTES) {
+            Ok(r) => Some((r, Ring::new(ring::RING_BYTES))),
+            Err(e) => {
+                warn(
+                    FI_LOG_EP_CTRL,
+                    &format!("ni: no send ring ({e}): rendezvous payloads staged one by one"),
+                );
+                None
+            }
+        };
         self.tx_free = (0..TX_SLOTS).rev().collect();
         for s in 0..RX_SLOTS {
             self.post_slot(s)
