@@ -677,7 +677,8 @@ impl Engine {
         }
         self.answer_cts();
         self.flush_cts();
-        arrivals.sort_by_key(|a| (a.0, a.1));
+        let next = &self.rx_next;
+        arrivals.sort_by_key(|a| arrival_order(next, a.0, a.1));
         for (_, _, slot, r) in arrivals.drain(..) {
             match r {
                 Ok(d) => self.arrived(slot, d),
@@ -1649,6 +1650,15 @@ impl Engine {
     }
 }
 
+/// Where an arrival from `src` with sequence `seq` goes in a batch: by source, then by its
+/// distance from the sequence due next from that source, so a batch that holds both sides
+/// of the 32-bit sequence's wrap still goes in sending order (sorted by the sequence itself,
+/// message 0 of the next lap would go before message 2^32 - 1).
+fn arrival_order(next: &[u32], src: u32, seq: u32) -> (u32, u32) {
+    let due = next.get(src as usize).copied().unwrap_or(0);
+    (src, seq.wrapping_sub(due))
+}
+
 /// The pool's key for a region of `size` (a power of two) that held `class`.
 fn pool_key(size: usize, class: Class) -> usize {
     size | (class == Class::Recv) as usize
@@ -1690,6 +1700,34 @@ mod tests {
             len,
             id,
         }
+    }
+
+    #[test]
+    fn a_batch_across_the_sequence_wrap_keeps_sending_order() {
+        // Source 1 is due u32::MAX - 1; source 0 is due 5. A source outside the partition
+        // (a failed receive's) sorts by its sequence alone, after the others.
+        let next = [5, u32::MAX - 1];
+        let mut batch = vec![
+            (1, 1),
+            (0, 6),
+            (1, u32::MAX),
+            (1, 0),
+            (0, 5),
+            (1, u32::MAX - 1),
+        ];
+        batch.sort_by_key(|&(src, seq)| arrival_order(&next, src, seq));
+        assert_eq!(
+            batch,
+            [
+                (0, 5),
+                (0, 6),
+                (1, u32::MAX - 1),
+                (1, u32::MAX),
+                (1, 0),
+                (1, 1)
+            ]
+        );
+        assert_eq!(arrival_order(&next, u32::MAX, 3), (u32::MAX, 3));
     }
 
     #[test]
