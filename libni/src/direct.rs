@@ -85,6 +85,16 @@ pub(crate) enum Arrived {
     Gone,
 }
 
+/// Where a `GET`'s payload lies here ([`Inner::get_payload`]).
+enum GetPayload {
+    /// In the sender's region, mapped by the `PeerMem`, from the pointer on.
+    At(PeerMem, *const u8),
+    /// The sender's region cannot be mapped here.
+    Unmapped,
+    /// The bytes named run past the region's end.
+    PastEnd,
+}
+
 /// A send whose receiver reads the payload itself (`kind::GET`), until its `FIN`.
 pub(crate) struct Getting {
     user: u64,
@@ -413,38 +423,47 @@ impl Inner {
         from: GetFrom,
         full: u64,
     ) -> std::result::Result<Completion, Posted> {
-        let Some(mem) = self.peer_mem(src, from.key) else {
-            return Err(p);
+        let (_mem, at) = match self.get_payload(src, from, full) {
+            GetPayload::At(mem, at) => (mem, at),
+            GetPayload::PastEnd => {
+                // No honest sender names bytes past its region's end.
+                self.win.as_ref().unwrap().count(w::stats::RING_ERRORS);
+                return Err(p);
+            }
+            GetPayload::Unmapped => return Err(p),
         };
-        let (base, region_len) = (mem.0.ptr(), mem.1);
-        if from
-            .offset
-            .checked_add(full)
-            .is_none_or(|end| end > region_len)
-        {
-            // No honest sender names bytes past its region's end.
-            self.win.as_ref().unwrap().count(w::stats::RING_ERRORS);
-            return Err(p);
-        }
         let cap = p.cap;
         let c = self.deliver_eager(p, src, tag, full, |_, buf| {
-            // SAFETY: `[offset, offset + full)` lies in the peer's region, inside the mapping
-            // `mem` holds (checked above); `buf` is at most `full` bytes of a receive buffer
-            // in a region this process holds (`deliver_eager` checked it).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    base.add(from.offset as usize),
-                    buf.as_mut_ptr(),
-                    buf.len(),
-                )
-            }
+            // SAFETY: `at` starts `full` bytes inside the mapping `_mem` holds
+            // (`get_payload`); `buf` is at most `full` bytes of a receive buffer in a region
+            // this process holds (`deliver_eager` checked it).
+            unsafe { std::ptr::copy_nonoverlapping(at, buf.as_mut_ptr(), buf.len()) }
         });
         if c.status == Status::Ok as u16 || c.status == Status::Truncated as u16 {
-            let win = self.win.as_ref().unwrap();
-            win.count(w::stats::READS);
-            win.add(w::stats::READ_BYTES, full.min(cap));
+            self.count_read(full.min(cap));
         }
         Ok(c)
+    }
+
+    /// Where the `full` bytes `src`'s `GET` names lie in this process: the sender's region
+    /// mapped (kept while the caller holds it) and the first of them.
+    fn get_payload(&mut self, src: u32, from: GetFrom, full: u64) -> GetPayload {
+        let Some(mem) = self.peer_mem(src, from.key) else {
+            return GetPayload::Unmapped;
+        };
+        if from.offset.checked_add(full).is_none_or(|end| end > mem.1) {
+            return GetPayload::PastEnd;
+        }
+        // SAFETY: `offset + full` ≤ the region's length, which the mapping covers.
+        let at = unsafe { mem.0.ptr().add(from.offset as usize) };
+        GetPayload::At(mem, at)
+    }
+
+    /// A `GET`'s `n` bytes read here.
+    fn count_read(&self, n: u64) {
+        let win = self.win.as_ref().unwrap();
+        win.count(w::stats::READS);
+        win.add(w::stats::READ_BYTES, n);
     }
 
     /// An MLINK WRITE (`op::PUT`) or READ of `len` bytes between `addr` and `dest`'s region
@@ -906,13 +925,14 @@ impl Inner {
     /// the sender keeps them — at most `cap` of its bytes — and answered `FIN` read. `None`
     /// (nothing taken): anything else, for a receive to take as it always does (a region
     /// that cannot be mapped, or bytes past its end, are that receive's to refuse and count).
+    /// Returns the message's whole length and what `read` returned.
     pub(crate) fn w_recv_in_place<R>(
         &mut self,
         src: u32,
         tag: u64,
         cap: u64,
         read: impl FnOnce(*const u8, usize) -> R,
-    ) -> Result<Option<(Completion, R)>> {
+    ) -> Result<Option<(u64, R)>> {
         self.w_sync()?;
         let Some(i) = self
             .d
@@ -925,27 +945,19 @@ impl Inner {
         let Arrived::Get { id, from, full } = self.d.unexpected[i].what else {
             return Ok(None);
         };
-        let Some(mem) = self.peer_mem(src, from.key) else {
+        let GetPayload::At(_mem, at) = self.get_payload(src, from, full) else {
             return Ok(None);
         };
-        if from.offset.checked_add(full).is_none_or(|end| end > mem.1) {
-            return Ok(None);
-        }
         self.d.unexpected.remove(i);
         let n = full.min(cap);
-        // SAFETY: `[offset, offset + full)` lies in the peer's region, inside the mapping
-        // `mem` holds (checked above) for the call.
-        let r = read(unsafe { mem.0.ptr().add(from.offset as usize) }, n as usize);
+        // `at` stays valid while `_mem` holds the mapping, to the end of this call.
+        let r = read(at, n as usize);
         let win = self.win.as_ref().unwrap();
         win.count(w::stats::RECVS);
         win.add(w::stats::RECV_BYTES, n);
-        win.count(w::stats::READS);
-        win.add(w::stats::READ_BYTES, n);
+        self.count_read(n);
         self.w_answer_get(src, id, fin::READ)?;
-        Ok(Some((
-            completion(op::RECV, 0, Status::Ok, src, full, tag),
-            r,
-        )))
+        Ok(Some((full, r)))
     }
 
     /// What `rank` left to be read, before it left, is gone with it: a `GET`'s region, a

@@ -1611,10 +1611,17 @@ impl Ni {
         if !i.direct() {
             return None;
         }
-        match i.w_recv_in_place(src, tag, cap as u64, read) {
-            Ok(Some((c, r))) => Some((finish_as(op::RECV, src, c).ok()?, r)),
-            _ => None,
-        }
+        let (len, r) = i.w_recv_in_place(src, tag, cap as u64, read).ok()??;
+        Some((
+            Done {
+                status: Status::Ok,
+                rank: src,
+                len,
+                tag,
+                aux: 0,
+            },
+            r,
+        ))
     }
 
     /// Receive: returns the source, tag and length. A longer message fails with
