@@ -217,25 +217,17 @@ impl Iov {
     ///
     /// # Safety
     /// The pieces must be writable memory of the application, as posted.
-    unsafe fn scatter(&self, mut data: &[u8]) -> usize {
-        let mut n = 0;
-        for &(p, l) in &self.0 {
-            if data.is_empty() {
-                break;
-            }
-            let k = l.min(data.len());
-            // SAFETY: the caller guarantees the piece is writable for `l` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, k) };
-            data = &data[k..];
-            n += k;
-        }
-        n
+    unsafe fn scatter(&self, data: &[u8]) -> usize {
+        // SAFETY: the caller's guarantee for the pieces; `data` is readable for its length.
+        unsafe { self.scatter_from(data.as_ptr(), data.len()) }
     }
 
-    /// Copy `n` bytes from `from` into the pieces, as `scatter` does (at most `self.len()`).
+    /// Copy `n` bytes from `from` into the pieces from their start (at most `self.len()`);
+    /// returns the bytes written.
     ///
     /// # Safety
-    /// As `scatter`'s, and `from` is readable for `n` bytes.
+    /// As `scatter`'s, and `from` is readable for `n` bytes (not a reference: a peer's memory
+    /// that may change meanwhile).
     unsafe fn scatter_from(&self, from: *const u8, n: usize) -> usize {
         let mut done = 0;
         for &(p, l) in &self.0 {
@@ -1268,10 +1260,11 @@ impl Engine {
     ) -> ni::Result<Option<(Staged, ni::Op)>> {
         let len = iov.len();
         let c = class as usize;
+        if self.in_use[c] >= CLASS_MAX[c] {
+            return Ok(None);
+        }
         let piece = match &mut self.ring {
-            Some((_, ring)) if len <= ring::PIECE_MAX && self.in_use[c] < CLASS_MAX[c] => {
-                ring.take(len)
-            }
+            Some((_, ring)) if len <= ring::PIECE_MAX => ring.take(len),
             _ => None,
         };
         let staged = match piece {
