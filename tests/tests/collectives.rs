@@ -38,7 +38,7 @@ fn collision_then_flush() {
 }
 
 #[test]
-fn network_done_waits_for_outstanding_messages() {
+fn network_done_waits_for_every_member_and_its_messages() {
     for p in [1, 2, 3] {
         let d = Daemon::start(p);
         run(&d, p, "network-done");

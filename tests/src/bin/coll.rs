@@ -258,9 +258,13 @@ fn network_done(ni: &Ni) {
     if p < 2 {
         return;
     }
-    // Rank 0 sends a counted message that rank 1 receives only 200 ms later: nobody's
-    // network-done may complete before that.
-    let t = Instant::now();
+    // Rank 0 sends a counted message that rank 1 receives only 200 ms later, and only then
+    // joins: nobody's network-done may complete before it did (the counting itself, a
+    // message that has not arrived holding every member, is tests/cm5.rs's register-level
+    // `network_done_waits_for_every_member_and_every_message`). The ranks compare their
+    // ends with that moment on the host's monotonic clock, one clock for every process: each
+    // timing from its own start would start late whenever a rank is scheduled late.
+    let mut joined = 0;
     if me == 0 {
         let s = ni.isend(1, &buf, 0..16, 5).unwrap();
         ni.network_done().unwrap();
@@ -268,14 +272,30 @@ fn network_done(ni: &Ni) {
     } else if me == 1 {
         std::thread::sleep(Duration::from_millis(200));
         ni.recv(Some(0), &buf, 0..16, 5, u64::MAX).unwrap();
+        joined = monotonic_ns();
         ni.network_done().unwrap();
     } else {
         ni.network_done().unwrap();
     }
+    let done = monotonic_ns();
+    let words = [(joined >> 32) as u32, joined as u32];
+    let got = ni
+        .combine(Pattern::Reduce, Combiner::Or, &words, false)
+        .unwrap();
+    let w = got.words.unwrap();
+    let joined = (u64::from(w[0]) << 32) | u64::from(w[1]);
+    assert!(joined > 0, "rank 1 said when it joined");
     assert!(
-        t.elapsed() >= Duration::from_millis(190),
-        "network-done finished with a message outstanding"
+        done >= joined,
+        "network-done finished {} µs before rank 1 joined it",
+        (joined - done) / 1000
     );
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: unlike `Instant`, comparable between processes.
+fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
 fn globals(ni: &Ni) {
