@@ -161,6 +161,9 @@ pub(crate) struct DirectState {
     /// kept so that no collective zeroes 8 KiB of stack for a few bytes.
     pub coll_acc: Vec<u8>,
     pub coll_x: Vec<u8>,
+    /// During [`crate::Ni::drain_taking`]: the tag whose window messages are copied out of
+    /// their rings into the caller's [`crate::Taken`] instead of into posted receives.
+    pub taking: Option<(u64, crate::Taken)>,
 }
 
 fn completion(opcode: u8, user: u64, status: Status, rank: u32, len: u64, tag: u64) -> Completion {
@@ -1174,6 +1177,13 @@ impl Inner {
             } else {
                 None
             };
+            if matches!(h.kind, kind::EAGER | kind::BIG)
+                && self.d.taking.as_ref().is_some_and(|t| t.0 == h.tag)
+            {
+                self.take_into_taken(src, h.len as u64, |win, buf| win.payload(src, &h, buf));
+                self.win.as_mut().unwrap().consume(src, &h);
+                continue;
+            }
             // With `want`, no posted receive is for `src` (the caller checked).
             let (p, wanted) = match want.take() {
                 Some(w) if w.matches(src, h.tag) => (Some(w), true),
@@ -1242,6 +1252,13 @@ impl Inner {
             self.w_take_am(src, e);
             return true;
         }
+        if self.d.taking.as_ref().is_some_and(|t| t.0 == e.tag) {
+            self.take_into_taken(src, e.len as u64, |win, buf| {
+                win.eager_payload(src, &e, buf)
+            });
+            self.win.as_mut().unwrap().consume_eager(src, &e);
+            return true;
+        }
         if !self.d.posted.front().is_some_and(|p| p.matches(src, e.tag)) {
             return false;
         }
@@ -1277,6 +1294,44 @@ impl Inner {
         });
         self.win.as_mut().unwrap().consume_eager(src, e);
         c
+    }
+
+    /// Copy the payload (`len` bytes) of the message at the head of `src`'s ring into the
+    /// caller's [`crate::Taken`] (`Ni::drain_taking`), counted as a receive; the caller
+    /// moves the ring's cursor past it.
+    fn take_into_taken(
+        &mut self,
+        src: u32,
+        len: u64,
+        copy: impl FnOnce(&crate::window::Window, &mut [u8]),
+    ) {
+        let (_, taken) = self.d.taking.as_mut().unwrap();
+        let win = self.win.as_ref().unwrap();
+        copy(win, taken.push(src, len as usize));
+        win.count(w::stats::RECVS);
+        win.add(w::stats::RECV_BYTES, len);
+    }
+
+    /// Before `Ni::drain_taking` takes from the rings: the messages of its tag that a
+    /// pass without it left in `unexpected` go first, in the order they came, so that none
+    /// taken from a ring overtakes an older one of its sender's.
+    pub(crate) fn w_unexpected_to_taken(&mut self) {
+        let Some((tag, taken)) = self.d.taking.as_mut() else {
+            return;
+        };
+        let mut counted = (0, 0);
+        self.d.unexpected.retain(|m| match &m.what {
+            Arrived::Eager(data) if m.tag == *tag => {
+                taken.push(m.src, data.len()).copy_from_slice(data);
+                counted = (counted.0 + 1, counted.1 + data.len() as u64);
+                false
+            }
+            _ => true,
+        });
+        if let Some(win) = self.win.as_ref() {
+            win.add(w::stats::RECVS, counted.0);
+            win.add(w::stats::RECV_BYTES, counted.1);
+        }
     }
 
     /// Queue the active message [`Window::next_eager`] found for its handler.

@@ -146,6 +146,46 @@ pub struct Done {
     pub aux: u64,
 }
 
+/// Messages [`Ni::drain_taking`] copied out of the window's rings: each its sender and
+/// its payload, in the order taken. Kept and [`Taken::clear`]ed by its owner, so the bytes'
+/// buffer is allocated once.
+#[derive(Debug, Default)]
+pub struct Taken {
+    bytes: Vec<u8>,
+    /// (sender, end of its payload in `bytes`), the start being the previous one's end.
+    msgs: Vec<(u32, usize)>,
+}
+
+impl Taken {
+    pub fn len(&self) -> usize {
+        self.msgs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    /// Message `i`: its sender and payload.
+    pub fn get(&self, i: usize) -> (u32, &[u8]) {
+        let start = if i == 0 { 0 } else { self.msgs[i - 1].1 };
+        let (src, end) = self.msgs[i];
+        (src, &self.bytes[start..end])
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.msgs.clear();
+    }
+
+    /// Room for one more message of `len` bytes from `src`.
+    fn push(&mut self, src: u32, len: usize) -> &mut [u8] {
+        let start = self.bytes.len();
+        self.bytes.resize(start + len, 0);
+        self.msgs.push((src, start + len));
+        &mut self.bytes[start..]
+    }
+}
+
 /// A pending non-blocking operation; finish it with [`Ni::wait`] or [`Ni::test`].
 #[derive(Debug)]
 #[must_use = "an operation must be waited for or tested"]
@@ -1337,6 +1377,41 @@ impl Ni {
         let r = {
             let mut i = self.lock();
             i.progress().map(|_| {
+                let n = i.done.len();
+                i.done
+                    .drain(|user, c| out.push((user, finish_as(c.opcode, c.rank, c))));
+                n
+            })
+        };
+        self.run_handlers();
+        r
+    }
+
+    /// [`Ni::drain`], and every message tagged `tag` whose payload the partition window's
+    /// rings carry (eager ones, up to `BIG_MAX`) is copied into `taken` (appended) instead
+    /// of into a posted receive — whichever receive would have matched it: the caller owns
+    /// that tag. One copy from the ring into memory the caller reuses, no receive to post
+    /// again, no completion: the libfabric provider takes its eager messages so. It still
+    /// posts receives for the tag, which get what comes by the fabric, what is read in
+    /// place, and what a pass without this call took from a ring into a receive (a
+    /// `wait`'s); such a message completes in `out` or earlier. Those such a pass left
+    /// waiting for a receive come first into `taken`: a sender's messages keep their order
+    /// across the two ways.
+    pub fn drain_taking(
+        &self,
+        out: &mut Vec<(u64, Result<Done>)>,
+        tag: u64,
+        taken: &mut Taken,
+    ) -> Result<usize> {
+        let r = {
+            let mut i = self.lock();
+            i.d.taking = Some((tag, std::mem::take(taken)));
+            if !i.d.unexpected.is_empty() {
+                i.w_unexpected_to_taken();
+            }
+            let r = i.progress();
+            *taken = i.d.taking.take().unwrap().1;
+            r.map(|_| {
                 let n = i.done.len();
                 i.done
                     .drain(|user, c| out.push((user, finish_as(c.opcode, c.rank, c))));

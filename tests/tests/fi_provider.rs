@@ -322,9 +322,14 @@ fn sends_are_accepted_before_their_receiver_posts() {
     // its buffer (libni's `recv_in_place`) where the partition has a window; the ones sent
     // on request, whose payload comes after the receive is posted, through staging.
     let in_place = count_of(0, "rndv_in_place");
+    // Its headers (RTS) libni copied for it straight from the window's rings, none
+    // through a receive slot, where there is a window.
+    let taken = count_of(0, "taken");
     if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
         assert_eq!(in_place, 0, "no window, nothing to read in place");
+        assert_eq!(taken, 0, "no window, nothing taken from it");
     } else {
+        assert!(taken > 0, "eager headers taken from the rings: {taken}");
         assert!(
             (1..=100 - on_request).contains(&in_place),
             "rndv_in_place {in_place}, {on_request} on request"

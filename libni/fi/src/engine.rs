@@ -430,6 +430,9 @@ pub struct Counters {
     /// `CTS` answers naming no send of ours.
     pub stray_cts: u64,
     pub received: u64,
+    /// Eager messages (and `RTS`/`CTS` headers) libni copied for us straight from the
+    /// window's rings (`Ni::drain_taking`); the rest came into receive slots.
+    pub taken: u64,
     pub unexpected: u64,
 }
 
@@ -485,9 +488,26 @@ pub struct Engine {
     /// Operations libni finished inside the call that started them (`Op::ready`): the next
     /// progress takes their results with what `drain` reports.
     early: Vec<(u64, ni::Result<Done>)>,
-    /// `progress`'s arrivals, kept with their capacity: (source, sequence, slot, outcome).
-    arrivals: Vec<(u32, u32, usize, ni::Result<Done>)>,
+    /// `progress`'s arrivals, kept with their capacity: (source, sequence, where, length).
+    arrivals: Vec<(u32, u32, At, ni::Result<u64>)>,
+    /// Eager messages libni took from the window for `progress` (`Ni::drain_taking`).
+    taken: ni::Taken,
     pub counters: Counters,
+}
+
+/// Where an arrived eager message is.
+#[derive(Clone, Copy)]
+enum At {
+    /// In this receive slot.
+    Slot(usize),
+    /// The `Taken`'s message of this index.
+    Taken(usize),
+}
+
+/// The sequence number in a message's header (0 if too short to hold one: refused later).
+fn seq_of(msg: &[u8]) -> u32 {
+    msg.get(4..8)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()))
 }
 
 /// libni's failure as libfabric's error number.
@@ -556,6 +576,7 @@ impl Engine {
             batch: Vec::new(),
             early: Vec::new(),
             arrivals: Vec::new(),
+            taken: ni::Taken::default(),
             counters: Counters::default(),
         }
     }
@@ -640,23 +661,41 @@ impl Engine {
             return;
         }
         let mut batch = std::mem::take(&mut self.batch);
-        if let Err(e) = self.ni.drain(&mut batch) {
+        let mut taken = std::mem::take(&mut self.taken);
+        if let Err(e) = self.ni.drain_taking(&mut batch, EAGER_TAG, &mut taken) {
             warn(FI_LOG_EP_DATA, &format!("ni: progress: {e}"));
         }
         batch.append(&mut self.early);
+        // Most polls find nothing new, and nothing waits for what the last one freed.
+        if batch.is_empty()
+            && taken.is_empty()
+            && self.rndv_waiting.is_empty()
+            && self.cts_ready.is_empty()
+            && self.cts_out.is_empty()
+        {
+            self.batch = batch;
+            self.taken = taken;
+            return;
+        }
         // Arrivals in (source, sequence) order: a batch holds every completion the NI wrote
-        // so far, and libni completes one sender's messages in order.
+        // so far, and libni completes one sender's messages in order; those it took for us
+        // from the window (`taken`) came after any of theirs it put in slots.
         let mut arrivals = std::mem::take(&mut self.arrivals);
         for (id, r) in batch.drain(..) {
             if let Some(slot) = self.rx_ops.remove(&id) {
                 let (src, seq) = match &r {
-                    Ok(d) => (d.rank, self.peek_seq(slot)),
+                    Ok(d) => (d.rank, seq_of(self.slot_msg(slot, d.len))),
                     Err(_) => (u32::MAX, 0),
                 };
-                arrivals.push((src, seq, slot, r));
+                arrivals.push((src, seq, At::Slot(slot), r.map(|d| d.len)));
             } else if let Some(p) = self.ops.remove(&id) {
                 self.finish_op(p, r);
             }
+        }
+        self.counters.taken += taken.len() as u64;
+        for i in 0..taken.len() {
+            let (src, msg) = taken.get(i);
+            arrivals.push((src, seq_of(msg), At::Taken(i), Ok(msg.len() as u64)));
         }
         self.batch = batch;
         // What waited for a staging region or a transmit slot, now that finished ones
@@ -671,39 +710,46 @@ impl Engine {
         self.flush_cts();
         let next = &self.rx_next;
         arrivals.sort_by_key(|a| arrival_order(next, a.0, a.1));
-        for (_, _, slot, r) in arrivals.drain(..) {
-            match r {
-                Ok(d) => self.arrived(slot, d),
-                Err(e) => warn(FI_LOG_EP_DATA, &format!("ni: an eager receive failed: {e}")),
+        for (src, _, at, r) in arrivals.drain(..) {
+            match (at, r) {
+                (At::Slot(slot), Ok(len)) => {
+                    let msg = self.slot_msg(slot, len);
+                    self.arrived(src, msg);
+                }
+                (At::Taken(i), Ok(_)) => self.arrived(src, taken.get(i).1),
+                (_, Err(e)) => warn(FI_LOG_EP_DATA, &format!("ni: an eager receive failed: {e}")),
             }
-            if let Err(e) = self.post_slot(slot) {
-                warn(
-                    FI_LOG_EP_DATA,
-                    &format!("ni: re-posting an eager receive: {e}"),
-                );
+            if let At::Slot(slot) = at {
+                if let Err(e) = self.post_slot(slot) {
+                    warn(
+                        FI_LOG_EP_DATA,
+                        &format!("ni: re-posting an eager receive: {e}"),
+                    );
+                }
             }
         }
         self.arrivals = arrivals;
+        taken.clear();
+        self.taken = taken;
     }
 
-    fn slot_bytes(&self, slot: usize, len: usize) -> &[u8] {
+    /// The `len` bytes (at most a slot's) a receive put into `slot`.
+    fn slot_msg<'a>(&self, slot: usize, len: u64) -> &'a [u8] {
         let rx = self.rx.as_ref().expect("enabled");
-        // SAFETY: the slot's receive completed and it is not posted again until we are done
-        // with these bytes; the NI writes no other slot's range here.
-        unsafe { &rx.as_slice()[slot * SLOT..slot * SLOT + len.min(SLOT)] }
+        let n = (len as usize).min(SLOT);
+        // SAFETY: the slot's receive completed and it is not posted again until its
+        // message was handled (`progress`); the NI writes no other slot's range here, and
+        // the region lives as long as the endpoint (the engine never drops `rx`).
+        unsafe { std::slice::from_raw_parts(rx.as_ptr().add(slot * SLOT), n) }
     }
 
-    fn peek_seq(&self, slot: usize) -> u32 {
-        let b = self.slot_bytes(slot, HEADER);
-        u32::from_le_bytes(b[4..8].try_into().unwrap())
-    }
-
-    fn arrived(&mut self, slot: usize, d: Done) {
-        let src = d.rank;
-        let h = match Header::decode(self.slot_bytes(slot, HEADER), d.len) {
+    /// A message from `src` (a slot's, or one libni took from the window for us): its
+    /// header checked, then delivered, queued as unexpected, or answered.
+    fn arrived(&mut self, src: u32, msg: &[u8]) {
+        let h = match Header::decode(msg, msg.len() as u64) {
             Ok(h) if (src as usize) < self.rx_next.len() => h,
-            Ok(_) | Err(_) => {
-                let why = Header::decode(self.slot_bytes(slot, HEADER), d.len)
+            r => {
+                let why = r
                     .err()
                     .unwrap_or_else(|| "source outside the partition".into());
                 self.counters.bad_headers += 1;
@@ -750,24 +796,27 @@ impl Engine {
                 .iter()
                 .position(|p| p.matches(src, h.tagged(), h.tag))
             {
-                // Straight from the slot into the receive: no copy in between.
-                let bytes = &self.slot_bytes(slot, HEADER + h.len as usize)[HEADER..];
-                let (at, n) = (bytes.as_ptr(), bytes.len());
-                let (to, used_up) = piece(&mut self.posted[q][i], src, h, n, self.min_multi_recv);
+                // Straight into the receive: no copy in between.
+                let payload = &msg[HEADER..];
+                let (to, used_up) = piece(
+                    &mut self.posted[q][i],
+                    src,
+                    h,
+                    payload.len(),
+                    self.min_multi_recv,
+                );
                 if used_up {
-                    self.posted[q].remove(i);
+                    if i == 0 {
+                        self.posted[q].pop_front();
+                    } else {
+                        self.posted[q].remove(i);
+                    }
                 }
-                // SAFETY: the slot's bytes, as `slot_bytes` gave them: the slot is posted
-                // again only after this returns, and delivering writes the receive's
-                // buffers, never the slots.
-                let payload = unsafe { std::slice::from_raw_parts(at, n) };
-                self.deliver(to, payload, n);
+                self.deliver(to, payload, payload.len());
                 return;
             }
         }
-        let payload = (h.kind == KIND_EAGER).then(|| {
-            SmallVec::from_slice(&self.slot_bytes(slot, HEADER + h.len as usize)[HEADER..])
-        });
+        let payload = (h.kind == KIND_EAGER).then(|| SmallVec::from_slice(&msg[HEADER..]));
         let u = Unexpected {
             src,
             hdr: h,
@@ -1380,13 +1429,19 @@ impl Engine {
                 .ni
                 .isend(dest, tx, at..at + HEADER + len, EAGER_TAG)
                 .map_err(|e| (fi_err(&e), format!("send to rank {dest}: {e}")))?;
-            self.tx_free.pop();
             self.tx_seq[dest as usize] = seq.wrapping_add(1);
-            self.ops.insert(
-                note(&self.ni, &mut self.early, op),
-                Pending::Eager { slot, user },
-            );
             self.counters.eager_sent += 1;
+            if op.ready() {
+                // In the window's ring already (or refused): the slot is free again, and
+                // the send completes now, not at the next progress.
+                let r = self.ni.wait(op).map(|_| ());
+                if let Some(u) = user {
+                    self.complete_send(u, r);
+                }
+                return Ok(());
+            }
+            self.tx_free.pop();
+            self.ops.insert(op.id(), Pending::Eager { slot, user });
             return Ok(());
         }
         // Rendezvous: the payload staged and its send posted now (both or neither), or
@@ -1470,7 +1525,10 @@ impl Engine {
         if flags & (FI_PEEK | FI_CLAIM) != 0 {
             return self.peek_or_claim(src, iov, tagged, tag, ignore, context, flags, report);
         }
-        self.progress();
+        // No progress first: a message libni holds that the engine has not taken yet comes
+        // after every one in `unexpected` from its sender, so the next progress matches it
+        // against this receive just as it would have matched here (and copies it once,
+        // from its slot). A progress here was a third of an MPI ping-pong's instructions.
         let mut p = Posted {
             src,
             tag,
