@@ -25,14 +25,22 @@ use crate::{coll_request, Done, Error, Ni, ReduceOp, Region, Result};
 
 /// Scratch halves grow to hold a whole vector up to this; larger ones go in pieces.
 const HALF_MAX: usize = 8 << 20;
-/// What a member publishes in the first round of a piece, as five u64: this tag, its
+/// What a member publishes in the first round of a piece, as nine u64: this tag, its
 /// scratch region's key (0: it has none), the piece's collective `meta`, where in that region
-/// its data is (the half it uses), and a digest of the keys it last agreed on with everyone
-/// and still holds mapped ([`digest`]; 0: agree again).
-const MAGIC: u64 = 0x4e49_4152_5344_0001; // "NIARSD" v1
-const RECORD: usize = 5;
+/// its scratch half is, a digest of the keys it last agreed on with everyone and still holds
+/// mapped ([`digest`]; 0: agree again), then where its data is and where its result will be,
+/// each as an exported region's key and an offset in it (key 0: in its scratch half).
+const MAGIC: u64 = 0x4e49_4152_5344_0002; // "NIARSD" v2
+const RECORD: usize = 9;
 /// Where in the control region the first round gathers every member's record.
 const RECORDS: usize = 64;
+/// The control region: its own record, and every member's (at most 64).
+const CTL_BYTES: usize = 8192;
+/// A member's three places, in its record and in the keys agreed on: its scratch half, its
+/// data, its result.
+const SCRATCH: usize = 0;
+const DATA: usize = 1;
+const RESULT: usize = 2;
 
 /// One member's scratch and what it knows of the others'.
 #[derive(Default)]
@@ -44,7 +52,8 @@ pub(crate) struct Scratch {
     ctl: Option<Region>,
     /// Operations done, for the halves' parity.
     round: u64,
-    /// Every member's key in the last piece whose mappings all members agreed on.
+    /// Every member's three keys (scratch, data, result; 0: none) in the last piece whose
+    /// mappings all members agreed on.
     agreed: Vec<u32>,
 }
 
@@ -75,15 +84,20 @@ impl Ni {
         let (me, size) = (self.rank() as usize, self.size() as usize);
         let bytes = r.len as usize * esize;
         let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
-        {
+        // Data and result read where they are when the application's buffers are exported
+        // regions (`alloc`) apart from each other: no copy in, no result copied to scratch.
+        let (data_at, result_at) = {
             let i = self.lock();
             if !i.registered(r.addr, bytes as u64) || !i.registered(r.tag, bytes as u64) {
                 // The fabric's path says what is wrong with them.
                 return Ok(None);
             }
-        }
+            let apart = r.addr + bytes as u64 <= r.tag || r.tag + bytes as u64 <= r.addr;
+            let at = |addr| apart.then(|| i.exported_at(addr, bytes as u64)).flatten();
+            (at(r.addr), at(r.tag))
+        };
         if s.ctl.is_none() {
-            s.ctl = Some(self.alloc(4096)?);
+            s.ctl = Some(self.alloc(CTL_BYTES)?);
         }
         if s.half < bytes || s.region.is_none() {
             let half = bytes.next_power_of_two().max(64 << 10);
@@ -98,22 +112,24 @@ impl Ni {
         }
         let ctl = s.ctl.as_ref().unwrap();
         let base = (s.round & 1) as usize * s.half;
-        if let Some(region) = s.region.as_ref() {
+        if let (Some(region), None) = (s.region.as_ref(), data_at) {
             // SAFETY: `[r.addr, + bytes)` is registered memory this process holds (checked
             // above); the scratch half holds `bytes` (sized above) and is this process's own.
             unsafe {
                 std::ptr::copy_nonoverlapping(r.addr as *const u8, region.as_ptr().add(base), bytes)
             };
         }
-        // The mappings of the scratch every member last agreed on, held for this piece: if
-        // one is gone here, say "never agreed", and every member agrees again.
-        let mut held: Vec<Option<Arc<Mem>>> = vec![None; size];
-        let mut still = s.agreed.len() == size && s.region.is_some();
+        // The mappings every member last agreed on, held for this piece: if one is gone
+        // here, say "never agreed", and every member agrees again.
+        let mut held: Vec<Option<Arc<Mem>>> = vec![None; 3 * size];
+        let mut still = s.agreed.len() == 3 * size && s.region.is_some();
         if still {
             let mut i = self.lock();
-            for m in (0..size).filter(|&m| m != me) {
-                held[m] = i.peer_mem(m as u32, s.agreed[m]).map(|(mem, _)| mem);
-                still &= held[m].is_some();
+            for (p, h) in held.iter_mut().enumerate() {
+                if p / 3 != me && s.agreed[p] != 0 {
+                    *h = i.peer_mem((p / 3) as u32, s.agreed[p]).map(|(mem, _)| mem);
+                    still &= h.is_some();
+                }
             }
         }
         let meta = ni_abi::window::coll_meta(coll::ALLREDUCE, d, o, 0, r.len);
@@ -123,6 +139,10 @@ impl Ni {
             meta,
             base as u64,
             if still { digest(&s.agreed) } else { 0 },
+            data_at.map_or(0, |a| a.0 as u64),
+            data_at.map_or(0, |a| a.1),
+            result_at.map_or(0, |a| a.0 as u64),
+            result_at.map_or(0, |a| a.1),
         ];
         for (k, v) in record.iter().enumerate() {
             ctl.write_at(8 * k, &v.to_le_bytes());
@@ -137,8 +157,9 @@ impl Ni {
             ctl.iova() + RECORDS as u64,
             RECORD,
         ))?;
-        let mut keys = vec![0u32; size];
-        let mut bases = vec![0usize; size];
+        // Each member's keys (scratch, data, result) and offsets in those regions.
+        let mut keys = vec![0u32; 3 * size];
+        let mut offs = vec![0usize; 3 * size];
         let mut agreed = vec![0u64; size];
         for m in 0..size {
             let mut rec = [0u64; RECORD];
@@ -161,32 +182,54 @@ impl Ni {
                     tag: r.tag,
                 });
             }
-            keys[m] = rec[1] as u32;
-            bases[m] = usize::try_from(rec[3]).unwrap_or(usize::MAX);
+            // A key that does not fit 32 bits is no region's: refused when mapped.
+            let key = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+            let off = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+            keys[3 * m + SCRATCH] = key(rec[1]);
+            offs[3 * m + SCRATCH] = off(rec[3]);
             agreed[m] = rec[4];
+            keys[3 * m + DATA] = key(rec[5]);
+            offs[3 * m + DATA] = off(rec[6]);
+            keys[3 * m + RESULT] = key(rec[7]);
+            offs[3 * m + RESULT] = off(rec[8]);
         }
-        // Every member's data, mapped here (a peer's half where it says it is, checked
-        // against its region's length: a member may say anything).
-        let mut peers: Vec<Option<(Arc<Mem>, usize)>> = vec![None; size];
+        // Each member's data and result, mapped here (where the member says they are,
+        // checked against the region's length: a member may say anything); a place with
+        // key 0 is in the member's scratch half.
+        let mut peers: Vec<Option<(Arc<Mem>, usize)>> = vec![None; 3 * size];
         {
             let mut i = self.lock();
             for m in (0..size).filter(|&m| m != me) {
-                let mapped = match &held[m] {
-                    Some(mem) if keys[m] == s.agreed[m] => Some((mem.clone(), mem.len() as u64)),
-                    _ if keys[m] == 0 => None,
-                    _ => i.peer_mem(m as u32, keys[m]),
-                };
-                peers[m] = mapped.and_then(|(mem, len)| {
-                    let end = bases[m].checked_add(bytes)?;
-                    (end as u64 <= len).then_some((mem, bases[m]))
-                });
+                for p in 3 * m..3 * m + 3 {
+                    let mapped = match &held[p] {
+                        Some(mem) if keys[p] == s.agreed[p] => {
+                            Some((mem.clone(), mem.len() as u64))
+                        }
+                        _ if keys[p] == 0 => None,
+                        _ => i.peer_mem(m as u32, keys[p]),
+                    };
+                    peers[p] = mapped.and_then(|(mem, len)| {
+                        let end = offs[p].checked_add(bytes)?;
+                        (end as u64 <= len).then_some((mem, offs[p]))
+                    });
+                }
             }
         }
+        let place = |m: usize, what: usize| -> Option<&(Arc<Mem>, usize)> {
+            let p = if keys[3 * m + what] == 0 {
+                3 * m + SCRATCH
+            } else {
+                3 * m + what
+            };
+            peers[p].as_ref()
+        };
         let mine = s.region.as_ref().map(|g| g.as_ptr());
+        let everything_mapped =
+            (0..size).all(|m| m == me || (place(m, DATA).is_some() && place(m, RESULT).is_some()));
         // Every member decides from the same records: agree again unless every member last
         // agreed on exactly these keys and still holds their mappings.
         if agreed.iter().any(|&h| h == 0 || h != digest(&keys)) {
-            let ok = (mine.is_some() && (0..size).all(|m| m == me || peers[m].is_some())) as u64;
+            let ok = (mine.is_some() && everything_mapped) as u64;
             ctl.write_at(0, &ok.to_le_bytes());
             self.request(coll_request(
                 coll::ALLREDUCE,
@@ -204,9 +247,9 @@ impl Ni {
                 s.round += 1;
                 return Ok(None);
             }
-            s.agreed = keys;
+            s.agreed = keys.clone();
         }
-        let (Some(mine), true) = (mine, (0..size).all(|m| m == me || peers[m].is_some())) else {
+        let (Some(mine), true) = (mine, everything_mapped) else {
             // Every member said it had everything mapped, and here one is missing after
             // all: nothing safe to read. The others fail at the next round's timeout.
             return Err(Error::Failed {
@@ -221,55 +264,82 @@ impl Ni {
             let n = r.len as usize;
             (n * m / size * esize, n * (m + 1) / size * esize)
         };
-        let at = |m: usize, off: usize| -> *mut u8 {
-            // SAFETY: every member's data lies in its mapping (checked when mapped), or in
-            // this process's own half; `off` < `bytes`.
+        // Where member m's data (`what` = DATA) or result (RESULT) is, `off` bytes in.
+        let at = |m: usize, what: usize, off: usize| -> *mut u8 {
+            let in_place = match what {
+                DATA => data_at.map(|_| r.addr),
+                _ => result_at.map(|_| r.tag),
+            };
+            // SAFETY: every member's places lie in their mappings (checked when mapped),
+            // this process's in its own half or its registered buffers; `off` < `bytes`.
             unsafe {
-                match &peers[m] {
-                    Some((mem, b)) => mem.ptr().add(b + off),
-                    None => mine.add(base + off),
+                match (m == me, in_place) {
+                    (true, Some(addr)) => (addr as *mut u8).add(off),
+                    (true, None) => mine.add(base + off),
+                    _ => {
+                        let (mem, b) = place(m, what).unwrap();
+                        mem.ptr().add(b + off)
+                    }
                 }
             }
         };
         // My chunk, reduced in rank order into my receive buffer, then published in my
-        // scratch (only I read my chunk of anyone's scratch, so it is free to overwrite).
+        // scratch unless others read it there (only I read my chunk of anyone's data or
+        // scratch, so it is free to overwrite).
         let (lo, hi) = chunk(me);
         if hi > lo {
             // SAFETY: `[r.tag + lo, r.tag + hi)` lies in the registered receive buffer; the
-            // scratch ranges lie in mapped halves; receive buffer and scratch never overlap.
+            // data ranges lie in mapped regions or this process's buffers; the receive
+            // buffer overlaps neither the scratch nor, read in place, the send buffer.
             let acc =
                 unsafe { std::slice::from_raw_parts_mut((r.tag as *mut u8).add(lo), hi - lo) };
             for m in 0..size {
                 // SAFETY: inside member m's data.
-                let x = unsafe { std::slice::from_raw_parts(at(m, lo), hi - lo) };
+                let x = unsafe { std::slice::from_raw_parts(at(m, DATA, lo), hi - lo) };
                 if m == 0 {
                     acc.copy_from_slice(x);
                 } else {
                     apply(d, o, acc, x);
                 }
             }
-            // SAFETY: my own half, my chunk.
-            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), at(me, lo), hi - lo) };
+            if result_at.is_none() {
+                // SAFETY: my own half, my chunk.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(acc.as_ptr(), mine.add(base + lo), hi - lo)
+                };
+            }
         }
-        // Round 2: every chunk is reduced.
+        // Round 2: every chunk is reduced (and no member reads anyone's data any more).
         let done = self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
         for m in (0..size).filter(|&m| m != me) {
             let (lo, hi) = chunk(m);
-            // SAFETY: member m's chunk of its data, into the registered receive buffer.
+            // SAFETY: member m's chunk of its result, into the registered receive buffer.
             unsafe {
-                std::ptr::copy_nonoverlapping(at(m, lo), (r.tag as *mut u8).add(lo), hi - lo)
+                std::ptr::copy_nonoverlapping(
+                    at(m, RESULT, lo),
+                    (r.tag as *mut u8).add(lo),
+                    hi - lo,
+                )
             };
+        }
+        if (0..size).any(|m| keys[3 * m + RESULT] != 0) {
+            // Round 3: results read in a receive buffer are read before its owner returns
+            // (scratch halves alternate instead, so a result there waits for nobody).
+            self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
         }
         s.round += 1;
         if let Some(w) = self.lock().win.as_ref() {
             w.count(ni_abi::window::stats::LARGE_ALLREDUCES);
             w.add(ni_abi::window::stats::LARGE_ALLREDUCE_BYTES, bytes as u64);
+            if data_at.is_some() {
+                w.count(ni_abi::window::stats::LARGE_ALLREDUCES_IN_PLACE);
+            }
         }
         Ok(Some(done))
     }
 }
 
-/// A digest of scratch keys (0 for none: never agreed).
+/// A digest of the members' keys (0 for none: never agreed).
 fn digest(keys: &[u32]) -> u64 {
     if keys.is_empty() {
         return 0;

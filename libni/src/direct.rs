@@ -242,6 +242,16 @@ impl Inner {
         }
     }
 
+    /// The exported (`alloc`) region that holds `[addr, addr + len)`: its key, and where
+    /// in it the range starts.
+    pub(crate) fn exported_at(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
+        let end = addr.checked_add(len)?;
+        match self.regions.range(..=addr).next_back() {
+            Some((&start, &(rlen, Some(key)))) if end <= start + rlen => Some((key, addr - start)),
+            _ => None,
+        }
+    }
+
     /// Post a fabric request whose completion finishes a direct-path operation (`alias`)
     /// or nothing anyone waits for. `Err(WouldBlock)` when the submission ring is full.
     fn post_aliased(&mut self, r: Request, alias: Option<(u64, u64)>) -> Result<()> {

@@ -67,6 +67,28 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
             direct,
             "{large} large allreduces in the window, P = {p}"
         );
+        // Rank 0's buffers are `alloc` regions apart from each other: its data read where
+        // it is (fastpath.md, "Large allreduce in the window"); the in-place allreduce
+        // (send and receive the same bytes) and rank 1's heap memory through scratch.
+        let in_place = d.counter(0, "window_large_allreduces_in_place");
+        let heap = if p > 1 {
+            d.counter(1, "window_large_allreduces")
+                - d.counter(1, "window_large_allreduces_in_place")
+        } else {
+            0
+        };
+        if direct {
+            assert!(
+                in_place > 0 && in_place < large,
+                "{in_place} of {large} large allreduces read in place, P = {p}"
+            );
+            assert!(
+                p == 1 || heap >= 4,
+                "rank 1's heap memory through scratch, P = {p}"
+            );
+        } else {
+            assert_eq!(in_place, 0);
+        }
     }
 }
 

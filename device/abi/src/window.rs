@@ -222,6 +222,9 @@ pub mod stats {
     /// region, and their bytes (also counted in `RECVS`, `RECV_BYTES`).
     pub const READS: u64 = 160;
     pub const READ_BYTES: u64 = 168;
+    /// Of `LARGE_ALLREDUCES`, those whose data this member's peers read in its send buffer
+    /// (an exported region apart from its receive buffer): no copy into scratch.
+    pub const LARGE_ALLREDUCES_IN_PLACE: u64 = 176;
 }
 
 /// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at
@@ -640,7 +643,7 @@ const _: () = {
     assert!(zone::SLEEPING + 4 <= zone::CPU && zone::CPU + 4 <= zone::STATS);
     assert!(zone::STATS + stats::LEN <= zone::MQ_STATS);
     assert!(zone::MQ_STATS + MAX_RANKS as u64 * MQ_STATS_LEN <= zone::HEADS);
-    assert!(stats::LARGE_ALLREDUCE_BYTES + 8 <= stats::LEN);
+    assert!(stats::LARGE_ALLREDUCES_IN_PLACE + 8 <= stats::LEN);
     assert!(stats::READ_BYTES + 8 <= stats::LEN);
     assert!(stats::GET_BYTES + 8 <= stats::LEN);
     assert!(REGIONS + 4 <= REACH && REACH.is_multiple_of(8) && REACH - STATE + 8 <= LINE);

@@ -347,6 +347,7 @@ impl Fabric {
             c.err_queue_full += ws.mq_rejected_mine;
             // Allreduces through exported scratch are collectives too.
             c.window_large_allreduces = ws.large_allreduces;
+            c.window_large_allreduces_in_place = ws.large_allreduces_in_place;
             // Rendezvous payloads the client read from their senders' regions itself.
             c.window_reads = ws.reads;
             c.window_read_bytes = ws.read_bytes;

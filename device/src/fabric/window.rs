@@ -184,6 +184,7 @@ pub struct WindowStats {
     pub mq_rejected_mine: u64,
     pub large_allreduces: u64,
     pub large_allreduce_bytes: u64,
+    pub large_allreduces_in_place: u64,
     pub reads: u64,
     pub read_bytes: u64,
 }
@@ -523,6 +524,7 @@ impl Window {
             mq_sends: r(w::stats::MQ_SENDS),
             large_allreduces: r(w::stats::LARGE_ALLREDUCES),
             large_allreduce_bytes: r(w::stats::LARGE_ALLREDUCE_BYTES),
+            large_allreduces_in_place: r(w::stats::LARGE_ALLREDUCES_IN_PLACE),
             reads: r(w::stats::READS),
             read_bytes: r(w::stats::READ_BYTES),
             mq_stored_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_STORED),

@@ -426,6 +426,35 @@ fn vectors(ni: &Ni) {
             assert_eq!(Some(g), want, "in-place max, count {count} element {i}");
         }
     }
+    // Members reading one another's data where each has it: odd ranks' buffers are
+    // registered heap memory (not exported: copied into scratch), even ranks' `alloc`
+    // regions (read in place, and, result apart, results read in the receive buffer); one
+    // receive buffer of the same region as its send buffer. Twice each, the second with
+    // the keys already agreed on.
+    let heap_send = ni_tests::AppMemory::register(ni, 2 << 20, 0);
+    let heap_recv = ni_tests::AppMemory::register(ni, 2 << 20, 0);
+    for (count, lap) in [(2000usize, 0), (2000, 1), (200_000, 0), (200_000, 1)] {
+        let mine: Vec<u8> = (0..count)
+            .flat_map(|i| ((mix(me as u64 + lap, i as u64) % 1000) as i64).to_le_bytes())
+            .collect();
+        let (sbuf, rbuf, at): (&ni::Region, &ni::Region, usize) = match (me % 2, lap) {
+            (1, _) => (&heap_send, &heap_recv, 0),
+            (_, 0) => (&send, &recv, 0),
+            _ => (&send, &send, count * 8),
+        };
+        sbuf.write_at(0, &mine);
+        ni.allreduce::<i64>(ReduceOp::Sum, sbuf, 0, rbuf, at, count)
+            .unwrap();
+        let mut got = vec![0u8; count * 8];
+        rbuf.read_at(at, &mut got);
+        for i in (0..count).step_by(7) {
+            let want: i64 = (0..p)
+                .map(|r| (mix(r as u64 + lap, i as u64) % 1000) as i64)
+                .sum();
+            let g = i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+            assert_eq!(g, want, "mixed places, count {count} lap {lap} element {i}");
+        }
+    }
     // Integer ops and scans.
     let count = 257;
     let mine: Vec<i64> = (0..count)
