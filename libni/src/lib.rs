@@ -1374,17 +1374,7 @@ impl Ni {
     /// `wait`. An operation that ended inside the call that started it ([`Op::ready`]) is
     /// not here: its `Op` holds its result. Returns how many it added to `out`.
     pub fn drain(&self, out: &mut Vec<(u64, Result<Done>)>) -> Result<usize> {
-        let r = {
-            let mut i = self.lock();
-            i.progress().map(|_| {
-                let n = i.done.len();
-                i.done
-                    .drain(|user, c| out.push((user, finish_as(c.opcode, c.rank, c))));
-                n
-            })
-        };
-        self.run_handlers();
-        r
+        self.drain_inner(out, None)
     }
 
     /// [`Ni::drain`], and every message tagged `tag` whose payload the partition window's
@@ -1403,14 +1393,28 @@ impl Ni {
         tag: u64,
         taken: &mut Taken,
     ) -> Result<usize> {
+        self.drain_inner(out, Some((tag, taken)))
+    }
+
+    fn drain_inner(
+        &self,
+        out: &mut Vec<(u64, Result<Done>)>,
+        taking: Option<(u64, &mut Taken)>,
+    ) -> Result<usize> {
         let r = {
             let mut i = self.lock();
-            i.d.taking = Some((tag, std::mem::take(taken)));
-            if !i.d.unexpected.is_empty() {
-                i.w_unexpected_to_taken();
-            }
-            let r = i.progress();
-            *taken = i.d.taking.take().unwrap().1;
+            let r = match taking {
+                None => i.progress(),
+                Some((tag, taken)) => {
+                    i.d.taking = Some((tag, std::mem::take(taken)));
+                    if !i.d.unexpected.is_empty() {
+                        i.w_unexpected_to_taken();
+                    }
+                    let r = i.progress();
+                    *taken = i.d.taking.take().unwrap().1;
+                    r
+                }
+            };
             r.map(|_| {
                 let n = i.done.len();
                 i.done
