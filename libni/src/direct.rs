@@ -387,14 +387,8 @@ impl Inner {
         if self.d.no_get[dest as usize] || !self.dev.maps_by_fd() {
             return None;
         }
-        let end = addr.checked_add(len)?;
-        match self.regions.range(..=addr).next_back() {
-            Some((&start, &(rlen, Some(key)))) if end <= start + rlen => Some(GetFrom {
-                key,
-                offset: addr - start,
-            }),
-            _ => None,
-        }
+        let (key, offset) = self.exported_at(addr, len)?;
+        Some(GetFrom { key, offset })
     }
 
     /// A `FIN` from `src` for the send that wrote `GET` `id`: done (`fin::READ`), or its
@@ -821,8 +815,7 @@ impl Inner {
             let buf = unsafe { std::slice::from_raw_parts_mut(p.addr as *mut u8, n as usize) };
             copy(self, buf);
             if let Some(win) = self.win.as_ref() {
-                win.count(w::stats::RECVS);
-                win.add(w::stats::RECV_BYTES, n);
+                win.count_recvs(1, n);
             }
             if len > p.cap {
                 Status::Truncated
@@ -965,9 +958,7 @@ impl Inner {
         let n = full.min(cap);
         // `at` stays valid while `_mem` holds the mapping, to the end of this call.
         let r = read(at, n as usize);
-        let win = self.win.as_ref().unwrap();
-        win.count(w::stats::RECVS);
-        win.add(w::stats::RECV_BYTES, n);
+        self.win.as_ref().unwrap().count_recvs(1, n);
         self.count_read(n);
         self.w_answer_get(src, id, fin::READ)?;
         Ok(Some((full, r)))
@@ -1318,8 +1309,7 @@ impl Inner {
         let (_, taken) = self.d.taking.as_mut().unwrap();
         let win = self.win.as_ref().unwrap();
         copy(win, taken.push(src, len as usize));
-        win.count(w::stats::RECVS);
-        win.add(w::stats::RECV_BYTES, len);
+        win.count_recvs(1, len);
     }
 
     /// Before `Ni::drain_taking` takes from the rings: the messages of its tag that a
@@ -1339,8 +1329,7 @@ impl Inner {
             _ => true,
         });
         if let Some(win) = self.win.as_ref() {
-            win.add(w::stats::RECVS, counted.0);
-            win.add(w::stats::RECV_BYTES, counted.1);
+            win.count_recvs(counted.0, counted.1);
         }
     }
 

@@ -413,7 +413,12 @@ impl Window {
         }
     }
 
-    /// Count a message that went into a ring: an eager send's payload, an active message.
+    /// Count `msgs` messages received here, `bytes` of payload in all.
+    pub fn count_recvs(&self, msgs: u64, bytes: u64) {
+        self.add(w::stats::RECVS, msgs);
+        self.add(w::stats::RECV_BYTES, bytes);
+    }
+
     /// Count an MLINK WRITE (`put`) or READ done in a peer's exported region.
     pub fn count_one_sided(&self, put: bool, bytes: u64) {
         if put {
@@ -425,6 +430,7 @@ impl Window {
         }
     }
 
+    /// Count a message that went into a ring: an eager send's payload, an active message.
     fn count_put(&self, h: &Header) {
         match h.kind {
             w::kind::EAGER | w::kind::BIG => {
