@@ -161,9 +161,9 @@ pub(crate) struct DirectState {
     /// kept so that no collective zeroes 8 KiB of stack for a few bytes.
     pub coll_acc: Vec<u8>,
     pub coll_x: Vec<u8>,
-    /// During [`crate::Ni::drain_taking`]: the tag whose window messages are copied out of
+    /// During [`crate::Ni::drain_taking`]: the tags whose window messages are copied out of
     /// their rings into the caller's [`crate::Taken`] instead of into posted receives.
-    pub taking: Option<(u64, crate::Taken)>,
+    pub taking: Option<crate::Taking>,
 }
 
 fn completion(opcode: u8, user: u64, status: Status, rank: u32, len: u64, tag: u64) -> Completion {
@@ -1179,9 +1179,11 @@ impl Inner {
                 None
             };
             if matches!(h.kind, kind::EAGER | kind::BIG)
-                && self.d.taking.as_ref().is_some_and(|t| t.0 == h.tag)
+                && self.d.taking.as_ref().is_some_and(|t| t.wants(h.tag))
             {
-                self.take_into_taken(src, h.len as u64, |win, buf| win.payload(src, &h, buf));
+                self.take_into_taken(src, h.tag, h.len as u64, |win, buf| {
+                    win.payload(src, &h, buf)
+                });
                 self.win.as_mut().unwrap().consume(src, &h);
                 continue;
             }
@@ -1253,8 +1255,8 @@ impl Inner {
             self.w_take_am(src, e);
             return true;
         }
-        if self.d.taking.as_ref().is_some_and(|t| t.0 == e.tag) {
-            self.take_into_taken(src, e.len as u64, |win, buf| {
+        if self.d.taking.as_ref().is_some_and(|t| t.wants(e.tag)) {
+            self.take_into_taken(src, e.tag, e.len as u64, |win, buf| {
                 win.eager_payload(src, &e, buf)
             });
             self.win.as_mut().unwrap().consume_eager(src, &e);
@@ -1303,26 +1305,27 @@ impl Inner {
     fn take_into_taken(
         &mut self,
         src: u32,
+        tag: u64,
         len: u64,
         copy: impl FnOnce(&crate::window::Window, &mut [u8]),
     ) {
-        let (_, taken) = self.d.taking.as_mut().unwrap();
+        let taking = self.d.taking.as_mut().unwrap();
         let win = self.win.as_ref().unwrap();
-        copy(win, taken.push(src, len as usize));
+        copy(win, taking.push(src, tag, len as usize));
         win.count_recvs(1, len);
     }
 
-    /// Before `Ni::drain_taking` takes from the rings: the messages of its tag that a
+    /// Before `Ni::drain_taking` takes from the rings: the messages of its tags that a
     /// pass without it left in `unexpected` go first, in the order they came, so that none
     /// taken from a ring overtakes an older one of its sender's.
     pub(crate) fn w_unexpected_to_taken(&mut self) {
-        let Some((tag, taken)) = self.d.taking.as_mut() else {
+        let Some(taking) = self.d.taking.as_mut() else {
             return;
         };
         let mut counted = (0, 0);
         self.d.unexpected.retain(|m| match &m.what {
-            Arrived::Eager(data) if m.tag == *tag => {
-                taken.push(m.src, data.len()).copy_from_slice(data);
+            Arrived::Eager(data) if taking.wants(m.tag) => {
+                taking.push(m.src, m.tag, data.len()).copy_from_slice(data);
                 counted = (counted.0 + 1, counted.1 + data.len() as u64);
                 false
             }

@@ -146,14 +146,14 @@ pub struct Done {
     pub aux: u64,
 }
 
-/// Messages [`Ni::drain_taking`] copied out of the window's rings: each its sender and
-/// its payload, in the order taken. Kept and [`Taken::clear`]ed by its owner, so the bytes'
-/// buffer is allocated once.
+/// Messages [`Ni::drain_taking`] copied out of the window's rings: each its sender, its tag
+/// and its payload, in the order taken. Kept and [`Taken::clear`]ed by its owner, so the
+/// bytes' buffer is allocated once.
 #[derive(Debug, Default)]
 pub struct Taken {
     bytes: Vec<u8>,
-    /// (sender, end of its payload in `bytes`), the start being the previous one's end.
-    msgs: Vec<(u32, usize)>,
+    /// (sender, tag, end of its payload in `bytes`), the start being the previous one's end.
+    msgs: Vec<(u32, u64, usize)>,
 }
 
 impl Taken {
@@ -165,11 +165,11 @@ impl Taken {
         self.msgs.is_empty()
     }
 
-    /// Message `i`: its sender and payload.
-    pub fn get(&self, i: usize) -> (u32, &[u8]) {
-        let start = if i == 0 { 0 } else { self.msgs[i - 1].1 };
-        let (src, end) = self.msgs[i];
-        (src, &self.bytes[start..end])
+    /// Message `i`: its sender, tag and payload.
+    pub fn get(&self, i: usize) -> (u32, u64, &[u8]) {
+        let start = if i == 0 { 0 } else { self.msgs[i - 1].2 };
+        let (src, tag, end) = self.msgs[i];
+        (src, tag, &self.bytes[start..end])
     }
 
     pub fn clear(&mut self) {
@@ -177,12 +177,32 @@ impl Taken {
         self.msgs.clear();
     }
 
-    /// Room for one more message of `len` bytes from `src`.
-    fn push(&mut self, src: u32, len: usize) -> &mut [u8] {
+    /// Room for one more message of `len` bytes from `src` tagged `tag`.
+    fn push(&mut self, src: u32, tag: u64, len: usize) -> &mut [u8] {
         let start = self.bytes.len();
         self.bytes.resize(start + len, 0);
-        self.msgs.push((src, start + len));
+        self.msgs.push((src, tag, start + len));
         &mut self.bytes[start..]
+    }
+}
+
+/// A [`Ni::drain_taking`] in progress: which tags it takes, and where to.
+#[derive(Debug)]
+pub(crate) struct Taking {
+    tag: u64,
+    mask: u64,
+    pub taken: Taken,
+}
+
+impl Taking {
+    /// Whether a message tagged `tag` is taken.
+    #[inline]
+    pub fn wants(&self, tag: u64) -> bool {
+        (tag ^ self.tag) & self.mask == 0
+    }
+
+    pub fn push(&mut self, src: u32, tag: u64, len: usize) -> &mut [u8] {
+        self.taken.push(src, tag, len)
     }
 }
 
@@ -1377,41 +1397,46 @@ impl Ni {
         self.drain_inner(out, None)
     }
 
-    /// [`Ni::drain`], and every message tagged `tag` whose payload the partition window's
-    /// rings carry (eager ones, up to `BIG_MAX`) is copied into `taken` (appended) instead
-    /// of into a posted receive — whichever receive would have matched it: the caller owns
-    /// that tag. One copy from the ring into memory the caller reuses, no receive to post
-    /// again, no completion: the libfabric provider takes its eager messages so. It still
-    /// posts receives for the tag, which get what comes by the fabric, what is read in
-    /// place, and what a pass without this call took from a ring into a receive (a
-    /// `wait`'s); such a message completes in `out` or earlier. Those such a pass left
-    /// waiting for a receive come first into `taken`: a sender's messages keep their order
-    /// across the two ways.
+    /// [`Ni::drain`], and every message whose tag equals `tag` on the bits of `mask` and
+    /// whose payload the partition window's rings carry (eager ones, up to `BIG_MAX`) is
+    /// copied into `taken` (appended) instead of into a posted receive — whichever receive
+    /// would have matched it: the caller owns those tags. One copy from the ring into memory
+    /// the caller reuses, no receive to post again, no completion: the libfabric provider
+    /// takes its eager messages so. It still posts receives for those tags, which get what
+    /// comes by the fabric, what is read in place, and what a pass without this call took
+    /// from a ring into a receive (a `wait`'s); such a message completes in `out` or
+    /// earlier. Those such a pass left waiting for a receive come first into `taken`: a
+    /// sender's messages keep their order across the two ways.
     pub fn drain_taking(
         &self,
         out: &mut Vec<(u64, Result<Done>)>,
         tag: u64,
+        mask: u64,
         taken: &mut Taken,
     ) -> Result<usize> {
-        self.drain_inner(out, Some((tag, taken)))
+        self.drain_inner(out, Some((tag, mask, taken)))
     }
 
     fn drain_inner(
         &self,
         out: &mut Vec<(u64, Result<Done>)>,
-        taking: Option<(u64, &mut Taken)>,
+        taking: Option<(u64, u64, &mut Taken)>,
     ) -> Result<usize> {
         let r = {
             let mut i = self.lock();
             let r = match taking {
                 None => i.progress(),
-                Some((tag, taken)) => {
-                    i.d.taking = Some((tag, std::mem::take(taken)));
+                Some((tag, mask, taken)) => {
+                    i.d.taking = Some(Taking {
+                        tag,
+                        mask,
+                        taken: std::mem::take(taken),
+                    });
                     if !i.d.unexpected.is_empty() {
                         i.w_unexpected_to_taken();
                     }
                     let r = i.progress();
-                    *taken = i.d.taking.take().unwrap().1;
+                    *taken = i.d.taking.take().unwrap().taken;
                     r
                 }
             };

@@ -296,7 +296,7 @@ static void t_scan(comm_t *k, int n)
 
 static void run_collectives(comm_t *k)
 {
-    static const size_t bsizes[] = {1, 4056, 4057, 65536, 1 << 20, 4 << 20};
+    static const size_t bsizes[] = {1, 4080, 4081, 65536, 1 << 20, 4 << 20};
     t_barrier(k);
     t_bcast_int(k);
     for (size_t i = 0; i < sizeof bsizes / sizeof bsizes[0]; i++) {

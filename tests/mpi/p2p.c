@@ -239,8 +239,8 @@ static void t_order(void)
  * sizes, Isend before Irecv and the other way round, and MPI_Sendrecv with oneself. */
 static void t_self(void)
 {
-    static const size_t sz[] = {0, 8, 4056, 4057, 300000};
-    begin("send to oneself (0, 8, 4056, 4057, 300000 B; Isend first, Irecv first, Sendrecv)");
+    static const size_t sz[] = {0, 8, 4080, 4081, 300000};
+    begin("send to oneself (0, 8, 4080, 4081, 300000 B; Isend first, Irecv first, Sendrecv)");
     for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) {
         size_t n = sz[k];
         unsigned char *sb = xmalloc(n), *rb = xmalloc(n + GUARD);
@@ -891,7 +891,7 @@ int main(int argc, char **argv)
     if (t_rank == 0)
         printf("p2p: %d ranks%s\n", t_size, t_size % 2 ? " (the last rank has no partner)" : "");
 
-    static const size_t sizes[] = {0, 1, 4055, 4056, 4057, 65536, 1 << 20, 16 << 20};
+    static const size_t sizes[] = {0, 1, 4079, 4080, 4081, 65536, 1 << 20, 16 << 20};
     if (want("blocking"))
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
             t_blocking(sizes[i]);

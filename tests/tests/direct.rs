@@ -295,9 +295,10 @@ fn large_messages_are_read_by_the_receiver_and_the_send_ends_when_it_did() {
 /// here yet, for an eager message, and for one from registered memory (the fabric's) it
 /// takes nothing and a receive gets the message as always. A short `cap`: its first bytes,
 /// the whole length reported, the send done.
-/// `Ni::drain_taking` (the libfabric provider's eager path): messages of its tag come out
-/// of the rings in sending order, after those a pass without it had already taken (and
-/// left waiting for a receive), and other tags' messages still go to their receives.
+/// `Ni::drain_taking` (the libfabric provider's eager path): messages of its tags (equal on
+/// its mask's bits) come out of the rings with their own tags, in sending order, after those
+/// a pass without it had already taken (and left waiting for a receive), and other tags'
+/// messages still go to their receives.
 #[test]
 fn messages_taken_from_the_rings_keep_their_order_behind_those_already_taken() {
     if window_off() {
@@ -305,7 +306,10 @@ fn messages_taken_from_the_rings_keep_their_order_behind_those_already_taken() {
     }
     let d = Daemon::start(2);
     let (a, b) = d.attach_pair();
+    // Taken: every tag whose low byte is 0x77; the rest of each tag is the message's own.
     const T: u64 = 0x77;
+    const MASK: u64 = 0xff;
+    let tag_of = |k: usize| T | (k as u64) << 40;
     let sbuf = a.alloc(64 << 10).unwrap();
     let send = |k: usize, len: usize, tag: u64| {
         let bytes: Vec<u8> = (0..len).map(|j| (k * 31 + j) as u8).collect();
@@ -316,26 +320,27 @@ fn messages_taken_from_the_rings_keep_their_order_behind_those_already_taken() {
     let mut sent = vec![];
     // Five taken by a plain progress pass: no receive wants them, they wait in libni.
     for k in 0..5 {
-        sent.push(send(k, 8 + k * 100, T));
+        sent.push(send(k, 8 + k * 100, tag_of(k)));
     }
     let other = send(99, 300, T + 1);
     b.progress().unwrap();
     // Five more stay in the ring (one the full eager size).
     for k in 5..10 {
         let len = if k == 7 { 4096 } else { 8 + k * 100 };
-        sent.push(send(k, len, T));
+        sent.push(send(k, len, tag_of(k)));
     }
     let recvs = d.counter(1, "recvs");
     let (mut out, mut taken) = (vec![], ni::Taken::default());
     let until = std::time::Instant::now() + Duration::from_secs(10);
     while taken.len() < sent.len() {
-        b.drain_taking(&mut out, T, &mut taken).unwrap();
+        b.drain_taking(&mut out, T, MASK, &mut taken).unwrap();
         assert!(std::time::Instant::now() < until, "{} taken", taken.len());
     }
     assert!(out.is_empty(), "nothing else finished");
     for (k, want) in sent.iter().enumerate() {
-        let (src, got) = taken.get(k);
+        let (src, tag, got) = taken.get(k);
         assert_eq!(src, 0);
+        assert_eq!(tag, tag_of(k), "message {k}'s own tag");
         assert!(
             got == &want[..],
             "message {k} ({} bytes) in its place",
@@ -354,7 +359,7 @@ fn messages_taken_from_the_rings_keep_their_order_behind_those_already_taken() {
     rbuf.read_at(0, &mut got);
     assert!(got == other);
     taken.clear();
-    b.drain_taking(&mut out, T, &mut taken).unwrap();
+    b.drain_taking(&mut out, T, MASK, &mut taken).unwrap();
     assert!(taken.is_empty(), "each taken once");
 }
 

@@ -28,9 +28,15 @@ const SOURCE: &str = concat!(
 const TMP: &str = env!("CARGO_TARGET_TMPDIR");
 /// How long one process of a case may run.
 const LIMIT: Duration = Duration::from_secs(60);
-/// libni tag of the provider's eager slots (`ni_fi::engine::EAGER_TAG`, copied: this crate
-/// does not depend on the provider).
-const EAGER_TAG: u64 = 0x4E49_4649_0000_0000;
+/// The provider's header word, its messages' libni tag (`ni_fi::engine::Header`, copied:
+/// this crate does not depend on the provider): bit 63 set, kind in bits 62..61, flags
+/// tagged (60), CQ data (59), wide data (58), `F_CTS` (57), sequence in bits 56..32, 32-bit
+/// CQ data below.
+const EAGER_TAG: u64 = 1 << 63;
+const W_TAGGED: u64 = 1 << 60;
+const W_DATA: u64 = 1 << 59;
+const W_DATA_WIDE: u64 = 1 << 58;
+const W_CTS: u64 = 1 << 57;
 
 /// `fi_conformance`, compiled once per run of this test binary.
 fn conformance() -> &'static Path {
@@ -254,7 +260,7 @@ fn run_case(case: &str, warnings: Warnings) {
 }
 
 /// fi_getinfo(3): one fi_info with the contract's attributes (name, domain = the NI's
-/// socket stem, FI_EP_RDM, caps, mode 0, inject_size 4056, max_msg_size 1 GiB, cq_data_size
+/// socket stem, FI_EP_RDM, caps, mode 0, inject_size 4080, max_msg_size 1 GiB, cq_data_size
 /// 8, manual progress, mr_mode 0), threading and AV type as hinted.
 #[test]
 fn getinfo_returns_the_contract_attributes() {
@@ -262,7 +268,7 @@ fn getinfo_returns_the_contract_attributes() {
 }
 
 /// fi_tagged(3) fi_tsend/fi_trecv and fi_tsendv/fi_trecvv, fi_cq(3) fi_cq_tagged_entry:
-/// 0, 1, 4056, 4057, 64 KiB and 1 MiB + 3 bytes arrive byte for byte, expected and
+/// 0, 1, 4080, 4081, 64 KiB and 1 MiB + 3 bytes arrive byte for byte, expected and
 /// unexpected, with exact context, flags, len, tag and buf on both sides.
 #[test]
 fn tagged_messages_of_every_size_arrive_intact() {
@@ -363,13 +369,13 @@ fn remote_cq_data_arrives_only_when_sent() {
     run_case("cq_data", Warnings::Quiet);
 }
 
-/// fi_tinject/fi_injectdata of 8 and 4056 bytes arrive intact though the buffer is reused at
-/// once, never complete on the sender's CQ; 4057 bytes fail with -FI_EMSGSIZE (warned).
+/// fi_tinject/fi_injectdata of 8 and 4080 bytes arrive intact though the buffer is reused at
+/// once, never complete on the sender's CQ; 4081 bytes fail with -FI_EMSGSIZE (warned).
 #[test]
 fn inject_delivers_without_a_completion_up_to_inject_size() {
     run_case(
         "inject",
-        Warnings::Expected(&["ni: fi_tsend: inject of 4057 bytes"]),
+        Warnings::Expected(&["ni: fi_tsend: inject of 4081 bytes"]),
     );
 }
 
@@ -625,40 +631,44 @@ fn fi_pingpong_runs_over_the_provider() {
     }
 }
 
-/// A header the provider must refuse: its 40 bytes (kind, flags, sequence, tag, data, len,
-/// rendezvous id; see `ni_fi::engine::Header`) plus `total - 40` bytes of filler.
-fn lie(kind: u8, flags: u8, seq: u32, len: u64, id: u64, total: usize) -> Vec<u8> {
-    let mut b = vec![0x33u8; total.max(40)];
-    b[..40].fill(0);
-    b[0] = kind;
-    b[1] = flags;
-    b[4..8].copy_from_slice(&seq.to_le_bytes());
-    b[8..16].copy_from_slice(&0xBADu64.to_le_bytes());
-    b[24..32].copy_from_slice(&len.to_le_bytes());
-    b[32..40].copy_from_slice(&id.to_le_bytes());
-    b.truncate(total);
+/// A header word of `kind` with `flags`, sequence number `seq`.
+fn word(kind: u64, flags: u64, seq: u64) -> u64 {
+    EAGER_TAG | kind << 61 | flags | seq << 32
+}
+
+/// `fields` as the little-endian u64s that follow a header word, then `filler` bytes.
+fn bytes(fields: &[u64], filler: usize) -> Vec<u8> {
+    let mut b: Vec<u8> = fields.iter().flat_map(|f| f.to_le_bytes()).collect();
+    b.resize(b.len() + filler, 0x33);
     b
 }
 
-/// The attacker's messages to rank 0, and how many of them the provider must drop as lies
-/// (one `ni: dropped a message from rank 1` warning each).
-fn lies() -> (Vec<Vec<u8>>, usize) {
+/// The attacker's messages to rank 0 (libni tag, bytes), and how many of them the provider
+/// must drop as lies (one `ni: dropped a message from rank 1` warning each).
+fn lies() -> (Vec<(u64, Vec<u8>)>, usize) {
+    let tagged = word(1, W_TAGGED, 0);
     let dropped = vec![
-        lie(7, 1, 0, 0, 0, 40),             // unknown kind
-        lie(1, 1, 0, 1000, 0, 50),          // eager: 1000 bytes claimed, 10 sent
-        lie(1, 1, 0, 4057, 0, 4096),        // eager: more than an eager payload
-        lie(2, 1, 0, 1 << 40, 1, 40),       // rendezvous of 2^40 bytes
-        lie(2, 1, 0, 1 << 20, 1 << 40, 40), // rendezvous id beyond 32 bits
-        lie(1, 0x80, 0, 0, 0, 40),          // unknown flags
-        lie(0, 0, 0, 0, 0, 8),              // shorter than a header
+        (word(0, W_TAGGED, 0), bytes(&[0xBAD], 8)), // unknown kind
+        (tagged, bytes(&[], 4)),                    // shorter than the tag it says it has
+        (word(1, 0, 0), bytes(&[], 4081)),          // more than an eager payload
+        (word(2, 0, 0), bytes(&[1 << 40, 1], 0)),   // rendezvous of 2^40 bytes
+        (word(2, 0, 0), bytes(&[1 << 20, 1 << 40], 0)), // rendezvous id beyond 32 bits
+        (word(2, 0, 0), bytes(&[1 << 20, 1], 8)),   // rendezvous with bytes after it
+        (tagged | 7, bytes(&[0xBAD], 8)),           // data bits with no data
+        (tagged | W_DATA_WIDE, bytes(&[0xBAD, 7], 8)), // wide data without data
+        (word(1, W_CTS, 0), bytes(&[], 8)),         // F_CTS on an eager message
+        (word(3, W_DATA | 5, 0), bytes(&[1], 0)),   // CTS with data
     ];
     let n = dropped.len();
     let mut all = dropped;
     // Well-formed but with a sequence number far ahead (warned, kept unexpected: the victim
     // receives only from its honest peer), and a message larger than a slot (the NI
     // truncates it into the slot: warned as a failed eager receive).
-    all.push(lie(1, 1, 0xFFFF_FFF0, 16, 0, 56));
-    all.push(lie(1, 1, 0, 8152, 0, 8192));
+    all.push((
+        word(1, W_TAGGED | W_DATA | 1, 0x1FF_FFF0),
+        bytes(&[0xBAD], 16),
+    ));
+    all.push((tagged, bytes(&[0xBAD], 8184)));
     (all, n)
 }
 
@@ -691,9 +701,9 @@ fn a_hostile_peer_cannot_disturb_a_provider_endpoint() {
     }
     let (all, dropped) = lies();
     let buf = attacker.alloc(8192).unwrap();
-    for (i, m) in all.iter().enumerate() {
+    for (i, (w, m)) in all.iter().enumerate() {
         buf.write_at(0, m);
-        let op = attacker.isend(0, &buf, 0..m.len(), EAGER_TAG).unwrap();
+        let op = attacker.isend(0, &buf, 0..m.len(), *w).unwrap();
         // Taken into a slot (or refused by the NI): either way delivered to rank 0.
         if let Err(e @ ni::Error::Timeout(_)) =
             attacker.wait_timeout(op, Some(Duration::from_secs(10)))
@@ -719,7 +729,7 @@ fn a_hostile_peer_cannot_disturb_a_provider_endpoint() {
         report(&ran, &d)
     );
     assert!(
-        victim_log.contains("ni: rank 1 sent sequence 4294967280 where 0 was due"),
+        victim_log.contains("ni: rank 1 sent sequence 33554416 where 0 was due"),
         "no warning about the sequence number:\n{}",
         report(&ran, &d)
     );

@@ -5,10 +5,12 @@
 //! libni's own tagged receive can say, so the provider matches in software, as PSM, rxm and
 //! every provider over a plain message layer do — and every byte still crosses the NI:
 //!
-//! - **eager** (payload ≤ [`EAGER_MAX`]): one libni send of a [`Header`] plus the payload
-//!   into one of the receiver's [`RX_SLOTS`] pre-posted libni receives (any source, libni tag
-//!   [`EAGER_TAG`]). With a partition window that is libni's own eager path (≤ 4 KiB, no
-//!   device thread); without one the fabric copies it.
+//! - **eager** (payload ≤ [`EAGER_MAX`]): one libni send whose tag is the [`Header`]'s word
+//!   (bit 63 set: [`EAGER_TAG`]) and whose bytes are the header's few (the tag, wide CQ data)
+//!   and the payload, into one of the receiver's [`RX_SLOTS`] pre-posted libni receives (any
+//!   source, any tag with bit 63 set). With a partition window that is libni's own eager
+//!   path (≤ 4 KiB, no device thread; an 8-byte MPI message is 16 bytes, one ring slot);
+//!   without one the fabric copies it.
 //! - **rendezvous** (larger): the sender stages the payload in registered memory — the next
 //!   piece of its send ring ([`crate::ring`]), or a pooled region — and posts a libni send
 //!   with tag `RNDV_TAG | id`, plus an eager `RTS` header naming `id`. A receiver that
@@ -30,8 +32,8 @@
 //! sender's messages in order and the receiver takes them in sequence order, so MPI's
 //! non-overtaking holds (`FI_ORDER_SAS`).
 //!
-//! Everything a peer writes into a slot is checked (`Header::decode`, lengths against what
-//! the NI reported); a lie is dropped and counted, never trusted for a copy.
+//! Everything a peer sends is checked (`Header::decode`: the word, and the bytes the NI
+//! says arrived); a lie is dropped and counted, never trusted for a copy.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -45,14 +47,19 @@ use crate::ffi::*;
 use crate::ring::{self, Ring};
 use crate::{warn, Av};
 
-/// libni tag of every eager slot message.
-pub const EAGER_TAG: u64 = 0x4E49_4649_0000_0000;
+/// Bit 63 of a libni tag: a provider header message, its [`Header`]'s word (rendezvous
+/// payloads, `RNDV_TAG | id`, have it clear). The receive slots take every tag with it set.
+pub const EAGER_TAG: u64 = 1 << 63;
 /// libni tag of a rendezvous payload: `RNDV_TAG | id` (id < 2^32).
 pub const RNDV_TAG: u64 = 0x4E49_4652_0000_0000;
-/// One slot: header + eager payload. 4 KiB: libni's eager limit on the window.
+/// One slot: a message with its header's bytes. 4 KiB: libni's eager limit on the window.
 pub const SLOT: usize = 4096;
-pub const HEADER: usize = 40;
-pub const EAGER_MAX: usize = SLOT - HEADER;
+/// A header's bytes in front of an eager payload, at most: the tag and a CQ data word too
+/// wide for the header's word.
+pub const PREFIX_MAX: usize = 16;
+/// ... and in an `RTS`: those, then the length and the id.
+const HEADER_MAX: usize = PREFIX_MAX + 16;
+pub const EAGER_MAX: usize = SLOT - PREFIX_MAX;
 /// Pre-posted eager receives.
 pub const RX_SLOTS: usize = 128;
 /// Eager send buffers (the transmit context's size).
@@ -90,6 +97,18 @@ const F_DATA: u8 = 2;
 /// RTS: the payload is not staged yet; the sender waits for a `CTS`.
 const F_CTS: u8 = 4;
 
+// The header's word (the message's libni tag), below bit 63 (`EAGER_TAG`).
+const W_KIND_SHIFT: u32 = 61;
+const W_TAGGED: u64 = 1 << 60;
+const W_DATA: u64 = 1 << 59;
+/// The CQ data is a u64 among the header's bytes, not the word's low 32 bits.
+const W_DATA_WIDE: u64 = 1 << 58;
+const W_CTS: u64 = 1 << 57;
+const W_SEQ_SHIFT: u32 = 32;
+/// Sequence numbers are 25 bits wide, wrapping: far more than one sender's messages a
+/// progress pass can find (a ring's 1024 slots and the 128 receive slots).
+pub const SEQ_MASK: u32 = (1 << 25) - 1;
+
 /// What a staging region is held for (each class has its own limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
@@ -104,7 +123,22 @@ enum Class {
 }
 const CLASS_MAX: [usize; 4] = [SEND_EAGER_MAX, SEND_CTS_MAX, RECV_MAX, RMA_MAX];
 
-/// What starts every slot message.
+/// What every provider message says about itself. Most of it travels in the message's libni
+/// tag (its *word*), so that an 8-byte MPI message — the MPI tag among the header's bytes, the
+/// sender's rank as 32-bit CQ data in the word — is 16 bytes, which the window carries in the
+/// ring's header slot itself (one cache line per message):
+///
+/// | word bits | what |
+/// |---|---|
+/// | 63 | 1 ([`EAGER_TAG`]) |
+/// | 62..61 | kind: 1 eager, 2 `RTS`, 3 `CTS` |
+/// | 60, 59, 58, 57 | tagged; CQ data; the data is wide (a u64 among the bytes); `F_CTS` (`RTS` only) |
+/// | 56..32 | sequence number (per sender → receiver, 25 bits, wrapping) |
+/// | 31..0 | CQ data of at most 32 bits (else 0) |
+///
+/// Then the message's bytes: the tag (u64, if tagged), the wide data (u64), then — eager —
+/// the payload, its length the rest of the message; `RTS`: the message's length (u64) and
+/// the rendezvous id (u64); `CTS`: the id (u64).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub kind: u8,
@@ -112,62 +146,139 @@ pub struct Header {
     pub seq: u32,
     pub tag: u64,
     pub data: u64,
-    /// Eager: payload bytes that follow. RTS: the message's length.
+    /// Eager: the payload's length. RTS: the message's length.
     pub len: u64,
-    /// RTS: the rendezvous id.
+    /// RTS, CTS: the rendezvous id.
     pub id: u64,
 }
 
 impl Header {
-    pub fn encode(&self) -> [u8; HEADER] {
-        let mut b = [0u8; HEADER];
-        b[0] = self.kind;
-        b[1] = self.flags;
-        b[4..8].copy_from_slice(&self.seq.to_le_bytes());
-        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
-        b[16..24].copy_from_slice(&self.data.to_le_bytes());
-        b[24..32].copy_from_slice(&self.len.to_le_bytes());
-        b[32..40].copy_from_slice(&self.id.to_le_bytes());
-        b
+    /// The message's libni tag, and its bytes before the payload (into `out`, at least
+    /// [`HEADER_MAX`] long): how many.
+    pub fn encode(&self, out: &mut [u8]) -> (u64, usize) {
+        let mut w = EAGER_TAG
+            | (self.kind as u64) << W_KIND_SHIFT
+            | ((self.seq & SEQ_MASK) as u64) << W_SEQ_SHIFT;
+        let wide = self.flags & F_DATA != 0 && self.data > u32::MAX as u64;
+        if self.flags & F_TAGGED != 0 {
+            w |= W_TAGGED;
+        }
+        if self.flags & F_DATA != 0 {
+            w |= W_DATA | if wide { W_DATA_WIDE } else { self.data };
+        }
+        if self.flags & F_CTS != 0 {
+            w |= W_CTS;
+        }
+        let mut n = 0;
+        let mut put = |x: u64| {
+            out[n..n + 8].copy_from_slice(&x.to_le_bytes());
+            n += 8;
+        };
+        if self.flags & F_TAGGED != 0 {
+            put(self.tag);
+        }
+        if wide {
+            put(self.data);
+        }
+        match self.kind {
+            KIND_RTS => {
+                put(self.len);
+                put(self.id);
+            }
+            KIND_CTS => put(self.id),
+            _ => {}
+        }
+        (w, n)
     }
 
-    /// A header a peer wrote, checked against `got`, the bytes the NI says arrived.
-    pub fn decode(b: &[u8], got: u64) -> Result<Header, String> {
-        if b.len() < HEADER || got < HEADER as u64 {
-            return Err(format!("{got} bytes: shorter than a header"));
+    /// A message a peer sent with libni tag `word`: its header, checked, and where its
+    /// payload starts.
+    pub fn decode(word: u64, msg: &[u8]) -> Result<(Header, usize), String> {
+        if word & EAGER_TAG == 0 {
+            return Err(format!("libni tag {word:#x} names no header"));
         }
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        let h = Header {
-            kind: b[0],
-            flags: b[1],
-            seq: u32::from_le_bytes(b[4..8].try_into().unwrap()),
-            tag: u64_at(8),
-            data: u64_at(16),
-            len: u64_at(24),
-            id: u64_at(32),
+        let kind = (word >> W_KIND_SHIFT) as u8 & 3;
+        let mut flags = 0;
+        if word & W_TAGGED != 0 {
+            flags |= F_TAGGED;
+        }
+        if word & W_DATA != 0 {
+            flags |= F_DATA;
+        }
+        if word & W_CTS != 0 {
+            flags |= F_CTS;
+        }
+        let wide = word & W_DATA_WIDE != 0;
+        if wide && flags & F_DATA == 0 {
+            return Err("wide data without data".into());
+        }
+        if (flags & F_DATA == 0 || wide) && word as u32 != 0 {
+            return Err(format!("data bits {:#x} with no 32-bit data", word as u32));
+        }
+        if flags & F_CTS != 0 && kind != KIND_RTS {
+            return Err(format!("F_CTS on kind {kind}"));
+        }
+        let mut n = 0;
+        let mut take = || {
+            let b = msg.get(n..n + 8)?;
+            n += 8;
+            Some(u64::from_le_bytes(b.try_into().unwrap()))
         };
-        if h.flags & !(F_TAGGED | F_DATA | F_CTS) != 0 {
-            return Err(format!("unknown flags {:#x}", h.flags));
-        }
-        if h.flags & F_CTS != 0 && h.kind != KIND_RTS {
-            return Err(format!("F_CTS on kind {}", h.kind));
-        }
-        match h.kind {
-            KIND_EAGER if h.len <= EAGER_MAX as u64 && got == HEADER as u64 + h.len => Ok(h),
-            KIND_EAGER => Err(format!("eager length {} in {got} bytes", h.len)),
-            KIND_RTS
-                if got == HEADER as u64
-                    && h.len as usize > EAGER_MAX
-                    && h.len <= MAX_MSG as u64
-                    && h.id <= u32::MAX as u64 =>
-            {
-                Ok(h)
+        let short = || format!("{} bytes: shorter than its header", msg.len());
+        let tag = match flags & F_TAGGED {
+            0 => 0,
+            _ => take().ok_or_else(short)?,
+        };
+        let data = match (flags & F_DATA, wide) {
+            (0, _) => 0,
+            (_, true) => take().ok_or_else(short)?,
+            (_, false) => word & u32::MAX as u64,
+        };
+        let mut h = Header {
+            kind,
+            flags,
+            seq: (word >> W_SEQ_SHIFT) as u32 & SEQ_MASK,
+            tag,
+            data,
+            len: 0,
+            id: 0,
+        };
+        match kind {
+            KIND_EAGER => {
+                h.len = (msg.len() - n) as u64;
+                if h.len > EAGER_MAX as u64 {
+                    return Err(format!("eager payload of {} bytes", h.len));
+                }
             }
-            KIND_RTS => Err(format!("rendezvous of {} bytes, id {}", h.len, h.id)),
-            KIND_CTS if got == HEADER as u64 && h.len == 0 && h.id <= u32::MAX as u64 => Ok(h),
-            KIND_CTS => Err(format!("CTS of length {}, id {}", h.len, h.id)),
-            k => Err(format!("unknown kind {k}")),
+            KIND_RTS => {
+                h.len = take().ok_or_else(short)?;
+                h.id = take().ok_or_else(short)?;
+                if msg.len() != n
+                    || h.len as usize <= EAGER_MAX
+                    || h.len > MAX_MSG as u64
+                    || h.id > u32::MAX as u64
+                {
+                    return Err(format!(
+                        "rendezvous of {} bytes, id {}, in {} bytes",
+                        h.len,
+                        h.id,
+                        msg.len()
+                    ));
+                }
+            }
+            KIND_CTS => {
+                h.id = take().ok_or_else(short)?;
+                if msg.len() != n || flags != 0 || h.id > u32::MAX as u64 {
+                    return Err(format!(
+                        "CTS of id {}, flags {flags:#x}, in {} bytes",
+                        h.id,
+                        msg.len()
+                    ));
+                }
+            }
+            k => return Err(format!("unknown kind {k}")),
         }
+        Ok((h, n))
     }
 
     fn tagged(&self) -> bool {
@@ -488,12 +599,15 @@ pub struct Engine {
     /// Operations libni finished inside the call that started them (`Op::ready`): the next
     /// progress takes their results with what `drain` reports.
     early: Vec<(u64, ni::Result<Done>)>,
-    /// `progress`'s arrivals, kept with their capacity: (source, sequence, where, length).
-    arrivals: Vec<(u32, u32, At, ni::Result<u64>)>,
+    /// `progress`'s arrivals, kept with their capacity.
+    arrivals: Vec<Arrival>,
     /// Eager messages libni took from the window for `progress` (`Ni::drain_taking`).
     taken: ni::Taken,
     pub counters: Counters,
 }
+
+/// An arrival in `progress`: (source, sequence, where, (libni tag, length)).
+type Arrival = (u32, u32, At, ni::Result<(u64, u64)>);
 
 /// Where an arrived eager message is.
 #[derive(Clone, Copy)]
@@ -504,10 +618,9 @@ enum At {
     Taken(usize),
 }
 
-/// The sequence number in a message's header (0 if too short to hold one: refused later).
-fn seq_of(msg: &[u8]) -> u32 {
-    msg.get(4..8)
-        .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()))
+/// The sequence number in a message's header word (its libni tag).
+fn seq_of(word: u64) -> u32 {
+    (word >> W_SEQ_SHIFT) as u32 & SEQ_MASK
 }
 
 /// libni's failure as libfabric's error number.
@@ -623,7 +736,7 @@ impl Engine {
         let rx = self.rx.as_ref().expect("enabled");
         let op = self
             .ni
-            .irecv(None, rx, s * SLOT..(s + 1) * SLOT, EAGER_TAG, u64::MAX)?;
+            .irecv(None, rx, s * SLOT..(s + 1) * SLOT, EAGER_TAG, EAGER_TAG)?;
         self.rx_ops.insert(note(&self.ni, &mut self.early, op), s);
         Ok(())
     }
@@ -662,7 +775,10 @@ impl Engine {
         }
         let mut batch = std::mem::take(&mut self.batch);
         let mut taken = std::mem::take(&mut self.taken);
-        if let Err(e) = self.ni.drain_taking(&mut batch, EAGER_TAG, &mut taken) {
+        if let Err(e) = self
+            .ni
+            .drain_taking(&mut batch, EAGER_TAG, EAGER_TAG, &mut taken)
+        {
             warn(FI_LOG_EP_DATA, &format!("ni: progress: {e}"));
         }
         batch.append(&mut self.early);
@@ -684,18 +800,23 @@ impl Engine {
         for (id, r) in batch.drain(..) {
             if let Some(slot) = self.rx_ops.remove(&id) {
                 let (src, seq) = match &r {
-                    Ok(d) => (d.rank, seq_of(self.slot_msg(slot, d.len))),
+                    Ok(d) => (d.rank, seq_of(d.tag)),
                     Err(_) => (u32::MAX, 0),
                 };
-                arrivals.push((src, seq, At::Slot(slot), r.map(|d| d.len)));
+                arrivals.push((src, seq, At::Slot(slot), r.map(|d| (d.tag, d.len))));
             } else if let Some(p) = self.ops.remove(&id) {
                 self.finish_op(p, r);
             }
         }
         self.counters.taken += taken.len() as u64;
         for i in 0..taken.len() {
-            let (src, msg) = taken.get(i);
-            arrivals.push((src, seq_of(msg), At::Taken(i), Ok(msg.len() as u64)));
+            let (src, word, msg) = taken.get(i);
+            arrivals.push((
+                src,
+                seq_of(word),
+                At::Taken(i),
+                Ok((word, msg.len() as u64)),
+            ));
         }
         self.batch = batch;
         // What waited for a staging region or a transmit slot, now that finished ones
@@ -712,11 +833,11 @@ impl Engine {
         arrivals.sort_by_key(|a| arrival_order(next, a.0, a.1));
         for (src, _, at, r) in arrivals.drain(..) {
             match (at, r) {
-                (At::Slot(slot), Ok(len)) => {
+                (At::Slot(slot), Ok((word, len))) => {
                     let msg = self.slot_msg(slot, len);
-                    self.arrived(src, msg);
+                    self.arrived(src, word, msg);
                 }
-                (At::Taken(i), Ok(_)) => self.arrived(src, taken.get(i).1),
+                (At::Taken(i), Ok((word, _))) => self.arrived(src, word, taken.get(i).2),
                 (_, Err(e)) => warn(FI_LOG_EP_DATA, &format!("ni: an eager receive failed: {e}")),
             }
             if let At::Slot(slot) = at {
@@ -743,10 +864,10 @@ impl Engine {
         unsafe { std::slice::from_raw_parts(rx.as_ptr().add(slot * SLOT), n) }
     }
 
-    /// A message from `src` (a slot's, or one libni took from the window for us): its
-    /// header checked, then delivered, queued as unexpected, or answered.
-    fn arrived(&mut self, src: u32, msg: &[u8]) {
-        let h = match Header::decode(msg, msg.len() as u64) {
+    /// A message from `src` with libni tag `word` (a slot's, or one libni took from the
+    /// window for us): its header checked, then delivered, queued as unexpected, or answered.
+    fn arrived(&mut self, src: u32, word: u64, msg: &[u8]) {
+        let (h, at) = match Header::decode(word, msg) {
             Ok(h) if (src as usize) < self.rx_next.len() => h,
             r => {
                 let why = r
@@ -772,7 +893,7 @@ impl Engine {
                 ),
             );
         }
-        self.rx_next[src as usize] = h.seq.wrapping_add(1);
+        self.rx_next[src as usize] = h.seq.wrapping_add(1) & SEQ_MASK;
         if h.kind == KIND_CTS {
             match self.await_cts.remove(&(src, h.id as u32)) {
                 Some(a) => {
@@ -797,7 +918,7 @@ impl Engine {
                 .position(|p| p.matches(src, h.tagged(), h.tag))
             {
                 // Straight into the receive: no copy in between.
-                let payload = &msg[HEADER..];
+                let payload = &msg[at..];
                 let (to, used_up) = piece(
                     &mut self.posted[q][i],
                     src,
@@ -816,7 +937,7 @@ impl Engine {
                 return;
             }
         }
-        let payload = (h.kind == KIND_EAGER).then(|| SmallVec::from_slice(&msg[HEADER..]));
+        let payload = (h.kind == KIND_EAGER).then(|| SmallVec::from_slice(&msg[at..]));
         let u = Unexpected {
             src,
             hdr: h,
@@ -957,11 +1078,13 @@ impl Engine {
             };
             let tx = self.tx.as_ref().expect("enabled");
             let at = slot * SLOT;
-            tx.write_at(at, &h.encode());
-            match self.ni.isend(to, tx, at..at + HEADER, EAGER_TAG) {
+            let mut b = [0u8; HEADER_MAX];
+            let (word, n) = h.encode(&mut b);
+            tx.write_at(at, &b[..n]);
+            match self.ni.isend(to, tx, at..at + n, word) {
                 Ok(op) => {
                     self.tx_free.pop();
-                    self.tx_seq[to as usize] = h.seq.wrapping_add(1);
+                    self.tx_seq[to as usize] = h.seq.wrapping_add(1) & SEQ_MASK;
                     self.ops.insert(
                         note(&self.ni, &mut self.early, op),
                         Pending::Eager { slot, user: None },
@@ -1420,16 +1543,17 @@ impl Engine {
         if len <= EAGER_MAX {
             // SAFETY: free transmit slots belong to us alone, and the caller's buffer is
             // readable for `len` bytes.
-            unsafe {
+            let (word, n) = unsafe {
                 let s = std::slice::from_raw_parts_mut(tx.as_ptr().add(at), SLOT);
-                s[..HEADER].copy_from_slice(&h.encode());
-                iov.gather(&mut s[HEADER..HEADER + len]);
-            }
+                let (word, n) = h.encode(s);
+                iov.gather(&mut s[n..n + len]);
+                (word, n)
+            };
             let op = self
                 .ni
-                .isend(dest, tx, at..at + HEADER + len, EAGER_TAG)
+                .isend(dest, tx, at..at + n + len, word)
                 .map_err(|e| (fi_err(&e), format!("send to rank {dest}: {e}")))?;
-            self.tx_seq[dest as usize] = seq.wrapping_add(1);
+            self.tx_seq[dest as usize] = seq.wrapping_add(1) & SEQ_MASK;
             self.counters.eager_sent += 1;
             if op.ready() {
                 // In the window's ring already (or refused): the slot is free again, and
@@ -1462,8 +1586,10 @@ impl Engine {
         }
         self.next_id = self.next_id.wrapping_add(1);
         let tx = self.tx.as_ref().expect("enabled");
-        tx.write_at(at, &h.encode());
-        let rts = self.ni.isend(dest, tx, at..at + HEADER, EAGER_TAG);
+        let mut b = [0u8; HEADER_MAX];
+        let (word, n) = h.encode(&mut b);
+        tx.write_at(at, &b[..n]);
+        let rts = self.ni.isend(dest, tx, at..at + n, word);
         match staged {
             Some((staging, op)) => {
                 self.ops.insert(
@@ -1490,7 +1616,7 @@ impl Engine {
         match rts {
             Ok(op) => {
                 self.tx_free.pop();
-                self.tx_seq[dest as usize] = seq.wrapping_add(1);
+                self.tx_seq[dest as usize] = seq.wrapping_add(1) & SEQ_MASK;
                 self.ops.insert(
                     note(&self.ni, &mut self.early, op),
                     Pending::Eager { slot, user: None },
@@ -1703,11 +1829,11 @@ impl Engine {
 
 /// Where an arrival from `src` with sequence `seq` goes in a batch: by source, then by its
 /// distance from the sequence due next from that source, so a batch that holds both sides
-/// of the 32-bit sequence's wrap still goes in sending order (sorted by the sequence itself,
-/// message 0 of the next lap would go before message 2^32 - 1).
+/// of the 25-bit sequence's wrap still goes in sending order (sorted by the sequence itself,
+/// message 0 of the next lap would go before message 2^25 - 1).
 fn arrival_order(next: &[u32], src: u32, seq: u32) -> (u32, u32) {
     let due = next.get(src as usize).copied().unwrap_or(0);
-    (src, seq.wrapping_sub(due))
+    (src, seq.wrapping_sub(due) & SEQ_MASK)
 }
 
 /// The pool's key for a region of `size` (a power of two) that held `class`.
@@ -1755,16 +1881,16 @@ mod tests {
 
     #[test]
     fn a_batch_across_the_sequence_wrap_keeps_sending_order() {
-        // Source 1 is due u32::MAX - 1; source 0 is due 5. A source outside the partition
+        // Source 1 is due SEQ_MASK - 1; source 0 is due 5. A source outside the partition
         // (a failed receive's) sorts by its sequence alone, after the others.
-        let next = [5, u32::MAX - 1];
+        let next = [5, SEQ_MASK - 1];
         let mut batch = vec![
             (1, 1),
             (0, 6),
-            (1, u32::MAX),
+            (1, SEQ_MASK),
             (1, 0),
             (0, 5),
-            (1, u32::MAX - 1),
+            (1, SEQ_MASK - 1),
         ];
         batch.sort_by_key(|&(src, seq)| arrival_order(&next, src, seq));
         assert_eq!(
@@ -1772,8 +1898,8 @@ mod tests {
             [
                 (0, 5),
                 (0, 6),
-                (1, u32::MAX - 1),
-                (1, u32::MAX),
+                (1, SEQ_MASK - 1),
+                (1, SEQ_MASK),
                 (1, 0),
                 (1, 1)
             ]
@@ -1781,49 +1907,105 @@ mod tests {
         assert_eq!(arrival_order(&next, u32::MAX, 3), (u32::MAX, 3));
     }
 
-    #[test]
-    fn a_header_reads_back_as_written() {
-        let h = hdr(KIND_EAGER, 100, 0);
-        assert_eq!(Header::decode(&h.encode(), HEADER as u64 + 100), Ok(h));
-        let r = hdr(KIND_RTS, 1 << 20, 9);
-        assert_eq!(Header::decode(&r.encode(), HEADER as u64), Ok(r));
+    /// The message a header and `payload` bytes make: (libni tag, bytes).
+    fn message(h: &Header, payload: usize) -> (u64, Vec<u8>) {
+        let mut b = vec![0x5a; HEADER_MAX + payload];
+        let (w, n) = h.encode(&mut b);
+        b.truncate(n + payload);
+        (w, b)
+    }
+
+    fn decode(m: &(u64, Vec<u8>)) -> Result<(Header, usize), String> {
+        Header::decode(m.0, &m.1)
     }
 
     #[test]
-    fn a_header_that_lies_about_its_length_is_refused() {
-        // Eager: the NI delivered fewer (or more) bytes than the header claims.
+    fn a_header_reads_back_as_written() {
         let h = hdr(KIND_EAGER, 100, 0);
-        assert!(Header::decode(&h.encode(), HEADER as u64 + 99).is_err());
-        assert!(Header::decode(&h.encode(), HEADER as u64 + 101).is_err());
-        let big = hdr(KIND_EAGER, EAGER_MAX as u64 + 1, 0);
-        assert!(Header::decode(&big.encode(), (SLOT + 1) as u64).is_err());
+        assert_eq!(decode(&message(&h, 100)), Ok((h, 8)));
+        let r = hdr(KIND_RTS, 1 << 20, 9);
+        assert_eq!(decode(&message(&r, 0)), Ok((r, 24)));
+        let c = Header {
+            flags: 0,
+            tag: 0,
+            data: 0,
+            len: 0,
+            ..hdr(KIND_CTS, 0, 7)
+        };
+        assert_eq!(decode(&message(&c, 0)), Ok((c, 8)));
+        // CQ data past 32 bits rides among the bytes; an untagged message has no tag there.
+        let wide = Header {
+            data: 1 << 40,
+            ..hdr(KIND_EAGER, 3, 0)
+        };
+        assert_eq!(decode(&message(&wide, 3)), Ok((wide, 16)));
+        let plain = Header {
+            flags: 0,
+            tag: 0,
+            data: 0,
+            ..hdr(KIND_EAGER, 5, 0)
+        };
+        assert_eq!(decode(&message(&plain, 5)), Ok((plain, 0)));
+        // The sequence wraps at 25 bits.
+        let last = Header { seq: SEQ_MASK, ..h };
+        assert_eq!(decode(&message(&last, 100)), Ok((last, 8)));
+    }
+
+    /// An MPI message of 8 bytes (tagged, the sender's rank as CQ data) is 16 bytes: what
+    /// libni's window carries in a ring's header slot (`ni_abi::window::INLINE`).
+    #[test]
+    fn an_mpi_message_of_8_bytes_fits_a_window_header_slot() {
+        let (_, b) = message(&hdr(KIND_EAGER, 8, 0), 8);
+        assert_eq!(b.len(), 16);
+        assert!(b.len() <= ni_abi::window::INLINE as usize);
+    }
+
+    #[test]
+    fn a_header_that_lies_is_refused() {
+        let h = hdr(KIND_EAGER, 100, 0);
+        let (w, b) = message(&h, 100);
+        // Not a header's word; a kind no sender writes; data bits with no data, or beside
+        // wide data; F_CTS on anything but an RTS.
+        assert!(Header::decode(w & !EAGER_TAG, &b).is_err());
+        assert!(Header::decode(w & !(3 << W_KIND_SHIFT), &b).is_err());
+        let (pw, pb) = message(
+            &Header {
+                flags: F_TAGGED,
+                ..h
+            },
+            100,
+        );
+        assert!(Header::decode(pw, &pb).is_ok());
+        assert!(Header::decode(pw | 1, &pb).is_err());
+        assert!(Header::decode(pw | W_DATA_WIDE, &pb).is_err());
+        let (ww, wb) = message(&Header { data: 1 << 40, ..h }, 100);
+        assert!(Header::decode(ww | 1, &wb).is_err());
+        assert!(Header::decode(w | W_CTS, &b).is_err());
+        // Shorter than the tag it says it carries.
+        assert!(Header::decode(w, &b[..7]).is_err());
+        // Eager: more than an eager payload.
+        assert!(decode(&message(&h, EAGER_MAX + 1)).is_err());
+        assert!(decode(&message(&h, EAGER_MAX)).is_ok());
         // RTS: small enough to have been eager, larger than max_msg_size, id out of range,
-        // or payload after it.
-        assert!(Header::decode(&hdr(KIND_RTS, 10, 0).encode(), HEADER as u64).is_err());
-        assert!(Header::decode(
-            &hdr(KIND_RTS, MAX_MSG as u64 + 1, 0).encode(),
-            HEADER as u64
-        )
-        .is_err());
-        assert!(Header::decode(&hdr(KIND_RTS, 1 << 20, 1 << 40).encode(), HEADER as u64).is_err());
-        assert!(Header::decode(&hdr(KIND_RTS, 1 << 20, 1).encode(), HEADER as u64 + 8).is_err());
-        // CTS: a length, an id out of range, payload after it; F_CTS on anything but an RTS.
-        assert!(Header::decode(&hdr(KIND_CTS, 0, 7).encode(), HEADER as u64).is_ok());
-        assert!(Header::decode(&hdr(KIND_CTS, 8, 7).encode(), HEADER as u64).is_err());
-        assert!(Header::decode(&hdr(KIND_CTS, 0, 1 << 40).encode(), HEADER as u64).is_err());
-        assert!(Header::decode(&hdr(KIND_CTS, 0, 7).encode(), HEADER as u64 + 8).is_err());
+        // bytes missing or after it.
+        assert!(decode(&message(&hdr(KIND_RTS, 10, 0), 0)).is_err());
+        assert!(decode(&message(&hdr(KIND_RTS, MAX_MSG as u64 + 1, 0), 0)).is_err());
+        assert!(decode(&message(&hdr(KIND_RTS, 1 << 20, 1 << 40), 0)).is_err());
+        assert!(decode(&message(&hdr(KIND_RTS, 1 << 20, 1), 8)).is_err());
+        let (rw, rb) = message(&hdr(KIND_RTS, 1 << 20, 1), 0);
+        assert!(Header::decode(rw, &rb[..rb.len() - 1]).is_err());
         let mut c = hdr(KIND_RTS, 1 << 20, 1);
-        c.flags = F_CTS;
-        assert!(Header::decode(&c.encode(), HEADER as u64).is_ok());
-        c.kind = KIND_CTS;
-        c.len = 0;
-        assert!(Header::decode(&c.encode(), HEADER as u64).is_err());
-        // Unknown kind or flags, short messages.
-        assert!(Header::decode(&hdr(9, 0, 0).encode(), HEADER as u64).is_err());
-        let mut f = hdr(KIND_EAGER, 0, 0);
-        f.flags = 0x80;
-        assert!(Header::decode(&f.encode(), HEADER as u64).is_err());
-        assert!(Header::decode(&[0u8; 8], 8).is_err());
+        c.flags |= F_CTS;
+        assert!(decode(&message(&c, 0)).is_ok());
+        // CTS: tagged or with data, an id out of range, bytes after it.
+        assert!(decode(&message(&hdr(KIND_CTS, 0, 7), 0)).is_err());
+        let cts = Header {
+            flags: 0,
+            ..hdr(KIND_CTS, 0, 7)
+        };
+        assert!(decode(&message(&cts, 0)).is_ok());
+        assert!(decode(&message(&cts, 8)).is_err());
+        assert!(decode(&message(&Header { id: 1 << 40, ..cts }, 0)).is_err());
     }
 
     #[test]

@@ -80,7 +80,7 @@
 
 /* The provider's contract (issue 14). */
 #define NAME_LEN 16
-#define EAGER_MAX 4056
+#define EAGER_MAX 4080
 #define MAX_MSG (1ULL << 30)
 
 /* How long any single wait may take. */
@@ -987,8 +987,8 @@ static void case_cq_data(void)
 
 /*
  * fi_tagged(3) "fi_tinject", fi_msg(3) "fi_injectdata", fi_endpoint(3) "inject_size": 8 and
- * 4056 (inject_size) bytes are delivered intact although the buffer is overwritten as soon
- * as the call returns; no send completion ever appears; 4057 bytes fail with -FI_EMSGSIZE.
+ * 4080 (inject_size) bytes are delivered intact although the buffer is overwritten as soon
+ * as the call returns; no send completion ever appears; 4081 bytes fail with -FI_EMSGSIZE.
  */
 static void case_inject(void)
 {
