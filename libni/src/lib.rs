@@ -43,6 +43,10 @@ mod window;
 use std::collections::{BTreeMap, VecDeque};
 
 pub use idmap::{IdMap, IdSet};
+/// The lock an `Ni` takes, biased toward the one thread that uses it (no atomic
+/// read-modify-write, so no fence, while only that thread locks); the libfabric provider
+/// guards its endpoints and queues with it too.
+pub use lock::{NiGuard, NiLock};
 use std::fs::File;
 use std::io::Read;
 use std::ops::Range;

@@ -20,8 +20,8 @@ use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicUsize, Ordering
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-pub(crate) struct NiLock<T> {
-    /// The thread the lock is biased to (the address of its [`MARK`]), 0 before the first
+pub struct NiLock<T> {
+    /// The thread the lock is biased to (its [`this_thread`]), 0 before the first
     /// lock.
     owner: AtomicUsize,
     /// The owner is inside (stored only by the owner).
@@ -38,17 +38,16 @@ unsafe impl<T: Send> Sync for NiLock<T> {}
 // SAFETY: as for a `Mutex<T>`.
 unsafe impl<T: Send> Send for NiLock<T> {}
 
-thread_local! {
-    /// Its address names the thread (unique among live threads; a thread that reuses a
-    /// dead owner's address inherits a bias no one else holds).
-    static MARK: u8 = const { 0 };
-}
-
+/// The calling thread: its `pthread_self`, unique among live threads (a thread that reuses
+/// a dead owner's inherits a bias no one else holds). Not a thread-local's address: in a
+/// library loaded with `dlopen` (the libfabric provider) that costs a `__tls_get_addr` call,
+/// ~20 instructions, on every lock.
 fn this_thread() -> usize {
-    MARK.with(|m| m as *const u8 as usize)
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
 }
 
-pub(crate) struct NiGuard<'a, T> {
+pub struct NiGuard<'a, T> {
     lock: &'a NiLock<T>,
     /// `None`: the owner's fast path.
     _mutex: Option<MutexGuard<'a, ()>>,
@@ -136,6 +135,12 @@ impl<T> NiLock<T> {
     #[cfg(test)]
     fn biased(&self) -> bool {
         self.owner.load(Ordering::Relaxed) != 0 && !self.revoked.load(Ordering::Relaxed)
+    }
+}
+
+impl<T: Default> Default for NiLock<T> {
+    fn default() -> NiLock<T> {
+        NiLock::new(T::default())
     }
 }
 

@@ -6,7 +6,7 @@
 //! with `FI_ADDR_NOTAVAIL` and a warning: the NI could not reach it.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::ffi::errno::*;
 use crate::ffi::*;
@@ -56,14 +56,14 @@ pub struct Av {
     partition: u32,
     size: u32,
     /// FI_AV_TABLE: index → name (None once removed). FI_AV_MAP: the names inserted.
-    names: Mutex<Vec<Option<Name>>>,
+    names: ni::NiLock<Vec<Option<Name>>>,
 }
 
 impl Av {
     /// The rank an `fi_addr_t` names, if it names one.
     pub fn rank_of(&self, a: fi_addr_t) -> Option<u32> {
         if self.table {
-            let names = self.names.lock().unwrap();
+            let names = self.names.lock();
             names.get(a as usize).copied().flatten().map(|n| n.rank)
         } else {
             (a < self.size as u64).then_some(a as u32)
@@ -73,7 +73,7 @@ impl Av {
     /// The `fi_addr_t` of `rank` (`fi_cq_readfrom`): `FI_ADDR_NOTAVAIL` if never inserted.
     pub fn fi_addr_of(&self, rank: u32) -> fi_addr_t {
         if self.table {
-            let names = self.names.lock().unwrap();
+            let names = self.names.lock();
             names
                 .iter()
                 .position(|n| n.is_some_and(|n| n.rank == rank))
@@ -92,7 +92,7 @@ impl Av {
                 self.size
             ));
         }
-        let mut names = self.names.lock().unwrap();
+        let mut names = self.names.lock();
         names.push(Some(n));
         Ok(if self.table {
             (names.len() - 1) as u64
@@ -102,7 +102,7 @@ impl Av {
     }
 
     fn lookup(&self, a: fi_addr_t) -> Option<Name> {
-        let names = self.names.lock().unwrap();
+        let names = self.names.lock();
         if self.table {
             names.get(a as usize).copied().flatten()
         } else {
@@ -111,7 +111,7 @@ impl Av {
     }
 
     fn remove(&self, a: fi_addr_t) -> bool {
-        let mut names = self.names.lock().unwrap();
+        let mut names = self.names.lock();
         if self.table {
             match names.get_mut(a as usize) {
                 Some(n @ Some(_)) => {
@@ -197,7 +197,7 @@ pub unsafe fn open(
             table,
             partition,
             size,
-            names: Mutex::new(Vec::new()),
+            names: ni::NiLock::new(Vec::new()),
         }),
     });
     // SAFETY: `out` is writable (caller contract).

@@ -8,6 +8,8 @@
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, Weak};
+
+use ni::NiLock;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
@@ -41,7 +43,7 @@ enum Item {
 
 pub struct Cq {
     format: c_int,
-    items: Mutex<VecDeque<Item>>,
+    items: NiLock<VecDeque<Item>>,
     pub bound: Bound,
     /// The AV of the endpoint bound to it, for `fi_cq_readfrom`.
     pub av: Mutex<Option<Arc<Av>>>,
@@ -51,14 +53,14 @@ pub struct Cq {
 /// how long reads have found nothing.
 #[derive(Default)]
 pub struct Bound {
-    /// Engines of the endpoints bound (progressed by reads): a snapshot replaced on bind, so
-    /// a read clones one `Arc` instead of collecting a `Vec`, and takes no lock an endpoint
-    /// holds while it binds.
-    engines: Mutex<Arc<[Weak<Mutex<Engine>>]>>,
+    /// Engines of the endpoints bound (progressed by reads). A read locks each while it
+    /// holds this: an endpoint binds with its engine unlocked (`fi_ep_bind`), so the two
+    /// are always taken in this order.
+    engines: NiLock<Vec<Weak<NiLock<Engine>>>>,
     /// The NI of the first bound endpoint, for `idle` (one NI per process).
     ni: std::sync::OnceLock<Weak<ni::Ni>>,
     /// How long reads have found nothing (`note`).
-    idle: Mutex<Idle>,
+    idle: NiLock<Idle>,
 }
 
 /// How long an application may poll an empty CQ before each further empty read gives the
@@ -67,19 +69,17 @@ pub struct Bound {
 const SPIN: Duration = Duration::from_micros(2);
 
 impl Bound {
-    /// Called with the engine locked (`fi_ep_bind`), hence `ni` passed in.
-    pub fn bind(&self, engine: &Arc<Mutex<Engine>>, ni: &Arc<ni::Ni>) {
-        let mut g = self.engines.lock().unwrap();
-        let mut v: Vec<_> = g.iter().cloned().collect();
-        v.push(Arc::downgrade(engine));
-        *g = v.into();
+    /// Called with the engine unlocked (`fi_ep_bind`): a read locks this, then the engine.
+    pub fn bind(&self, engine: &Arc<NiLock<Engine>>, ni: &Arc<ni::Ni>) {
+        let mut g = self.engines.lock();
+        g.retain(|e| e.strong_count() > 0);
+        g.push(Arc::downgrade(engine));
         let _ = self.ni.set(Arc::downgrade(ni));
     }
 
     pub fn progress(&self) {
-        let engines = self.engines.lock().unwrap().clone();
-        for e in engines.iter().filter_map(Weak::upgrade) {
-            e.lock().unwrap().progress();
+        for e in self.engines.lock().iter().filter_map(Weak::upgrade) {
+            e.lock().progress();
         }
     }
 
@@ -88,7 +88,7 @@ impl Bound {
     /// fabric path) and a peer on the same core run. Applications poll an empty CQ in a
     /// tight loop (Open MPI's progress does).
     pub fn note(&self, empty: bool) {
-        if !self.idle.lock().unwrap().note(empty, Instant::now) {
+        if !self.idle.lock().note(empty, Instant::now) {
             return;
         }
         if let Some(ni) = self.ni.get().and_then(Weak::upgrade) {
@@ -151,11 +151,11 @@ impl Idle {
 
 impl Cq {
     pub fn push(&self, e: Entry) {
-        self.items.lock().unwrap().push_back(Item::Ok(e));
+        self.items.lock().push_back(Item::Ok(e));
     }
 
     pub fn push_err(&self, e: Entry, olen: usize, err: c_int, prov_errno: c_int) {
-        self.items.lock().unwrap().push_back(Item::Err {
+        self.items.lock().push_back(Item::Err {
             e,
             olen,
             err,
@@ -184,7 +184,7 @@ impl Cq {
         av: Option<&Av>,
     ) -> isize {
         self.bound.progress();
-        let mut items = self.items.lock().unwrap();
+        let mut items = self.items.lock();
         let size = self.entry_size();
         let mut n = 0;
         while n < count {
@@ -229,7 +229,7 @@ impl Cq {
     /// # Safety
     /// `out` is a writable `fi_cq_err_entry`.
     unsafe fn readerr(&self, out: *mut fi_cq_err_entry) -> isize {
-        let mut items = self.items.lock().unwrap();
+        let mut items = self.items.lock();
         let Some(Item::Err { .. }) = items.front() else {
             return -(FI_EAGAIN as isize);
         };
@@ -319,7 +319,7 @@ pub unsafe fn open(attr: *mut fi_cq_attr, out: *mut *mut fid_cq, context: *mut c
         },
         cq: Arc::new(Cq {
             format,
-            items: Mutex::new(VecDeque::new()),
+            items: NiLock::new(VecDeque::new()),
             bound: Bound::default(),
             av: Mutex::new(None),
         }),

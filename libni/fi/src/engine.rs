@@ -36,7 +36,7 @@
 //! says arrived); a lie is dropped and counted, never trusted for a copy.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ni::{Done, Error as NiError, Ni, Region, Status};
 use smallvec::{smallvec, SmallVec};
@@ -1861,7 +1861,7 @@ fn empty_recv(context: usize, tagged: bool, tag: u64, data: u64, src: u32) -> En
 }
 
 /// Engines are reached from every libfabric call on their endpoint or CQ.
-pub type Shared = Arc<Mutex<Engine>>;
+pub type Shared = Arc<ni::NiLock<Engine>>;
 
 #[cfg(test)]
 mod tests {

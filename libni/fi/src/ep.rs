@@ -16,7 +16,7 @@ use crate::{container, guard, guard_ssize, warn};
 #[repr(C)]
 pub struct EpFid {
     pub fid: fid_ep,
-    pub engine: Arc<Mutex<Engine>>,
+    pub engine: Arc<ni::NiLock<Engine>>,
     att: Arc<Attached>,
     /// `FI_DIRECTED_RECV` asked for: receives honour their source address.
     directed: bool,
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn open(
                 atomic: std::ptr::null_mut(),
                 collective: std::ptr::null_mut(),
             },
-            engine: Arc::new(Mutex::new(engine)),
+            engine: Arc::new(ni::NiLock::new(engine)),
             att: dom.att.clone(),
             directed: s.caps & FI_DIRECTED_RECV != 0,
             name,
@@ -164,7 +164,7 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
     guard(|| {
         // SAFETY: `f` is an EpFid we boxed; closed once.
         let e = unsafe { Box::from_raw(f as *mut EpFid) };
-        let left = e.engine.lock().unwrap().flush(FLUSH_LIMIT);
+        let left = e.engine.lock().flush(FLUSH_LIMIT);
         if left > 0 {
             warn(
                 FI_LOG_EP_CTRL,
@@ -175,7 +175,7 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
         }
         e.att.ep_open.store(false, Ordering::Release);
         // What peers did wrong and how messages went, for FI_LOG_LEVEL=info.
-        let c = e.engine.lock().unwrap().counters;
+        let c = e.engine.lock().counters;
         crate::info_log(FI_LOG_EP_CTRL, &format!("ni: endpoint closed: {c:?}"));
         0
     })
@@ -185,7 +185,7 @@ unsafe extern "C" fn ep_bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
     guard(|| {
         // SAFETY: `f` is one of our endpoints; `b` one of our objects (its fid first).
         let (e, class) = unsafe { (container::<EpFid>(f), (*b).fclass) };
-        let mut eng = e.engine.lock().unwrap();
+        let mut eng = e.engine.lock();
         match class {
             FI_CLASS_CQ => {
                 // SAFETY: a CQ fid of ours.
@@ -207,7 +207,10 @@ unsafe extern "C" fn ep_bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
                     eng.rx_selective = selective;
                 }
                 *c.cq.av.lock().unwrap() = eng.av.clone();
-                c.cq.bound.bind(&e.engine, &eng.ni);
+                // Unlocked first: a read of the CQ locks its bindings, then each engine.
+                let ni = eng.ni.clone();
+                drop(eng);
+                c.cq.bound.bind(&e.engine, &ni);
                 e.cqs.lock().unwrap().push(c.cq.clone());
                 0
             }
@@ -233,7 +236,9 @@ unsafe extern "C" fn ep_bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
                     return -FI_EBADFLAGS;
                 }
                 eng.cntrs.bind(&c.cntr, flags);
-                c.cntr.bound.bind(&e.engine, &eng.ni);
+                let ni = eng.ni.clone();
+                drop(eng);
+                c.cntr.bound.bind(&e.engine, &ni);
                 0
             }
             // No events reach an EQ from an RDM endpoint with synchronous AVs: bound, idle.
@@ -253,7 +258,7 @@ unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -
     guard(|| {
         // SAFETY: `f` is one of our endpoints.
         let e = unsafe { container::<EpFid>(f) };
-        let mut eng = e.engine.lock().unwrap();
+        let mut eng = e.engine.lock();
         match command {
             FI_ENABLE => {
                 if eng.av.is_none() {
@@ -297,7 +302,7 @@ unsafe extern "C" fn ep_cancel(f: *mut fid, context: *mut c_void) -> isize {
     guard_ssize(|| {
         // SAFETY: `f` is one of our endpoints.
         let e = unsafe { container::<EpFid>(f) };
-        let mut eng = e.engine.lock().unwrap();
+        let mut eng = e.engine.lock();
         eng.progress();
         if eng.cancel(context as usize) {
             0
@@ -324,7 +329,7 @@ unsafe extern "C" fn ep_getopt(
             if *len < std::mem::size_of::<usize>() {
                 return -FI_ETOOSMALL;
             }
-            *(val as *mut usize) = e.engine.lock().unwrap().min_multi_recv;
+            *(val as *mut usize) = e.engine.lock().min_multi_recv;
             *len = std::mem::size_of::<usize>();
         }
         0
@@ -347,7 +352,7 @@ unsafe extern "C" fn ep_setopt(
         }
         // SAFETY: `f` is ours; `val` holds a size_t.
         unsafe {
-            container::<EpFid>(f).engine.lock().unwrap().min_multi_recv = *(val as *const usize);
+            container::<EpFid>(f).engine.lock().min_multi_recv = *(val as *const usize);
         }
         0
     })
@@ -355,24 +360,12 @@ unsafe extern "C" fn ep_setopt(
 
 unsafe extern "C" fn rx_size_left(e: *mut fid_ep) -> isize {
     // SAFETY: `e` is one of our endpoints.
-    guard_ssize(|| unsafe {
-        container::<EpFid>(e as *mut fid)
-            .engine
-            .lock()
-            .unwrap()
-            .rx_left() as isize
-    })
+    guard_ssize(|| unsafe { container::<EpFid>(e as *mut fid).engine.lock().rx_left() as isize })
 }
 
 unsafe extern "C" fn tx_size_left(e: *mut fid_ep) -> isize {
     // SAFETY: `e` is one of our endpoints.
-    guard_ssize(|| unsafe {
-        container::<EpFid>(e as *mut fid)
-            .engine
-            .lock()
-            .unwrap()
-            .tx_left() as isize
-    })
+    guard_ssize(|| unsafe { container::<EpFid>(e as *mut fid).engine.lock().tx_left() as isize })
 }
 
 unsafe extern "C" fn getname(f: *mut fid, addr: *mut c_void, len: *mut usize) -> c_int {
@@ -454,7 +447,7 @@ unsafe fn send(
         let ep = unsafe { container::<EpFid>(e as *mut fid) };
         let what = if tagged { "fi_tsend" } else { "fi_send" };
         let r = iov.and_then(|iov| {
-            let mut eng = ep.engine.lock().unwrap();
+            let mut eng = ep.engine.lock();
             let rank = eng
                 .av
                 .as_ref()
@@ -511,7 +504,7 @@ unsafe fn recv(
         let ep = unsafe { container::<EpFid>(e as *mut fid) };
         let what = if tagged { "fi_trecv" } else { "fi_recv" };
         let r = iov.and_then(|iov| {
-            let mut eng = ep.engine.lock().unwrap();
+            let mut eng = ep.engine.lock();
             let flags = flags.unwrap_or(eng.rx_op_flags);
             let src = if !ep.directed
                 || src == FI_ADDR_UNSPEC

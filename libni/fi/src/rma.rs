@@ -63,7 +63,7 @@ unsafe fn rma(e: *mut fid_ep, r: Req) -> isize {
             if r.len > 0 && r.buf == 0 {
                 return Err((FI_EINVAL, format!("a null buffer of {} bytes", r.len)));
             }
-            let mut eng = ep.engine.lock().unwrap();
+            let mut eng = ep.engine.lock();
             let rank = eng
                 .av
                 .as_ref()
