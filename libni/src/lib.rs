@@ -1281,6 +1281,15 @@ impl Ni {
         n
     }
 
+    /// Whether another member of the partition last waited on the cpu this thread runs on
+    /// (the partition window's `CPU` words; host processes only, and never off the direct
+    /// path): a caller's polling loop then gives the cpu away at once rather than spin, for
+    /// the answer can only come once that member ran. Says where this thread is for the
+    /// others' looks too. A lock, `sched_getcpu` and a load a member.
+    pub fn cpu_shared(&self) -> bool {
+        self.lock().cpu_sharers(self.backoff) > 0
+    }
+
     /// Pause once in a loop that polls memory the network writes — a message queue's MQCW,
     /// a count a handler keeps — the way libni's own waits pause: poll on while `since` (when
     /// the loop started) is recent and no other member of the partition waits on this cpu,

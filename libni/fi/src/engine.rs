@@ -984,7 +984,9 @@ impl Engine {
             src: to.src,
         };
         crate::cntr::count(&self.cntrs.recv, full <= n);
-        let Some(cq) = self.rx_cq.as_ref() else { return };
+        let Some(cq) = self.rx_cq.as_ref() else {
+            return;
+        };
         if full > n {
             // Truncated: always reported (the application must learn it lost bytes).
             cq.push_err(e, full - n, FI_ETRUNC, 0);
@@ -1357,7 +1359,9 @@ impl Engine {
         if r.is_ok() && !u.report {
             return;
         }
-        let Some(cq) = self.tx_cq.as_ref() else { return };
+        let Some(cq) = self.tx_cq.as_ref() else {
+            return;
+        };
         let e = Entry {
             context: u.context,
             flags: u.flags,
