@@ -275,6 +275,16 @@ fn tagged_messages_of_every_size_arrive_intact() {
     run_case("tagged", Warnings::Quiet);
 }
 
+/// fi_domain(3) FI_THREAD_SAFE: four threads a side share the endpoint and its CQs, each
+/// sending or receiving 600 messages of its own tag (eager and rendezvous), reading
+/// completions that may be another thread's. All arrive intact and in order per tag, every
+/// send completes: the provider's locks, biased to the first thread that takes them, hand
+/// over to a mutex when the others come.
+#[test]
+fn threads_share_an_endpoint_and_its_cqs() {
+    run_case("threads", Warnings::Quiet);
+}
+
 /// fi_endpoint(3) msg_order FI_ORDER_SAS: 1000 same-tag messages, eager and rendezvous
 /// mixed, match the receives in sending order.
 #[test]

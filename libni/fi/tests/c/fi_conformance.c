@@ -51,6 +51,9 @@
  *   errors          fi_endpoint(3) "fi_enable" (FI_ENOAV/FI_ENOCQ), fi_domain(3) one endpoint,
  *                   fi_cq(3) "fi_cq_read" (-FI_EAGAIN), fi_cm(3) "fi_connect",
  *                   fi_getinfo(3) (-FI_ENODATA), fi_mr(3) "fi_mr_reg"
+ *   threads         fi_domain(3) FI_THREAD_SAFE: four threads a side share the endpoint and its
+ *                   CQs, each sending (or receiving) 600 messages of its own tag, eager and
+ *                   rendezvous, and reading completions that may be another thread's
  *   hostile_victim  the lower rank receives a checked stream from the higher one while a third
  *                   NI (driven by the test harness) sends it lying headers; afterwards it waits
  *                   for DIR/attack_done and receives one more message
@@ -68,6 +71,9 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -1903,6 +1909,94 @@ static void case_errors(void)
 
 /* ---- hostile_victim --------------------------------------------------------------------- */
 
+/* ---- threads ---------------------------------------------------------------------------- */
+
+#define NTHREADS 4
+#define PER_THREAD 600
+
+/* Message k of thread t: mostly eager (1-300 bytes), every seventh a rendezvous. */
+static size_t thread_len(int t, int k)
+{
+    if (k % 7 == 6)
+        return EAGER_MAX + 1 + (size_t)((k * 131 + t * 17) % 20000);
+    return 1 + (size_t)((k * 37 + t * 11) % 300);
+}
+
+/* One operation of a thread's: whoever reads its completion from the shared CQ fills `e`,
+ * then sets `done` (release); its thread waits for `done` (acquire). */
+struct thread_op {
+    struct fi_context ctx; /* first: the completion's op_context is the op */
+    struct fi_cq_tagged_entry e;
+    atomic_int done;
+};
+
+/* Read completions from `cq` (any thread's) until `op`'s came. */
+static void thread_wait(struct fid_cq *cq, struct thread_op *op)
+{
+    double t = now();
+    while (!atomic_load_explicit(&op->done, memory_order_acquire)) {
+        struct fi_cq_tagged_entry e;
+        ssize_t r = fi_cq_read(cq, &e, 1);
+        if (r == 1) {
+            struct thread_op *o = e.op_context;
+            CHECK(o, "a completion without a context");
+            o->e = e;
+            atomic_store_explicit(&o->done, 1, memory_order_release);
+            continue;
+        }
+        CHECK(r == -FI_EAGAIN, "fi_cq_read returned %zd (%s)", r, fi_strerror((int)-r));
+        CHECK(now() - t < DEADLINE_S, "no completion within %.0f s", DEADLINE_S);
+    }
+}
+
+static void *thread_main(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    const uint64_t tag = 0x7E0000 + (uint64_t)t;
+    uint8_t *buf = xmalloc(EAGER_MAX + 1 + 20000);
+    for (int k = 0; k < PER_THREAD; k++) {
+        size_t len = thread_len(t, k);
+        uint64_t seed = 50000 + (uint64_t)t * 1000 + (uint64_t)k;
+        struct thread_op op;
+        memset(&op, 0, sizeof op);
+        atomic_init(&op.done, 0);
+        if (side == 1) {
+            fill(buf, len, seed);
+            RETRY(fi_tsend(g.ep, buf, len, NULL, g.peer_addr, tag, &op));
+            thread_wait(g.txcq, &op);
+            check_send(&op.e, FI_SEND | FI_TAGGED, len);
+        } else {
+            memset(buf, 0, len);
+            RETRY(fi_trecv(g.ep, buf, len, NULL, g.peer_addr, tag, 0, &op));
+            thread_wait(g.rxcq, &op);
+            check_recv(&op.e, &op, FI_RECV | FI_TAGGED, len, tag, buf);
+            char what[48];
+            snprintf(what, sizeof what, "thread %d message %d", t, k);
+            check_fill(buf, len, seed, what);
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+/*
+ * fi_domain(3) "threading" FI_THREAD_SAFE (the provider's default): threads may call any
+ * function on the same objects at once. Four threads a side share the endpoint and its CQs;
+ * thread t of the higher rank sends 600 messages of tag t (eager and rendezvous), one at a
+ * time, and thread t of the lower rank receives them. Each reads completions from the shared
+ * CQ, which may be another thread's (it hands them over by context). Every message arrives
+ * intact and in its thread's order (FI_ORDER_SAS per tag), every send completes.
+ */
+static void case_threads(void)
+{
+    pthread_t th[NTHREADS];
+    for (int t = 0; t < NTHREADS; t++)
+        CHECK(pthread_create(&th[t], NULL, thread_main, (void *)(intptr_t)t) == 0,
+              "pthread_create failed");
+    for (int t = 0; t < NTHREADS; t++)
+        CHECK(pthread_join(th[t], NULL) == 0, "pthread_join failed");
+}
+
 /*
  * The lower rank receives a checked stream from the higher one while the harness's attacker
  * (a third NI) sends it headers that lie. Every honest message must arrive intact and in
@@ -1973,6 +2067,7 @@ static const struct {
     {"msg_multi_recv", case_msg_multi_recv, FI_AV_MAP, 0, 0, 0},
     {"av_table", case_av_table, FI_AV_TABLE, 0, 0, 0},
     {"errors", case_errors, 0, 0, 0, 0},
+    {"threads", case_threads, FI_AV_MAP, 0, 0, 0},
     {"hostile_victim", case_hostile_victim, FI_AV_MAP, 0, 0, 0},
 };
 
