@@ -8,9 +8,9 @@
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use ni::NiLock;
-use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
 use crate::ffi::errno::*;
