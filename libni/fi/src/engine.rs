@@ -782,14 +782,21 @@ impl Engine {
             warn(FI_LOG_EP_DATA, &format!("ni: progress: {e}"));
         }
         batch.append(&mut self.early);
-        // Most polls find nothing new, and nothing waits for what the last one freed.
+        // Most polls find nothing new, and nothing waits for what the last one freed; most
+        // of the rest find only eager messages libni took from the rings, in ring order,
+        // each sender's in sequence: nothing to sort them against.
         if batch.is_empty()
-            && taken.is_empty()
             && self.rndv_waiting.is_empty()
             && self.cts_ready.is_empty()
             && self.cts_out.is_empty()
         {
             self.batch = batch;
+            self.counters.taken += taken.len() as u64;
+            for i in 0..taken.len() {
+                let (src, word, msg) = taken.get(i);
+                self.arrived(src, word, msg);
+            }
+            taken.clear();
             self.taken = taken;
             return;
         }
