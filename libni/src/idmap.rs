@@ -100,8 +100,11 @@ impl<V> Finished<V> {
                 f(k, v);
             }
         }
-        for (k, v) in self.spill.drain() {
-            f(k, v);
+        // Rarely anything spilled: an empty map's drain still walks and clears its table.
+        if !self.spill.is_empty() {
+            for (k, v) in self.spill.drain() {
+                f(k, v);
+            }
         }
     }
 }

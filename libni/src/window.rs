@@ -601,6 +601,13 @@ impl Window {
         self.backlogged == 0 && !self.gen_moved() && !self.has_arrivals()
     }
 
+    /// Nothing at all for a progress pass: [`Window::quiet_but_heads`], and no `HEAD` to
+    /// publish either.
+    #[inline]
+    pub fn quiet(&self) -> bool {
+        !self.heads_behind && self.quiet_but_heads()
+    }
+
     /// Publish every `HEAD` that moved; the members that must be woken for it (they block
     /// waiting for room in our rings) go to `wake`.
     #[inline]

@@ -773,18 +773,28 @@ impl Engine {
         if !self.enabled {
             return;
         }
-        let mut batch = std::mem::take(&mut self.batch);
-        let mut taken = std::mem::take(&mut self.taken);
         if let Err(e) = self
             .ni
-            .drain_taking(&mut batch, EAGER_TAG, EAGER_TAG, &mut taken)
+            .drain_taking(&mut self.batch, EAGER_TAG, EAGER_TAG, &mut self.taken)
         {
             warn(FI_LOG_EP_DATA, &format!("ni: progress: {e}"));
         }
-        batch.append(&mut self.early);
-        // Most polls find nothing new, and nothing waits for what the last one freed; most
-        // of the rest find only eager messages libni took from the rings, in ring order,
-        // each sender's in sequence: nothing to sort them against.
+        if !self.early.is_empty() {
+            self.batch.append(&mut self.early);
+        }
+        // Most polls find nothing new, and nothing waits for what the last one freed.
+        if self.batch.is_empty()
+            && self.taken.is_empty()
+            && self.rndv_waiting.is_empty()
+            && self.cts_ready.is_empty()
+            && self.cts_out.is_empty()
+        {
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut taken = std::mem::take(&mut self.taken);
+        // Most of the rest find only eager messages libni took from the rings, in ring
+        // order, each sender's in sequence: nothing to sort them against.
         if batch.is_empty()
             && self.rndv_waiting.is_empty()
             && self.cts_ready.is_empty()

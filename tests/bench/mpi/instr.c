@@ -6,7 +6,9 @@
  * NIB_INSTR_PATTERN=send|recv: instead, rank 0 streams (send) or takes (recv) windows of
  * WINDOW messages as `pt2pt msgrate` does; an iteration is one window. posted: rank 0
  * receives, into receives it posted before rank 1 sends (rank 1 waits for a go-ahead).
- * allreduce: both ranks sum SIZE / 8 doubles (MPI_Allreduce, separate buffers). */
+ * allreduce: both ranks sum SIZE / 8 doubles (MPI_Allreduce, separate buffers).
+ * poll: an iteration is one MPI_Test of a receive whose message has not come (rank 1 sends it
+ * once rank 0 is done looking): what a look that finds nothing costs. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 
 static int rank;
 static int pattern; /* 0 ping-pong, 1 rank 0 sends, 2 rank 0 receives, 3 posted first,
-                       4 allreduce of size / 8 doubles */
+                       4 allreduce of size / 8 doubles, 5 empty looks */
 static char *rbuf;
 
 #define WINDOW 64
@@ -42,6 +44,26 @@ static void window(int size, char *buf, int sender)
 
 __attribute__((noinline)) void nib_pingpong(long iters, int size, char *buf)
 {
+    if (pattern == 5) {
+        MPI_Request r;
+        int flag = 0;
+        if (rank == 0) {
+            MPI_Irecv(buf, size, MPI_CHAR, 1, 5, MPI_COMM_WORLD, &r);
+            for (long i = 0; i < iters; i++) {
+                MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+                if (flag) {
+                    fprintf(stderr, "instr: the polled message came early\n");
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                }
+            }
+            MPI_Send(buf, 0, MPI_CHAR, 1, 4, MPI_COMM_WORLD);
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
+        } else if (rank == 1) {
+            MPI_Recv(buf, 0, MPI_CHAR, 0, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, size, MPI_CHAR, 0, 5, MPI_COMM_WORLD);
+        }
+        return;
+    }
     if (pattern == 4) {
         for (long i = 0; i < iters; i++)
             MPI_Allreduce(buf, rbuf, size / 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -81,9 +103,11 @@ int main(int argc, char **argv)
             : !strcmp(p, "recv")             ? 2
             : !strcmp(p, "posted")           ? 3
             : !strcmp(p, "allreduce")        ? 4
+            : !strcmp(p, "poll")             ? 5
                                              : -1;
     if (pattern < 0) {
-        fprintf(stderr, "NIB_INSTR_PATTERN=%s: pingpong, send, recv, posted or allreduce\n", p);
+        fprintf(stderr, "NIB_INSTR_PATTERN=%s: pingpong, send, recv, posted, allreduce or poll\n",
+                p);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     MPI_Barrier(MPI_COMM_WORLD);

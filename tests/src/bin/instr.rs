@@ -17,6 +17,9 @@
 //!
 //! `allreduce`: both ranks sum SIZE / 8 f64 (`Ni::allreduce`, separate send and receive
 //! regions, as `ni-bench allreduce` runs it); an iteration is one allreduce.
+//!
+//! `poll`: an iteration is one `Ni::test` of a receive whose message has not come (rank 1
+//! sends it once rank 0 is done looking): what a look that finds nothing costs.
 
 #[path = "../bench/waits.rs"]
 mod waits;
@@ -47,6 +50,8 @@ enum Pattern {
     Mq,
     /// Allreduces of f64 sums.
     Allreduce,
+    /// Looks at a receive whose message has not come.
+    Poll,
 }
 
 const AM_HANDLER: u64 = 7;
@@ -109,10 +114,11 @@ fn pattern() -> Pattern {
         Ok("am") => Pattern::Am,
         Ok("mq") => Pattern::Mq,
         Ok("allreduce") => Pattern::Allreduce,
+        Ok("poll") => Pattern::Poll,
         Ok("pingpong") | Err(_) => Pattern::PingPong,
-        Ok(other) => {
-            panic!("NIB_INSTR_PATTERN={other}: pingpong, send, recv, posted, am, mq or allreduce")
-        }
+        Ok(other) => panic!(
+            "NIB_INSTR_PATTERN={other}: pingpong, send, recv, posted, am, mq, allreduce or poll"
+        ),
     }
 }
 
@@ -149,6 +155,26 @@ fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, go: bool, ops: &mut 
 #[no_mangle]
 pub fn nib_pingpong(ni: &Ni, buf: &Region, peer: &mut Peer, iters: u64, size: usize) {
     let p = pattern();
+    if p == Pattern::Poll {
+        const TAG_POLLED: u64 = 5;
+        if ni.rank() == 0 {
+            let op = ni
+                .irecv(Some(1), buf, 0..size, TAG_POLLED, u64::MAX)
+                .expect("irecv");
+            for _ in 0..iters {
+                assert!(
+                    ni.test(&op).expect("test").is_none(),
+                    "the polled message came early"
+                );
+            }
+            ni.send(1, buf, 0..0, TAG_GO).expect("go");
+            ni.wait(op).expect("wait");
+        } else if ni.rank() == 1 {
+            ni.recv(Some(0), buf, 0..0, TAG_GO, u64::MAX).expect("go");
+            ni.send(0, buf, 0..size, TAG_POLLED).expect("send");
+        }
+        return;
+    }
     if p == Pattern::Allreduce {
         for _ in 0..iters {
             ni.allreduce::<f64>(ni::ReduceOp::Sum, buf, 0, &peer.rbuf, 0, size / 8)
