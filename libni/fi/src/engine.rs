@@ -237,7 +237,7 @@ impl Header {
         let mut h = Header {
             kind,
             flags,
-            seq: (word >> W_SEQ_SHIFT) as u32 & SEQ_MASK,
+            seq: seq_of(word),
             tag,
             data,
             len: 0,
@@ -783,23 +783,14 @@ impl Engine {
             self.batch.append(&mut self.early);
         }
         // Most polls find nothing new, and nothing waits for what the last one freed.
-        if self.batch.is_empty()
-            && self.taken.is_empty()
-            && self.rndv_waiting.is_empty()
-            && self.cts_ready.is_empty()
-            && self.cts_out.is_empty()
-        {
+        if self.batch.is_empty() && self.taken.is_empty() && self.nothing_waits() {
             return;
         }
         let mut batch = std::mem::take(&mut self.batch);
         let mut taken = std::mem::take(&mut self.taken);
         // Most of the rest find only eager messages libni took from the rings, in ring
         // order, each sender's in sequence: nothing to sort them against.
-        if batch.is_empty()
-            && self.rndv_waiting.is_empty()
-            && self.cts_ready.is_empty()
-            && self.cts_out.is_empty()
-        {
+        if batch.is_empty() && self.nothing_waits() {
             self.batch = batch;
             self.counters.taken += taken.len() as u64;
             for i in 0..taken.len() {
@@ -869,6 +860,12 @@ impl Engine {
         self.arrivals = arrivals;
         taken.clear();
         self.taken = taken;
+    }
+
+    /// No matched rendezvous waits for a staging region, no send for its `CTS`'s staging, no
+    /// `CTS` for a transmit slot: a pass has only arrivals to handle.
+    fn nothing_waits(&self) -> bool {
+        self.rndv_waiting.is_empty() && self.cts_ready.is_empty() && self.cts_out.is_empty()
     }
 
     /// The `len` bytes (at most a slot's) a receive put into `slot`.
