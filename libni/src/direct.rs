@@ -56,8 +56,14 @@ pub(crate) struct Posted {
 impl Posted {
     /// The fabric's matching rule: the named source (or any) and the tag on the mask's bits.
     fn matches(&self, src: u32, tag: u64) -> bool {
-        (self.src == ANY_RANK || self.src == src) && (self.tag ^ tag) & self.mask == 0
+        (self.src == ANY_RANK || self.src == src) && tag_matches(tag, self.tag, self.mask)
     }
+}
+
+/// The fabric's rule for a tag: equal to `want` on the bits of `mask`.
+#[inline]
+pub(crate) fn tag_matches(tag: u64, want: u64, mask: u64) -> bool {
+    (tag ^ want) & mask == 0
 }
 
 /// A message taken from a ring before a receive wanted it.

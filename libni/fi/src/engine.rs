@@ -618,6 +618,11 @@ enum At {
     Taken(usize),
 }
 
+/// The sequence number after `seq`.
+fn next_seq(seq: u32) -> u32 {
+    seq.wrapping_add(1) & SEQ_MASK
+}
+
 /// The sequence number in a message's header word (its libni tag).
 fn seq_of(word: u64) -> u32 {
     (word >> W_SEQ_SHIFT) as u32 & SEQ_MASK
@@ -907,7 +912,7 @@ impl Engine {
                 ),
             );
         }
-        self.rx_next[src as usize] = h.seq.wrapping_add(1) & SEQ_MASK;
+        self.rx_next[src as usize] = next_seq(h.seq);
         if h.kind == KIND_CTS {
             match self.await_cts.remove(&(src, h.id as u32)) {
                 Some(a) => {
@@ -1080,6 +1085,16 @@ impl Engine {
         None
     }
 
+    /// Send a header without payload (`RTS`, `CTS`) to `dest` from transmit slot `slot`.
+    fn send_header(&self, dest: u32, slot: usize, h: &Header) -> ni::Result<ni::Op> {
+        let tx = self.tx.as_ref().expect("enabled");
+        let at = slot * SLOT;
+        let mut b = [0u8; HEADER_MAX];
+        let (word, n) = h.encode(&mut b);
+        tx.write_at(at, &b[..n]);
+        self.ni.isend(dest, tx, at..at + n, word)
+    }
+
     /// Send the `CTS` answers that wait, while transmit slots last.
     fn flush_cts(&mut self) {
         while let (Some(&(to, id)), Some(&slot)) = (self.cts_out.front(), self.tx_free.last()) {
@@ -1092,15 +1107,10 @@ impl Engine {
                 len: 0,
                 id: id as u64,
             };
-            let tx = self.tx.as_ref().expect("enabled");
-            let at = slot * SLOT;
-            let mut b = [0u8; HEADER_MAX];
-            let (word, n) = h.encode(&mut b);
-            tx.write_at(at, &b[..n]);
-            match self.ni.isend(to, tx, at..at + n, word) {
+            match self.send_header(to, slot, &h) {
                 Ok(op) => {
                     self.tx_free.pop();
-                    self.tx_seq[to as usize] = h.seq.wrapping_add(1) & SEQ_MASK;
+                    self.tx_seq[to as usize] = next_seq(h.seq);
                     self.ops.insert(
                         note(&self.ni, &mut self.early, op),
                         Pending::Eager { slot, user: None },
@@ -1571,7 +1581,7 @@ impl Engine {
                 .ni
                 .isend(dest, tx, at..at + n + len, word)
                 .map_err(|e| (fi_err(&e), format!("send to rank {dest}: {e}")))?;
-            self.tx_seq[dest as usize] = seq.wrapping_add(1) & SEQ_MASK;
+            self.tx_seq[dest as usize] = next_seq(seq);
             self.counters.eager_sent += 1;
             if op.ready() {
                 // In the window's ring already (or refused): the slot is free again, and
@@ -1603,11 +1613,7 @@ impl Engine {
             h.flags |= F_CTS;
         }
         self.next_id = self.next_id.wrapping_add(1);
-        let tx = self.tx.as_ref().expect("enabled");
-        let mut b = [0u8; HEADER_MAX];
-        let (word, n) = h.encode(&mut b);
-        tx.write_at(at, &b[..n]);
-        let rts = self.ni.isend(dest, tx, at..at + n, word);
+        let rts = self.send_header(dest, slot, &h);
         match staged {
             Some((staging, op)) => {
                 self.ops.insert(
@@ -1634,7 +1640,7 @@ impl Engine {
         match rts {
             Ok(op) => {
                 self.tx_free.pop();
-                self.tx_seq[dest as usize] = seq.wrapping_add(1) & SEQ_MASK;
+                self.tx_seq[dest as usize] = next_seq(seq);
                 self.ops.insert(
                     note(&self.ni, &mut self.early, op),
                     Pending::Eager { slot, user: None },
