@@ -289,12 +289,6 @@ fn large_messages_are_read_by_the_receiver_and_the_send_ends_when_it_did() {
     }
 }
 
-/// `Ni::recv_in_place`: a message waiting to be read in its sender's region is copied by the
-/// caller straight into memory libni does not know (a plain vector here; the provider's
-/// MPI receive buffers), and the send ends as for any receive. Only that: with nothing
-/// here yet, for an eager message, and for one from registered memory (the fabric's) it
-/// takes nothing and a receive gets the message as always. A short `cap`: its first bytes,
-/// the whole length reported, the send done.
 /// `Ni::drain_taking` (the libfabric provider's eager path): messages of its tags (equal on
 /// its mask's bits) come out of the rings with their own tags, in sending order, after those
 /// a pass without it had already taken (and left waiting for a receive), and other tags'
@@ -363,6 +357,12 @@ fn messages_taken_from_the_rings_keep_their_order_behind_those_already_taken() {
     assert!(taken.is_empty(), "each taken once");
 }
 
+/// `Ni::recv_in_place`: a message waiting to be read in its sender's region is copied by the
+/// caller straight into memory libni does not know (a plain vector here; the provider's
+/// MPI receive buffers), and the send ends as for any receive. Only that: with nothing
+/// here yet, for an eager message, and for one from registered memory (the fabric's) it
+/// takes nothing and a receive gets the message as always. A short `cap`: its first bytes,
+/// the whole length reported, the send done.
 #[test]
 fn a_message_to_be_read_is_taken_in_place_into_memory_libni_does_not_know() {
     if window_off() {
