@@ -178,6 +178,10 @@ counters! {
     /// Of those, the ones whose data the other members read in this client's send buffer
     /// (an `alloc` region apart from its receive buffer) instead of a copy in its scratch.
     window_large_allreduces_in_place,
+    /// Broadcasts too large for the window's slots whose vector this NI's client read from
+    /// the root's exported memory, or (at the root) let the others read (also counted in
+    /// `collectives` and `collective_bytes`).
+    window_large_bcasts,
     /// Rendezvous messages (larger than the ring's eager ones) this NI's client received by
     /// copying their payload itself out of the sender's exported region, and their bytes
     /// (also counted in `recvs` and `recv_bytes`).

@@ -28,10 +28,10 @@
 //! Keys are handed out in allocation order from 1, so processes of one program that allocate
 //! the same regions in the same order know each other's keys (a symmetric heap, as in SHMEM).
 
-mod allreduce;
 pub mod capi;
 mod direct;
 pub mod idmap;
+mod large;
 mod lock;
 mod mem;
 mod membarrier;
@@ -460,8 +460,8 @@ pub struct Ni {
     /// Pauses [`Ni::relax`] may still take as a spin without reading the clock, the lock
     /// and the cpu's other waiters again: set by a look that said spin, early in a wait.
     relax_spins: AtomicU32,
-    /// Scratch of allreduces too large for the window's slots (`allreduce.rs`).
-    scratch: Mutex<allreduce::Scratch>,
+    /// Scratch of allreduces too large for the window's slots (`large.rs`).
+    scratch: Mutex<large::Scratch>,
 }
 
 /// How a waiting libni gives the CPU away after its short spin, before it blocks on the
@@ -489,9 +489,10 @@ const CQ_ENTRIES: u32 = 4096;
 const _: () = assert!(CQ_ENTRIES.is_power_of_two());
 /// Blocking element-wise collectives up to this many bytes go through the window in
 /// slot-sized pieces (`Ni::collective_pieces`). Larger allreduces go through the members'
-/// exported scratch (`allreduce.rs`), which beat a third piece when slots held 960 B (2 KiB
-/// at P = 8 20.9 -> 14.0 us, tests/bench/README.md); with 4032-byte slots two pieces and the
-/// scratch path tie at 1 Ki f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
+/// exported scratch, and larger broadcasts read the root's vector there (`large.rs`). The
+/// scratch path beat a third piece when slots held 960 B (2 KiB at P = 8 20.9 -> 14.0 us,
+/// tests/bench/README.md); with 4032-byte slots two pieces and the scratch path tie at 1 Ki
+/// f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
 const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
 const AM_SLOTS: u32 = 64;
 const BOUNCE: usize = 64 << 10;
@@ -1191,7 +1192,8 @@ impl Ni {
     /// element order, instead of the fabric's path. Every member splits alike (same count
     /// and type), and each piece is combined in rank order as the whole vector would be, so
     /// the bits are the same. Larger allreduces go through the members' exported scratch
-    /// (`allreduce.rs`); other larger collectives keep the fabric's single copy.
+    /// and larger broadcasts read the root's vector where it exports it (`large.rs`); other
+    /// larger collectives keep the fabric's single copy.
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
         let per = (ni_abi::window::COLL_MAX as usize / esize).max(1);
         let count = r.len as usize;
@@ -1199,8 +1201,8 @@ impl Ni {
             return self.request(r);
         }
         if count * esize > PIECES_MAX {
-            if allreduce::applies(&r) {
-                if let Some(d) = self.allreduce_shared(r, esize)? {
+            if large::applies(&r) {
+                if let Some(d) = self.collective_shared(r, esize)? {
                     return Ok(d);
                 }
             }

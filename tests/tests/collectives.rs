@@ -67,6 +67,11 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
             direct,
             "{large} large allreduces in the window, P = {p}"
         );
+        // Broadcasts of 2100 u64 and up (fastpath.md, "Large broadcast in the window"): 5
+        // sizes from every root, the last in two pieces.
+        let bcasts = d.counter(0, "window_large_bcasts");
+        let want = if direct { 6 * p as u64 } else { 0 };
+        assert_eq!(bcasts, want, "large broadcasts in the window, P = {p}");
         // Rank 0's buffers are `alloc` regions apart from each other: its data read where
         // it is (fastpath.md, "Large allreduce in the window"); the in-place allreduce
         // (send and receive the same bytes) and rank 1's heap memory through scratch.

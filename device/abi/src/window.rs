@@ -225,6 +225,10 @@ pub mod stats {
     /// Of `LARGE_ALLREDUCES`, those whose data this member's peers read in its send buffer
     /// (an exported region apart from its receive buffer): no copy into scratch.
     pub const LARGE_ALLREDUCES_IN_PLACE: u64 = 176;
+    /// Broadcasts too large for the slots whose vector the members read from the root's
+    /// exported memory, and this member's bytes in them.
+    pub const LARGE_BCASTS: u64 = 184;
+    pub const LARGE_BCAST_BYTES: u64 = 192;
 }
 
 /// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at

@@ -345,14 +345,15 @@ impl Fabric {
             c.mq_stored += ws.mq_stored_here;
             c.mq_rejected += ws.mq_rejected_here;
             c.err_queue_full += ws.mq_rejected_mine;
-            // Allreduces through exported scratch are collectives too.
+            // Allreduces and broadcasts through exported memory are collectives too.
             c.window_large_allreduces = ws.large_allreduces;
             c.window_large_allreduces_in_place = ws.large_allreduces_in_place;
+            c.window_large_bcasts = ws.large_bcasts;
             // Rendezvous payloads the client read from their senders' regions itself.
             c.window_reads = ws.reads;
             c.window_read_bytes = ws.read_bytes;
-            c.collectives += ws.large_allreduces;
-            c.collective_bytes += ws.large_allreduce_bytes;
+            c.collectives += ws.large_allreduces + ws.large_bcasts;
+            c.collective_bytes += ws.large_allreduce_bytes + ws.large_bcast_bytes;
             c.puts += ws.puts;
             c.put_bytes += ws.put_bytes;
             c.gets += ws.gets;

@@ -364,6 +364,31 @@ fn vectors(ni: &Ni) {
         send.read_at(0, &mut got);
         assert!(got == data, "broadcast from {root}");
     }
+    // Broadcasts past two slots: every member reads the root's vector where the root keeps
+    // it (fastpath.md, "Large broadcast in the window") — in its `alloc` region as it is, or
+    // copied into its scratch from registered heap memory (odd roots) — or with
+    // NI_TEST_DIRECT=off the fabric's path. 12 MiB goes in two pieces. Twice each size,
+    // the second with the keys already agreed on; a member's buffer holds garbage before.
+    let heap = ni_tests::AppMemory::register(ni, 12 << 20, 0);
+    for count in [2100usize, 2100, 200_000, 200_000, (12 << 20) / 8] {
+        for root in 0..p {
+            let buf: &ni::Region = if root % 2 == 1 { &heap } else { &send };
+            let data: Vec<u8> = (0..count)
+                .flat_map(|i| mix(root as u64 + count as u64, i as u64).to_le_bytes())
+                .collect();
+            if me == root {
+                buf.write_at(0, &data);
+            } else {
+                buf.write_at(0, &vec![0xA5u8; count * 8]);
+            }
+            ni.broadcast::<u64>(root as u32, buf, 0, count).unwrap();
+            let mut got = vec![0u8; count * 8];
+            buf.read_at(0, &mut got);
+            if let Some(i) = (0..count * 8).find(|&i| got[i] != data[i]) {
+                panic!("broadcast of {count} u64 from {root}: byte {i} differs");
+            }
+        }
+    }
     // Allreduce of f64, 1 element to 64 MiB: rank order, bit-identical to the reference.
     // 300: one window slot; 700: two slots in a row (`collective_pieces`); 2000 and up:
     // reduce-scatter and allgather through the members' exported scratch (`allreduce.rs`),
