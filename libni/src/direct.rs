@@ -127,6 +127,32 @@ pub(crate) struct WColl {
     started: Instant,
 }
 
+/// A broadcast in the rings that this rank, not its root, waits for (at most one: each takes
+/// the next of its root's in order).
+pub(crate) struct WBcast {
+    user: u64,
+    meta: u64,
+    root: u32,
+    recv: u64,
+    count: u64,
+    bytes: usize,
+    started: Instant,
+}
+
+/// Bytes of broadcasts taken from one root's ring ahead of the broadcasts that take them, a
+/// vector counting 64 more: past it the next waits in the ring (with what the root sent
+/// after it), so the root waits for room. Far more than a program that runs ahead honestly
+/// sends (100 broadcasts of 8 B: 7200), and a bound on what a root that floods takes here.
+const BCASTS_QUEUED: usize = 1 << 20;
+
+/// One root's broadcasts taken from its ring ahead of the broadcasts that take them: `meta`
+/// and vector each, and the bytes they count against [`BCASTS_QUEUED`].
+#[derive(Clone, Default)]
+pub(crate) struct Bcasts {
+    queue: VecDeque<(u64, Vec<u8>)>,
+    bytes: usize,
+}
+
 /// What an attempt to start a window collective came to.
 pub(crate) enum CollStart {
     Started(u64),
@@ -146,6 +172,10 @@ pub(crate) struct DirectState {
     pub deferred: VecDeque<(Request, Option<(u64, u64)>)>,
     pub wcoll: Option<WColl>,
     pub coll_round: u64,
+    /// The broadcast in the rings this rank waits for (`kind::COLL`), and per root the
+    /// broadcasts taken from its ring that no broadcast here took yet: `meta`, vector.
+    pub wbcast: Option<WBcast>,
+    pub bcasts: Vec<Bcasts>,
     /// Next rendezvous id per destination (the fabric tag of a large message's payload).
     pub next_rndv: Vec<u64>,
     /// Sends whose receivers read their payload themselves, by (destination, id).
@@ -1037,8 +1067,10 @@ impl Inner {
         // (the device emptied the slots when the member came up).
         let had_been_up = changes.iter().any(|c| !c.up || c.new_incarnation);
         if had_been_up {
-            // A round every member published is complete, whoever left after publishing.
+            // A round every member published is complete, whoever left after publishing; a
+            // broadcast whose root left completes if its vector came first.
             self.w_coll_poll();
+            self.w_bcast_poll();
             if let Some(c) = self.d.wcoll.take() {
                 let done = completion(
                     op::COLLECTIVE,
@@ -1063,7 +1095,7 @@ impl Inner {
         }
         // Most looks of a waiter find nothing, or only the `HEAD`s of messages receives took
         // straight from their rings to publish: a few loads say so.
-        if self.d.deferred.is_empty() && self.d.wcoll.is_none() {
+        if self.d.deferred.is_empty() && self.d.wcoll.is_none() && self.d.wbcast.is_none() {
             let win = self.win.as_mut().unwrap();
             if win.quiet_but_heads() {
                 win.publish_heads(&mut self.d.wake);
@@ -1123,6 +1155,9 @@ impl Inner {
         if self.d.wcoll.is_some() {
             self.w_coll_poll();
         }
+        if self.d.wbcast.is_some() {
+            self.w_bcast_poll();
+        }
         Ok(())
     }
 
@@ -1154,6 +1189,21 @@ impl Inner {
     /// did; without, every message. The caller publishes `HEAD`.
     fn w_take(&mut self, src: u32, mut want: Option<Posted>) -> Result<Option<Posted>> {
         while let Some(h) = self.win.as_mut().unwrap().next(src) {
+            if h.kind == kind::COLL {
+                let queued = &mut self.d.bcasts[src as usize];
+                let cost = h.len as usize + 64;
+                if queued.bytes + cost > BCASTS_QUEUED {
+                    // Left in the ring, with what follows it, until a broadcast takes one.
+                    break;
+                }
+                let win = self.win.as_mut().unwrap();
+                let mut data = vec![0u8; h.len as usize];
+                win.payload(src, &h, &mut data);
+                win.consume(src, &h);
+                queued.queue.push_back((h.tag, data));
+                queued.bytes += cost;
+                continue;
+            }
             if h.kind == kind::AM {
                 let mut payload = self.am_buffer(h.len as usize);
                 let win = self.win.as_mut().unwrap();
@@ -1414,7 +1464,8 @@ impl Inner {
             return Ok(CollStart::Fabric);
         };
         self.w_progress()?;
-        if self.d.wcoll.is_some() {
+        let bcast = kind == coll::BCAST;
+        if (!bcast && self.d.wcoll.is_some()) || (bcast && self.d.wbcast.is_some()) {
             return Ok(CollStart::NotYet);
         }
         let fail = |me: &mut Inner, s: Status| {
@@ -1437,7 +1488,10 @@ impl Inner {
         }
         let win = self.win.as_ref().unwrap();
         let me = win.rank;
-        if !win.all_up() {
+        // A broadcast's other members wait for their root's vector alone (which may have
+        // come before the root left).
+        let for_root_alone = bcast && me != r.rank;
+        if !win.all_up() && !for_root_alone {
             // Members that have not come up yet are waited for (as the fabric's rounds
             // wait); one that came and went fails the round.
             if (0..size).any(|m| {
@@ -1473,6 +1527,9 @@ impl Inner {
         };
         let round = self.d.coll_round;
         let meta = w::coll_meta(kind, d, o, r.rank, r.len);
+        if bcast {
+            return self.w_bcast(r, meta, data, bytes as usize);
+        }
         let win = self.win.as_ref().unwrap();
         win.coll_write(round, meta, data);
         let mut sleepers = [0u32; w::MAX_RANKS as usize];
@@ -1494,6 +1551,93 @@ impl Inner {
         self.wake(&sleepers[..n_sleepers])?;
         self.w_coll_poll();
         Ok(CollStart::Started(user))
+    }
+
+    /// A broadcast in the rings (`fastpath.md`, "Small broadcasts in the rings"): the root
+    /// sends its vector to every other member as a `kind::COLL` message and is done, as a
+    /// buffered send is, so it runs ahead of slower members by what their rings hold (where a
+    /// collective slot's round waits for every member: 8 B at P = 2 on one cpu 2.5 us); the
+    /// others take the next one from the root, in the order it sent them.
+    fn w_bcast(&mut self, r: &Request, meta: u64, data: &[u8], bytes: usize) -> Result<CollStart> {
+        let user = self.lib_user();
+        let win = self.win.as_mut().unwrap();
+        let me = win.rank;
+        if me != r.rank {
+            self.d.wbcast = Some(WBcast {
+                user,
+                meta,
+                root: r.rank,
+                recv: r.addr,
+                count: r.len,
+                bytes,
+                started: Instant::now(),
+            });
+            self.w_bcast_poll();
+            return Ok(CollStart::Started(user));
+        }
+        // The root's vectors wait for room no further than one broadcast's: a root that
+        // finds its last ones still waiting waits with them.
+        if win.backlogged() {
+            return Ok(CollStart::NotYet);
+        }
+        let h = Header {
+            kind: kind::COLL,
+            len: bytes as u32,
+            tag: meta,
+            id: 0,
+            full: bytes as u64,
+        };
+        for m in (0..win.size).filter(|&m| m != me) {
+            if let Ok(true) = win.put(m, h, data, || None) {
+                self.d.wake.push(m);
+            }
+        }
+        win.count_collective();
+        if !self.d.wake.is_empty() {
+            self.w_flush_and_wake()?;
+        }
+        let done = completion(op::COLLECTIVE, user, Status::Ok, r.rank, r.len, r.addr);
+        self.finish_lib(done);
+        Ok(CollStart::Started(user))
+    }
+
+    /// Finish the broadcast this rank waits for if its root's vector came.
+    fn w_bcast_poll(&mut self) {
+        let Some(b) = self.d.wbcast.as_ref() else {
+            return;
+        };
+        let win = self.win.as_ref().unwrap();
+        let queued = &mut self.d.bcasts[b.root as usize];
+        let next = queued.queue.pop_front();
+        if let Some((_, v)) = next.as_ref() {
+            queued.bytes -= v.len() + 64;
+        }
+        let status = match next {
+            Some((meta, data)) if meta == b.meta && data.len() == b.bytes => {
+                // SAFETY: `recv` and `bytes` were checked as registered when the broadcast
+                // started; the region cannot be dropped while this lock is held.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), b.recv as *mut u8, b.bytes) };
+                win.count_collective();
+                Status::Ok
+            }
+            // Members in different collectives, as different `meta`s in a round (or a root
+            // whose vector's length lies about its `meta`).
+            Some(_) => Status::Collision,
+            // Everything the root sent before it left was taken before its state was acted
+            // on (`w_progress`): this broadcast's never came.
+            None if !win.up(b.root)
+                && ni_abi::window::state::incarnation(win.states[b.root as usize]) > 0 =>
+            {
+                Status::PeerDown
+            }
+            None if b.started.elapsed() > Duration::from_millis(win.coll_timeout_ms as u64) => {
+                Status::Timeout
+            }
+            None => return,
+        };
+        let b = self.d.wbcast.take().unwrap();
+        let done = completion(op::COLLECTIVE, b.user, status, b.root, b.count, b.recv);
+        self.finish_lib(done);
     }
 
     /// Finish the window collective in flight if every member has published its part.

@@ -97,6 +97,40 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
     }
 }
 
+/// Small broadcasts go as messages from their root in the rings (fastpath.md, "Small
+/// broadcasts in the rings"): every member gets every root's vectors in order, mixed with
+/// slot allreduces and tagged messages; a root runs ahead of members that have not called
+/// the broadcast yet; a member in a different broadcast alone fails with collision.
+#[test]
+fn small_broadcasts_from_a_root_that_runs_ahead_arrive_in_order() {
+    let direct = std::env::var("NI_TEST_DIRECT").as_deref() != Ok("off");
+    for p in [1, 2, 3, 5] {
+        let d = Daemon::start(p);
+        run(&d, p, "bcast-rings");
+        // Rank 1 counted each broadcast it took from the rings as a collective, and the
+        // daemon counts the window's collectives in `collectives` too.
+        if p > 1 {
+            let colls = d.counter(1, "window_collectives");
+            let want = if direct {
+                (300 * p + 200 + 2) as u64
+            } else {
+                0
+            };
+            assert!(
+                colls >= want && (direct || colls == 0),
+                "P = {p}: {colls} window collectives at rank 1"
+            );
+        }
+    }
+}
+
+/// A root's last broadcast is not lost when it detaches before the members call theirs.
+#[test]
+fn a_broadcast_outlives_its_root() {
+    let d = Daemon::start(3);
+    run(&d, 3, "bcast-root-leaves");
+}
+
 /// Partitions beyond 16 members keep the direct path (issue 15): their rings are smaller
 /// (`ni_abi::window::ring_bytes`), every pair still talks through the window, and the
 /// collectives still combine there. 64 ranks on this machine's 2 cores: oversubscribed.

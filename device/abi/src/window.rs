@@ -72,7 +72,8 @@ pub mod hdr {
     /// 11: eager messages up to [`super::big_max`] (`kind::BIG`).
     /// 12: rendezvous read by the receiver from the sender's exported region (`kind::GET`,
     /// `kind::FIN`).
-    pub const VERSION_VALUE: u32 = 12;
+    /// 13: small broadcasts as messages from the root in the rings (`kind::COLL`).
+    pub const VERSION_VALUE: u32 = 13;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -402,6 +403,11 @@ pub mod kind {
     /// could not map the region: the sender posts the fabric `SEND` of tag `id` a `RTS`
     /// would have, and the receiver its `RECV`). `len` 0.
     pub const FIN: u8 = 6;
+    /// A broadcast of at most [`super::COLL_MAX`] bytes from its root (`fastpath.md`, "Small
+    /// broadcasts in the rings"): `tag` the broadcast's [`super::coll_meta`], the vector as
+    /// an eager message's payload. The root sends one to every other member and is done;
+    /// each takes the next from the root when it calls the broadcast.
+    pub const COLL: u8 = 7;
 }
 
 /// A `FIN`'s status (@16).
@@ -555,13 +561,15 @@ impl Header {
         let tag = u64::from_le_bytes(b[TAG_AT..TAG_AT + 8].try_into().unwrap());
         let pad = b[PAD_AT];
         let h = match kind {
-            kind::EAGER | kind::AM if len as u64 <= max_len(kind) && pad == 0 => Header {
-                kind,
-                len,
-                tag,
-                id: 0,
-                full: len as u64,
-            },
+            kind::EAGER | kind::AM | kind::COLL if len as u64 <= max_len(kind) && pad == 0 => {
+                Header {
+                    kind,
+                    len,
+                    tag,
+                    id: 0,
+                    full: len as u64,
+                }
+            }
             // A `RTS` carries no ring payload, a `GET` exactly its `GetFrom`.
             kind::RTS | kind::GET if len as u64 == max_len(kind) && pad == 0 => Header {
                 kind,
@@ -616,6 +624,7 @@ pub const fn max_len(kind: u8) -> u64 {
         kind::EAGER => EAGER_MAX,
         kind::BIG => BIG_MAX,
         kind::GET => GET_LEN,
+        kind::COLL => COLL_MAX,
         _ => 0,
     }
 }
@@ -742,6 +751,21 @@ mod tests {
             ..am
         };
         assert_eq!(Header::decode(&long_am.encode(&[])), None);
+        // A broadcast's vector: up to a collective slot's worth.
+        let coll = Header {
+            kind: kind::COLL,
+            len: COLL_MAX as u32,
+            tag: coll_meta(crate::fastpath::coll::BCAST, 3, 0, 1, COLL_MAX / 8),
+            id: 0,
+            full: COLL_MAX,
+        };
+        assert_eq!(Header::decode(&coll.encode(&[])), Some(coll));
+        let long_coll = Header {
+            len: coll.len + 1,
+            full: coll.full + 1,
+            ..coll
+        };
+        assert_eq!(Header::decode(&long_coll.encode(&[])), None);
         // A BIG: its length in `full`, only between EAGER_MAX and BIG_MAX, and `len` 0.
         let big = Header {
             kind: kind::BIG,

@@ -326,7 +326,9 @@ impl Fabric {
     pub fn counters(&self, node: u32) -> Option<FabricCounters> {
         let s = self.lock();
         let mut c = s.nodes.get(node as usize)?.counters.clone();
-        // What the client did on the direct path it counts itself, in the window.
+        // What the client did on the direct path it counts itself, in the window: words any
+        // member may scribble on, so every sum saturates (a garbage count is garbage, never
+        // an overflow in the daemon).
         if let Some((w, rank)) = s.window_of(node as usize) {
             let ws = w.stats(rank);
             c.window_sends = ws.sends;
@@ -334,17 +336,17 @@ impl Fabric {
             c.window_collectives = ws.collectives;
             c.window_ring_errors = ws.ring_errors;
             c.window_ams = ws.ams;
-            c.rops += ws.ams;
-            c.rops_delivered += ws.ams_taken;
+            c.rops = c.rops.saturating_add(ws.ams);
+            c.rops_delivered = c.rops_delivered.saturating_add(ws.ams_taken);
             // One-sided operations done in peers' exported regions.
             c.window_puts = ws.puts;
             c.window_gets = ws.gets;
             // T3E SENDs members stored into queues themselves, at both ends.
             c.window_mq_sends = ws.mq_sends;
-            c.mq_sends += ws.mq_sends;
-            c.mq_stored += ws.mq_stored_here;
-            c.mq_rejected += ws.mq_rejected_here;
-            c.err_queue_full += ws.mq_rejected_mine;
+            c.mq_sends = c.mq_sends.saturating_add(ws.mq_sends);
+            c.mq_stored = c.mq_stored.saturating_add(ws.mq_stored_here);
+            c.mq_rejected = c.mq_rejected.saturating_add(ws.mq_rejected_here);
+            c.err_queue_full = c.err_queue_full.saturating_add(ws.mq_rejected_mine);
             // Allreduces and broadcasts through exported memory are collectives too.
             c.window_large_allreduces = ws.large_allreduces;
             c.window_large_allreduces_in_place = ws.large_allreduces_in_place;
@@ -352,22 +354,27 @@ impl Fabric {
             // Rendezvous payloads the client read from their senders' regions itself.
             c.window_reads = ws.reads;
             c.window_read_bytes = ws.read_bytes;
-            c.collectives += ws.large_allreduces + ws.large_bcasts;
-            c.collective_bytes += ws.large_allreduce_bytes + ws.large_bcast_bytes;
-            c.puts += ws.puts;
-            c.put_bytes += ws.put_bytes;
-            c.gets += ws.gets;
-            c.get_bytes += ws.get_bytes;
+            c.collectives = c
+                .collectives
+                .saturating_add(ws.large_allreduces.saturating_add(ws.large_bcasts));
+            c.collective_bytes = c.collective_bytes.saturating_add(
+                ws.large_allreduce_bytes
+                    .saturating_add(ws.large_bcast_bytes),
+            );
+            c.puts = c.puts.saturating_add(ws.puts);
+            c.put_bytes = c.put_bytes.saturating_add(ws.put_bytes);
+            c.gets = c.gets.saturating_add(ws.gets);
+            c.get_bytes = c.get_bytes.saturating_add(ws.get_bytes);
             // Messages are messages, whichever path carried them.
-            c.sends += ws.sends;
-            c.send_bytes += ws.bytes;
-            c.recvs += ws.recvs;
-            c.recv_bytes += ws.recv_bytes;
-            c.err_peer_down += ws.peer_down;
-            c.err_timeout += ws.timeout;
-            c.err_link_down += ws.link_down;
-            c.err_collision += ws.collision;
-            c.err_truncated += ws.truncated;
+            c.sends = c.sends.saturating_add(ws.sends);
+            c.send_bytes = c.send_bytes.saturating_add(ws.bytes);
+            c.recvs = c.recvs.saturating_add(ws.recvs);
+            c.recv_bytes = c.recv_bytes.saturating_add(ws.recv_bytes);
+            c.err_peer_down = c.err_peer_down.saturating_add(ws.peer_down);
+            c.err_timeout = c.err_timeout.saturating_add(ws.timeout);
+            c.err_link_down = c.err_link_down.saturating_add(ws.link_down);
+            c.err_collision = c.err_collision.saturating_add(ws.collision);
+            c.err_truncated = c.err_truncated.saturating_add(ws.truncated);
         }
         Some(c)
     }

@@ -681,6 +681,126 @@ fn victim(ni: &Ni) {
         .unwrap();
 }
 
+/// Broadcast `k` from `root`: `count` u64 derived from both.
+fn bcast_data(root: usize, k: usize, count: usize) -> Vec<u8> {
+    (0..count)
+        .flat_map(|i| mix(root as u64 * 1000 + k as u64, i as u64).to_le_bytes())
+        .collect()
+}
+
+/// Broadcasts of up to a collective slot's worth as messages from their root in the rings
+/// (fastpath.md, "Small broadcasts in the rings"), checked against what every member knows
+/// each root sends; with NI_TEST_DIRECT=off the fabric's rounds, in step.
+fn bcast_rings(ni: &Ni) {
+    const N: usize = 300;
+    const TAG: u64 = 0x6263_6173;
+    let (p, me) = (ni.size() as usize, ni.rank() as usize);
+    let direct = ni.direct();
+    let buf = ni.alloc(1 << 16).unwrap();
+    let ctl = ni.alloc(4096).unwrap();
+    // 1 u64, 100 u64 (in the ring's payload area) and 504 u64 (4032 bytes: a whole slot's).
+    let count = |k: usize| [1, 100, 504][k % 3];
+    let bcast = |root: usize, k: usize| {
+        let want = bcast_data(root, k, count(k));
+        if me == root {
+            buf.write_at(0, &want);
+        } else {
+            buf.write_at(0, &vec![0x5Au8; want.len()]);
+        }
+        ni.broadcast::<u64>(root as u32, &buf, 0, count(k))
+            .unwrap_or_else(|e| panic!("broadcast {k} from {root}: {e}"));
+        let mut got = vec![0u8; want.len()];
+        buf.read_at(0, &mut got);
+        assert!(got == want, "broadcast {k} from {root}: wrong bytes");
+    };
+    for root in 0..p {
+        if direct && p > 1 {
+            // The root runs ahead: all its broadcasts, then a message to every member, which
+            // each receives before its first broadcast — only a root that does not wait for
+            // the members lets that finish.
+            if me == root {
+                for k in 0..N {
+                    bcast(root, k);
+                }
+                for m in (0..p).filter(|&m| m != root) {
+                    ni.send(m as u32, &ctl, 0..8, TAG).unwrap();
+                }
+            } else {
+                ni.recv(Some(root as u32), &ctl, 0..8, TAG, u64::MAX)
+                    .unwrap();
+                for k in 0..N {
+                    bcast(root, k);
+                }
+            }
+        } else {
+            for k in 0..N {
+                bcast(root, k);
+            }
+        }
+    }
+    // Mixed with allreduces in the window's slots and tagged messages around a ring:
+    // nothing overtakes anything of its own kind.
+    for k in 0..200 {
+        let root = k % p;
+        bcast(root, N + k);
+        ctl.write_at(0, &(k as u64 + me as u64).to_le_bytes());
+        ni.allreduce::<u64>(ReduceOp::Sum, &ctl, 0, &ctl, 8, 1)
+            .unwrap();
+        let mut g = [0u8; 8];
+        ctl.read_at(8, &mut g);
+        let want = (0..p).map(|m| (k + m) as u64).sum::<u64>();
+        assert_eq!(u64::from_le_bytes(g), want, "allreduce {k}");
+        if p > 1 {
+            let (to, from) = ((me + 1) % p, (me + p - 1) % p);
+            ctl.write_at(16, &(k as u64 * 7 + me as u64).to_le_bytes());
+            let o = ni.isend(to as u32, &ctl, 16..24, TAG + 1).unwrap();
+            ni.recv(Some(from as u32), &ctl, 24..32, TAG + 1, u64::MAX)
+                .unwrap();
+            ni.wait(o).unwrap();
+            ctl.read_at(24, &mut g);
+            assert_eq!(
+                u64::from_le_bytes(g),
+                k as u64 * 7 + from as u64,
+                "message {k}"
+            );
+        }
+    }
+    // A member in a different broadcast (2 elements where the root sends 1) fails with
+    // collision; in the rings only it (the root does not wait to learn), in the fabric's
+    // round every member. Then all go on in step.
+    if p > 1 {
+        let n = if me == 1 { 2 } else { 1 };
+        let r = ni.broadcast::<u64>(0, &buf, 0, n);
+        if me == 1 || !direct {
+            expect_status(r, Status::Collision);
+        } else {
+            r.unwrap();
+        }
+        bcast(0, 9999);
+    }
+    ni.barrier().unwrap();
+}
+
+/// A root that broadcasts and leaves: what it sent in the rings before it left still comes
+/// to every member (its last broadcast is not lost); the next from it fails with peer down.
+fn bcast_root_leaves(ni: &Ni) {
+    let me = ni.rank() as usize;
+    let buf = ni.alloc(4096).unwrap();
+    if me == 0 {
+        buf.write_at(0, &bcast_data(0, 1, 8));
+        ni.broadcast::<u64>(0, &buf, 0, 8).unwrap();
+        return;
+    }
+    // Long after the root detached.
+    std::thread::sleep(Duration::from_millis(300));
+    buf.write_at(0, &[0u8; 64]);
+    ni.broadcast::<u64>(0, &buf, 0, 8).unwrap();
+    let mut got = vec![0u8; 64];
+    buf.read_at(0, &mut got);
+    assert!(got == bcast_data(0, 1, 8), "the departed root's broadcast");
+    expect_status(ni.broadcast::<u64>(0, &buf, 0, 8), Status::PeerDown);
+}
+
 fn rejoin(ni: &Ni) {
     let buf = ni.alloc(4096).unwrap();
     let t = Instant::now();
@@ -723,6 +843,8 @@ fn main() {
         "wide" => wide(&ni),
         "victim" => victim(&ni),
         "rejoin" => rejoin(&ni),
+        "bcast-rings" => bcast_rings(&ni),
+        "bcast-root-leaves" => bcast_root_leaves(&ni),
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
