@@ -136,7 +136,10 @@ pub(crate) struct WBcast {
     recv: u64,
     count: u64,
     bytes: usize,
-    started: Instant,
+    /// Read at the first poll that finds nothing, and looked at every 64th after: the
+    /// timeout is seconds, a clock read 25 ns of a broadcast's 100.
+    started: Option<Instant>,
+    polls: u32,
 }
 
 /// Bytes of broadcasts taken from one root's ring ahead of the broadcasts that take them, a
@@ -1157,6 +1160,9 @@ impl Inner {
         }
         if self.d.wbcast.is_some() {
             self.w_bcast_poll();
+            if !self.d.wake.is_empty() {
+                self.w_flush_and_wake()?;
+            }
         }
         Ok(())
     }
@@ -1191,6 +1197,12 @@ impl Inner {
         while let Some(h) = self.win.as_mut().unwrap().next(src) {
             if h.kind == kind::COLL {
                 let queued = &mut self.d.bcasts[src as usize];
+                if queued.queue.is_empty() && self.d.wbcast.as_ref().is_some_and(|b| b.root == src)
+                {
+                    // The broadcast waiting for it takes it from the ring itself.
+                    self.w_bcast_poll();
+                    continue;
+                }
                 let cost = h.len as usize + 64;
                 if queued.bytes + cost > BCASTS_QUEUED {
                     // Left in the ring, with what follows it, until a broadcast takes one.
@@ -1463,8 +1475,13 @@ impl Inner {
         let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= w::COLL_MAX) else {
             return Ok(CollStart::Fabric);
         };
-        self.w_progress()?;
         let bcast = kind == coll::BCAST;
+        // A broadcast's other members look for their root's vector first, without a pass
+        // (which would copy it out of the ring to reach what follows).
+        let win = self.win.as_ref().unwrap();
+        if !bcast || r.rank == win.rank {
+            self.w_progress()?;
+        }
         if (!bcast && self.d.wcoll.is_some()) || (bcast && self.d.wbcast.is_some()) {
             return Ok(CollStart::NotYet);
         }
@@ -1570,15 +1587,14 @@ impl Inner {
                 recv: r.addr,
                 count: r.len,
                 bytes,
-                started: Instant::now(),
+                started: None,
+                polls: 0,
             });
             self.w_bcast_poll();
+            if !self.d.wake.is_empty() {
+                self.w_flush_and_wake()?;
+            }
             return Ok(CollStart::Started(user));
-        }
-        // The root's vectors wait for room no further than one broadcast's: a root that
-        // finds its last ones still waiting waits with them.
-        if win.backlogged() {
-            return Ok(CollStart::NotYet);
         }
         let h = Header {
             kind: kind::COLL,
@@ -1593,11 +1609,18 @@ impl Inner {
             }
         }
         win.count_collective();
+        let done = completion(op::COLLECTIVE, user, Status::Ok, r.rank, r.len, r.addr);
+        // The vector is copied into every ring or backlog, so the root is done at once —
+        // unless its members fall behind: then when its vector goes into the ring of the
+        // member furthest behind, as a blocking send that waits for room (the root runs
+        // ahead by what the rings hold, no further).
+        match win.longest_backlog() {
+            Some((m, _)) => win.complete_last_with(m, done),
+            None => self.finish_lib(done),
+        }
         if !self.d.wake.is_empty() {
             self.w_flush_and_wake()?;
         }
-        let done = completion(op::COLLECTIVE, user, Status::Ok, r.rank, r.len, r.addr);
-        self.finish_lib(done);
         Ok(CollStart::Started(user))
     }
 
@@ -1606,34 +1629,65 @@ impl Inner {
         let Some(b) = self.d.wbcast.as_ref() else {
             return;
         };
-        let win = self.win.as_ref().unwrap();
-        let queued = &mut self.d.bcasts[b.root as usize];
-        let next = queued.queue.pop_front();
-        if let Some((_, v)) = next.as_ref() {
-            queued.bytes -= v.len() + 64;
-        }
-        let status = match next {
-            Some((meta, data)) if meta == b.meta && data.len() == b.bytes => {
+        let (root, meta, recv, bytes) = (b.root, b.meta, b.recv, b.bytes);
+        // A vector whose length lies about its `meta` is no honest root's: as different
+        // `meta`s, members in different collectives.
+        let queued = &mut self.d.bcasts[root as usize];
+        let took = if let Some((m, data)) = queued.queue.pop_front() {
+            queued.bytes -= data.len() + 64;
+            let ok = m == meta && data.len() == bytes;
+            if ok {
                 // SAFETY: `recv` and `bytes` were checked as registered when the broadcast
                 // started; the region cannot be dropped while this lock is held.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), b.recv as *mut u8, b.bytes) };
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), recv as *mut u8, bytes) };
+            }
+            Some(ok)
+        } else {
+            // Straight from the ring when the root's vector is the next message there (no
+            // pass took it first): one copy, no vector in between.
+            let win = self.win.as_mut().unwrap();
+            match win.live().then(|| win.next(root)).flatten() {
+                Some(h) if h.kind == kind::COLL => {
+                    let ok = h.tag == meta && h.len as usize == bytes;
+                    if ok {
+                        // SAFETY: as above.
+                        let out = unsafe { std::slice::from_raw_parts_mut(recv as *mut u8, bytes) };
+                        win.payload(root, &h, out);
+                    }
+                    win.consume(root, &h);
+                    if win.publish_head_if_far(root) {
+                        self.d.wake.push(root);
+                    }
+                    Some(ok)
+                }
+                _ => None,
+            }
+        };
+        let win = self.win.as_ref().unwrap();
+        let status = match took {
+            Some(true) => {
                 win.count_collective();
                 Status::Ok
             }
-            // Members in different collectives, as different `meta`s in a round (or a root
-            // whose vector's length lies about its `meta`).
-            Some(_) => Status::Collision,
+            Some(false) => Status::Collision,
             // Everything the root sent before it left was taken before its state was acted
             // on (`w_progress`): this broadcast's never came.
-            None if !win.up(b.root)
-                && ni_abi::window::state::incarnation(win.states[b.root as usize]) > 0 =>
+            None if !win.up(root)
+                && ni_abi::window::state::incarnation(win.states[root as usize]) > 0 =>
             {
                 Status::PeerDown
             }
-            None if b.started.elapsed() > Duration::from_millis(win.coll_timeout_ms as u64) => {
+            None => {
+                let timeout = Duration::from_millis(win.coll_timeout_ms as u64);
+                let b = self.d.wbcast.as_mut().unwrap();
+                b.polls = b.polls.wrapping_add(1);
+                if b.polls % 64 != 1
+                    || b.started.get_or_insert_with(Instant::now).elapsed() <= timeout
+                {
+                    return;
+                }
                 Status::Timeout
             }
-            None => return,
         };
         let b = self.d.wbcast.take().unwrap();
         let done = completion(op::COLLECTIVE, b.user, status, b.root, b.count, b.recv);
