@@ -101,6 +101,17 @@ enum GetPayload {
     PastEnd,
 }
 
+/// What a broadcast that ended at once reports: as its completion would.
+fn bcast_done(r: &Request) -> Done {
+    Done {
+        status: Status::Ok,
+        rank: r.rank,
+        len: r.len,
+        tag: r.addr,
+        aux: 0,
+    }
+}
+
 /// A send whose receiver reads the payload itself (`kind::GET`), until its `FIN`.
 pub(crate) struct Getting {
     user: u64,
@@ -159,6 +170,8 @@ pub(crate) struct Bcasts {
 /// What an attempt to start a window collective came to.
 pub(crate) enum CollStart {
     Started(u64),
+    /// Done already, successfully: nothing goes through `done`.
+    Done(u64, crate::Done),
     /// Not for the window: the fabric does it.
     Fabric,
     /// Retry after progress: an earlier window collective is still in flight, or a member
@@ -1590,11 +1603,18 @@ impl Inner {
                 started: None,
                 polls: 0,
             });
-            self.w_bcast_poll();
+            let took = self.w_bcast_take();
             if !self.d.wake.is_empty() {
                 self.w_flush_and_wake()?;
             }
-            return Ok(CollStart::Started(user));
+            return Ok(match took {
+                Some(c) if c.status == Status::Ok as u16 => CollStart::Done(user, bcast_done(r)),
+                Some(c) => {
+                    self.finish_lib(c);
+                    CollStart::Started(user)
+                }
+                None => CollStart::Started(user),
+            });
         }
         let h = Header {
             kind: kind::COLL,
@@ -1609,26 +1629,35 @@ impl Inner {
             }
         }
         win.count_collective();
-        let done = completion(op::COLLECTIVE, user, Status::Ok, r.rank, r.len, r.addr);
         // The vector is copied into every ring or backlog, so the root is done at once —
         // unless its members fall behind: then when its vector goes into the ring of the
         // member furthest behind, as a blocking send that waits for room (the root runs
         // ahead by what the rings hold, no further).
-        match win.longest_backlog() {
-            Some((m, _)) => win.complete_last_with(m, done),
-            None => self.finish_lib(done),
-        }
+        let start = match win.longest_backlog() {
+            Some((m, _)) => {
+                let done = completion(op::COLLECTIVE, user, Status::Ok, r.rank, r.len, r.addr);
+                win.complete_last_with(m, done);
+                CollStart::Started(user)
+            }
+            None => CollStart::Done(user, bcast_done(r)),
+        };
         if !self.d.wake.is_empty() {
             self.w_flush_and_wake()?;
         }
-        Ok(CollStart::Started(user))
+        Ok(start)
     }
 
     /// Finish the broadcast this rank waits for if its root's vector came.
     fn w_bcast_poll(&mut self) {
-        let Some(b) = self.d.wbcast.as_ref() else {
-            return;
-        };
+        if let Some(c) = self.w_bcast_take() {
+            self.finish_lib(c);
+        }
+    }
+
+    /// The completion of the broadcast this rank waits for, if its root's vector came (or
+    /// it failed).
+    fn w_bcast_take(&mut self) -> Option<Completion> {
+        let b = self.d.wbcast.as_ref()?;
         let (root, meta, recv, bytes) = (b.root, b.meta, b.recv, b.bytes);
         // A vector whose length lies about its `meta` is no honest root's: as different
         // `meta`s, members in different collectives.
@@ -1684,14 +1713,20 @@ impl Inner {
                 if b.polls % 64 != 1
                     || b.started.get_or_insert_with(Instant::now).elapsed() <= timeout
                 {
-                    return;
+                    return None;
                 }
                 Status::Timeout
             }
         };
         let b = self.d.wbcast.take().unwrap();
-        let done = completion(op::COLLECTIVE, b.user, status, b.root, b.count, b.recv);
-        self.finish_lib(done);
+        Some(completion(
+            op::COLLECTIVE,
+            b.user,
+            status,
+            b.root,
+            b.count,
+            b.recv,
+        ))
     }
 
     /// Finish the window collective in flight if every member has published its part.

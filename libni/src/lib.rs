@@ -1232,6 +1232,11 @@ impl Ni {
                 let s = self.lock().w_collective(&r)?;
                 match s {
                     direct::CollStart::Started(user) => return Ok(Op::new(user, r.opcode, r.rank)),
+                    direct::CollStart::Done(user, d) => {
+                        let op = Op::new(user, r.opcode, r.rank);
+                        op.early.set(Some(d));
+                        return Ok(op);
+                    }
                     direct::CollStart::Fabric => break,
                     direct::CollStart::NotYet => {
                         self.lock().progress()?;

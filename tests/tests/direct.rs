@@ -1761,3 +1761,79 @@ fn a_handler_owning_a_region_can_be_replaced() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 11);
 }
+
+/// A root's broadcasts in the rings (`fastpath.md`, "Small broadcasts in the rings") run
+/// ahead of a member that has not called them yet, but only as far as that member keeps
+/// (1 MiB of them) and its ring holds: then the root waits, as a blocking send waits for
+/// room. When the member calls the broadcasts it gets every vector, in order.
+#[test]
+fn a_root_runs_ahead_of_a_member_only_as_far_as_it_keeps_and_its_ring_holds() {
+    if window_off() {
+        return;
+    }
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const N: usize = 600;
+    const COUNT: usize = 504; // 4032 bytes: the most a broadcast sends in a ring
+    let d = Daemon::start(3);
+    let nis: Vec<Arc<Ni>> = (0..3)
+        .map(|r| Arc::new(Ni::attach_path(&d.sock(r)).unwrap()))
+        .collect();
+    for n in &nis {
+        n.wait_for_partition(Duration::from_secs(10)).unwrap();
+    }
+    let value = |k: usize, i: usize| (k * 1_000_003 + i) as u64;
+    let done = Arc::new(AtomicUsize::new(0));
+    // The root, and member 2 (which takes each broadcast as it comes).
+    let threads: Vec<_> = [0usize, 2]
+        .into_iter()
+        .map(|r| {
+            let (ni, done) = (nis[r].clone(), done.clone());
+            std::thread::spawn(move || {
+                let buf = ni.alloc(COUNT * 8).unwrap();
+                for k in 0..N {
+                    if r == 0 {
+                        let v: Vec<u8> =
+                            (0..COUNT).flat_map(|i| value(k, i).to_le_bytes()).collect();
+                        buf.write_at(0, &v);
+                    }
+                    ni.broadcast::<u64>(0, &buf, 0, COUNT).unwrap();
+                    if r == 0 {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // Member 1 does not call the broadcasts yet, only progress passes (as any call of
+    // libni runs them), which take the root's vectors out of its ring up to what it keeps.
+    let b = &nis[1];
+    let rbuf = b.alloc(COUNT * 8).unwrap();
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(700) {
+        b.progress().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let ahead = done.load(Ordering::Relaxed);
+    // What member 1 keeps (1 MiB, a vector counting 64 bytes more) and its ring holds,
+    // and the one broadcast that waits for room.
+    let kept = (1 << 20) / (COUNT * 8 + 64);
+    let ring =
+        (ni_abi::window::ring_slots(3) / ni_abi::window::slots_for(COUNT as u64 * 8)) as usize;
+    assert!(
+        ahead >= kept && ahead <= kept + ring + 1,
+        "the root ran {ahead} broadcasts ahead (kept {kept}, ring {ring})"
+    );
+    for k in 0..N {
+        rbuf.write_at(0, &[0u8; COUNT * 8]);
+        b.broadcast::<u64>(0, &rbuf, 0, COUNT).unwrap();
+        let mut got = vec![0u8; COUNT * 8];
+        rbuf.read_at(0, &mut got);
+        let want: Vec<u8> = (0..COUNT).flat_map(|i| value(k, i).to_le_bytes()).collect();
+        assert!(got == want, "broadcast {k}");
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(done.load(Ordering::Relaxed), N);
+}
