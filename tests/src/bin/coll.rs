@@ -367,7 +367,8 @@ fn vectors(ni: &Ni) {
     // Broadcasts past two slots: every member reads the root's vector where the root keeps
     // it (fastpath.md, "Large broadcast in the window") — in its `alloc` region as it is, or
     // copied into its scratch from registered heap memory (odd roots) — or with
-    // NI_TEST_DIRECT=off the fabric's path. 12 MiB goes in two pieces. Twice each size,
+    // NI_TEST_DIRECT=off the fabric's path. 12 MiB goes in two pieces; with 4 members and
+    // more 2100 u64 go as slot-sized messages in the rings. Twice each size,
     // the second with the keys already agreed on; a member's buffer holds garbage before.
     let heap = ni_tests::AppMemory::register(ni, 12 << 20, 0);
     for count in [2100usize, 2100, 200_000, 200_000, (12 << 20) / 8] {
