@@ -1634,7 +1634,7 @@ impl Inner {
         // member furthest behind, as a blocking send that waits for room (the root runs
         // ahead by what the rings hold, no further).
         let start = match win.longest_backlog() {
-            Some((m, _)) => {
+            Some(m) => {
                 let done = completion(op::COLLECTIVE, user, Status::Ok, r.rank, r.len, r.addr);
                 win.complete_last_with(m, done);
                 CollStart::Started(user)

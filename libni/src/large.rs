@@ -119,8 +119,7 @@ impl Ni {
                 (true, true) if bytes > BCAST_COPY_MAX => {
                     (i.exported_at(r.addr, bytes as u64), None)
                 }
-                (true, true) => (None, None),
-                (true, false) => (None, None),
+                (true, _) => (None, None),
                 _ => (at(r.addr), at(r.tag)),
             }
         };

@@ -460,7 +460,7 @@ pub struct Ni {
     /// Pauses [`Ni::relax`] may still take as a spin without reading the clock, the lock
     /// and the cpu's other waiters again: set by a look that said spin, early in a wait.
     relax_spins: AtomicU32,
-    /// Scratch of allreduces too large for the window's slots (`large.rs`).
+    /// Scratch of allreduces and broadcasts too large for the window's slots (`large.rs`).
     scratch: Mutex<large::Scratch>,
 }
 
@@ -1198,9 +1198,9 @@ impl Ni {
     /// A blocking element-wise collective (broadcast, reduce, allreduce, scan) of a vector a
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
     /// element order, instead of the fabric's path (a broadcast as consecutive messages
-    /// from its root, up to [`BCAST_PIECES_MAX`] with 4 members or more). Every member splits alike (same count
-    /// and type), and each piece is combined in rank order as the whole vector would be, so
-    /// the bits are the same. Larger allreduces go through the members' exported scratch
+    /// from its root, up to [`BCAST_PIECES_MAX`] with 4 members or more). Every member
+    /// splits alike (same count and type), and each piece is combined in rank order as the
+    /// whole vector would be, so the bits are the same. Larger allreduces go through the members' exported scratch
     /// and larger broadcasts read the root's vector where it exports it (`large.rs`); other
     /// larger collectives keep the fabric's single copy.
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {

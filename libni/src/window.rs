@@ -376,20 +376,15 @@ impl Window {
         Ok(self.sleeping_after_store(dst))
     }
 
-    /// Of the rings whose backlog holds something, the one whose backlog is longest, and how
-    /// long.
-    pub fn longest_backlog(&self) -> Option<(u32, usize)> {
+    /// The destination whose backlog is longest, if any holds something.
+    pub fn longest_backlog(&self) -> Option<u32> {
         (self.backlogged > 0)
-            .then(|| {
-                (0..self.size)
-                    .map(|d| (d, self.backlog[d as usize].len()))
-                    .max_by_key(|&(_, n)| n)
-            })
+            .then(|| (0..self.size).max_by_key(|&d| self.backlog[d as usize].len()))
             .flatten()
     }
 
-    /// Make `c` the completion of the last message waiting for room toward `dst`, made when
-    /// it goes into the ring.
+    /// Make `c` the completion of the last message waiting for room toward `dst` (one that
+    /// had none), made when it goes into the ring.
     pub fn complete_last_with(&mut self, dst: u32, c: Completion) {
         if let Some(last) = self.backlog[dst as usize].back_mut() {
             last.2 = Some(c);

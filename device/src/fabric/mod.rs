@@ -336,45 +336,53 @@ impl Fabric {
             c.window_collectives = ws.collectives;
             c.window_ring_errors = ws.ring_errors;
             c.window_ams = ws.ams;
-            c.rops = c.rops.saturating_add(ws.ams);
-            c.rops_delivered = c.rops_delivered.saturating_add(ws.ams_taken);
-            // One-sided operations done in peers' exported regions.
-            c.window_puts = ws.puts;
-            c.window_gets = ws.gets;
-            // T3E SENDs members stored into queues themselves, at both ends.
-            c.window_mq_sends = ws.mq_sends;
-            c.mq_sends = c.mq_sends.saturating_add(ws.mq_sends);
-            c.mq_stored = c.mq_stored.saturating_add(ws.mq_stored_here);
-            c.mq_rejected = c.mq_rejected.saturating_add(ws.mq_rejected_here);
-            c.err_queue_full = c.err_queue_full.saturating_add(ws.mq_rejected_mine);
-            // Allreduces and broadcasts through exported memory are collectives too.
-            c.window_large_allreduces = ws.large_allreduces;
-            c.window_large_allreduces_in_place = ws.large_allreduces_in_place;
-            c.window_large_bcasts = ws.large_bcasts;
             // Rendezvous payloads the client read from their senders' regions itself.
             c.window_reads = ws.reads;
             c.window_read_bytes = ws.read_bytes;
-            c.collectives = c
-                .collectives
-                .saturating_add(ws.large_allreduces.saturating_add(ws.large_bcasts));
-            c.collective_bytes = c.collective_bytes.saturating_add(
-                ws.large_allreduce_bytes
-                    .saturating_add(ws.large_bcast_bytes),
-            );
-            c.puts = c.puts.saturating_add(ws.puts);
-            c.put_bytes = c.put_bytes.saturating_add(ws.put_bytes);
-            c.gets = c.gets.saturating_add(ws.gets);
-            c.get_bytes = c.get_bytes.saturating_add(ws.get_bytes);
-            // Messages are messages, whichever path carried them.
-            c.sends = c.sends.saturating_add(ws.sends);
-            c.send_bytes = c.send_bytes.saturating_add(ws.bytes);
-            c.recvs = c.recvs.saturating_add(ws.recvs);
-            c.recv_bytes = c.recv_bytes.saturating_add(ws.recv_bytes);
-            c.err_peer_down = c.err_peer_down.saturating_add(ws.peer_down);
-            c.err_timeout = c.err_timeout.saturating_add(ws.timeout);
-            c.err_link_down = c.err_link_down.saturating_add(ws.link_down);
-            c.err_collision = c.err_collision.saturating_add(ws.collision);
-            c.err_truncated = c.err_truncated.saturating_add(ws.truncated);
+            // One-sided operations done in peers' exported regions.
+            c.window_puts = ws.puts;
+            c.window_gets = ws.gets;
+            // T3E SENDs members stored into queues themselves.
+            c.window_mq_sends = ws.mq_sends;
+            // Allreduces and broadcasts through exported memory.
+            c.window_large_allreduces = ws.large_allreduces;
+            c.window_large_allreduces_in_place = ws.large_allreduces_in_place;
+            c.window_large_bcasts = ws.large_bcasts;
+            // What the window did is counted with what the fabric did: active messages and
+            // one-sided operations, T3E SENDs at both ends, collectives through exported
+            // memory, messages whichever path carried them, and failures.
+            for (total, window) in [
+                (&mut c.rops, ws.ams),
+                (&mut c.rops_delivered, ws.ams_taken),
+                (&mut c.puts, ws.puts),
+                (&mut c.put_bytes, ws.put_bytes),
+                (&mut c.gets, ws.gets),
+                (&mut c.get_bytes, ws.get_bytes),
+                (&mut c.mq_sends, ws.mq_sends),
+                (&mut c.mq_stored, ws.mq_stored_here),
+                (&mut c.mq_rejected, ws.mq_rejected_here),
+                (&mut c.err_queue_full, ws.mq_rejected_mine),
+                (
+                    &mut c.collectives,
+                    ws.large_allreduces.saturating_add(ws.large_bcasts),
+                ),
+                (
+                    &mut c.collective_bytes,
+                    ws.large_allreduce_bytes
+                        .saturating_add(ws.large_bcast_bytes),
+                ),
+                (&mut c.sends, ws.sends),
+                (&mut c.send_bytes, ws.bytes),
+                (&mut c.recvs, ws.recvs),
+                (&mut c.recv_bytes, ws.recv_bytes),
+                (&mut c.err_peer_down, ws.peer_down),
+                (&mut c.err_timeout, ws.timeout),
+                (&mut c.err_link_down, ws.link_down),
+                (&mut c.err_collision, ws.collision),
+                (&mut c.err_truncated, ws.truncated),
+            ] {
+                *total = total.saturating_add(window);
+            }
         }
         Some(c)
     }
