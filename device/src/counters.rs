@@ -182,6 +182,9 @@ counters! {
     /// the root's exported memory, or (at the root) let the others read (also counted in
     /// `collectives` and `collective_bytes`).
     window_large_bcasts,
+    /// Reduces too large for the window's slots done through the members' exported memory
+    /// (also counted in `collectives` and `collective_bytes`).
+    window_large_reduces,
     /// Rendezvous messages (larger than the ring's eager ones) this NI's client received by
     /// copying their payload itself out of the sender's exported region, and their bytes
     /// (also counted in `recvs` and `recv_bytes`).

@@ -43,11 +43,13 @@ const PROBE_LINK: u32 = 1;
 
 // ---- the fabric: two hosts ----
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free TCP port on 127.0.0.1")
-        .port()
+/// Two distinct free ports: both held until both are chosen, so the second is never the first
+/// given out again.
+fn free_ports() -> (u16, u16) {
+    let a = TcpListener::bind("127.0.0.1:0").expect("a free TCP port on 127.0.0.1");
+    let b = TcpListener::bind("127.0.0.1:0").expect("a free TCP port on 127.0.0.1");
+    let port = |l: &TcpListener| l.local_addr().expect("a bound port").port();
+    (port(&a), port(&b))
 }
 
 /// Whether daemon `d` sees host `name` linked (`ni-ctl hosts`).
@@ -83,7 +85,7 @@ impl Fabric {
 
     /// With `top` (top-level keys of the description, e.g. a torus) before the hosts.
     fn start_with(top: &str) -> Fabric {
-        let (pa, pb) = (free_port(), free_port());
+        let (pa, pb) = free_ports();
         let desc = format!(
             "{top}[[host]]\nname = \"a\"\nlink = \"127.0.0.1:{pa}\"\nnis = {NIS}\n\n\
              [[host]]\nname = \"b\"\nlink = \"127.0.0.1:{pb}\"\nnis = {NIS}\n"

@@ -1,6 +1,6 @@
-//! Allreduce and broadcast of vectors too large for the window's collective slots, member to
-//! member: reduce-scatter and allgather through scratch regions the members export to each
-//! other, and a broadcast every member reads from the root's exported memory itself
+//! Allreduce, reduce and broadcast of vectors too large for the window's collective slots,
+//! member to member: reduce-scatter and allgather through scratch regions the members export
+//! to each other, and a broadcast every member reads from the root's exported memory itself
 //! (`device/abi/fastpath.md`, "Large allreduce in the window", "Large broadcast in the
 //! window").
 //!
@@ -16,6 +16,9 @@
 //! copy-in never overwrites what a slower member is still copying out: a member starts
 //! operation `k + 2` only after every member finished the first round of `k + 1`, which each
 //! enters only after copying out `k`.
+//!
+//! A reduce is the allreduce but for the last copies: the members other than the root keep
+//! their chunks in scratch, and only the root copies them out.
 //!
 //! A broadcast is the allreduce's first round alone: the root's vector where it is (or copied
 //! into its scratch half), every other member copying all of it straight into its buffer —
@@ -97,6 +100,10 @@ impl Ni {
         let bytes = r.len as usize * esize;
         let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
         let bcast = r.flags == coll::BCAST;
+        // A reduce is an allreduce whose other members keep their chunks of the result in
+        // their scratch for the root alone to copy: their receive buffers are not theirs to
+        // write (nor registered, maybe).
+        let reduce = r.flags == coll::REDUCE;
         // A broadcast's root (an allreduce's is 0); one outside the partition is the
         // fabric's to refuse.
         let root = r.rank as usize;
@@ -109,7 +116,10 @@ impl Ni {
         // past `BCAST_COPY_MAX`: that costs the barrier round after, so less is copied.
         let (data_at, result_at) = {
             let i = self.lock();
-            if !i.registered(r.addr, bytes as u64) || !i.registered(r.tag, bytes as u64) {
+            let receives = !reduce || me == root;
+            if !i.registered(r.addr, bytes as u64)
+                || (receives && !i.registered(r.tag, bytes as u64))
+            {
                 // The fabric's path says what is wrong with them.
                 return Ok(None);
             }
@@ -120,6 +130,10 @@ impl Ni {
                     (i.exported_at(r.addr, bytes as u64), None)
                 }
                 (true, _) => (None, None),
+                // Nobody reads a reduce's result where it is: the root builds it in its
+                // buffer, the others in scratch.
+                _ if reduce && me != root => (i.exported_at(r.addr, bytes as u64), None),
+                _ if reduce => (at(r.addr), None),
                 _ => (at(r.addr), at(r.tag)),
             }
         };
@@ -259,6 +273,8 @@ impl Ni {
         let scratch_ok = mine.is_some() || !needs_scratch;
         let everything_mapped = if bcast {
             me == root || place(root, DATA).is_some()
+        } else if reduce && me != root {
+            (0..size).all(|m| m == me || place(m, DATA).is_some())
         } else {
             (0..size).all(|m| m == me || (place(m, DATA).is_some() && place(m, RESULT).is_some()))
         };
@@ -358,12 +374,21 @@ impl Ni {
         // scratch unless others read it there (only I read my chunk of anyone's data or
         // scratch, so it is free to overwrite).
         let (lo, hi) = chunk(me);
+        // Where my chunk is reduced: my receive buffer; a reduce's other members have none
+        // to write, and their data may be in the very place their result goes in scratch.
+        let mut apart_from_data = Vec::new();
+        if reduce && me != root {
+            apart_from_data.resize(hi - lo, 0);
+        }
         if hi > lo {
             // SAFETY: `[r.tag + lo, r.tag + hi)` lies in the registered receive buffer; the
             // data ranges lie in mapped regions or this process's buffers; the receive
             // buffer overlaps neither the scratch nor, read in place, the send buffer.
-            let acc =
-                unsafe { std::slice::from_raw_parts_mut((r.tag as *mut u8).add(lo), hi - lo) };
+            let acc = if apart_from_data.is_empty() {
+                unsafe { std::slice::from_raw_parts_mut((r.tag as *mut u8).add(lo), hi - lo) }
+            } else {
+                &mut apart_from_data[..]
+            };
             for m in 0..size {
                 // SAFETY: inside member m's data.
                 let x = unsafe { std::slice::from_raw_parts(at(m, DATA, lo), hi - lo) };
@@ -373,7 +398,8 @@ impl Ni {
                     apply(d, o, acc, x);
                 }
             }
-            if result_at.is_none() {
+            // A reduce's root builds its result for itself alone.
+            if result_at.is_none() && !(reduce && me == root) {
                 // SAFETY: my own half, my chunk.
                 unsafe {
                     std::ptr::copy_nonoverlapping(acc.as_ptr(), mine.add(base + lo), hi - lo)
@@ -382,7 +408,7 @@ impl Ni {
         }
         // Round 2: every chunk is reduced (and no member reads anyone's data any more).
         let done = self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
-        for m in (0..size).filter(|&m| m != me) {
+        for m in (0..size).filter(|&m| m != me && (!reduce || me == root)) {
             let (lo, hi) = chunk(m);
             // SAFETY: member m's chunk of its result, into the registered receive buffer.
             unsafe {
@@ -400,9 +426,15 @@ impl Ni {
         }
         s.round += 1;
         if let Some(w) = self.lock().win.as_ref() {
-            w.count(ni_abi::window::stats::LARGE_ALLREDUCES);
-            w.add(ni_abi::window::stats::LARGE_ALLREDUCE_BYTES, bytes as u64);
-            if data_at.is_some() {
+            use ni_abi::window::stats;
+            if reduce {
+                w.count(stats::LARGE_REDUCES);
+                w.add(stats::LARGE_REDUCE_BYTES, bytes as u64);
+            } else {
+                w.count(stats::LARGE_ALLREDUCES);
+                w.add(stats::LARGE_ALLREDUCE_BYTES, bytes as u64);
+            }
+            if data_at.is_some() && !reduce {
                 w.count(ni_abi::window::stats::LARGE_ALLREDUCES_IN_PLACE);
             }
         }
@@ -421,15 +453,15 @@ fn digest(keys: &[u32]) -> u64 {
 }
 
 /// Whether a collective request is one [`Ni::collective_shared`] does: a broadcast of a
-/// known type, or an allreduce of a known type and operator (a bitwise one on floats the
-/// fabric fails with its status).
+/// known type, or an allreduce or reduce of a known type and operator (a bitwise one on
+/// floats the fabric fails with its status).
 pub(crate) fn applies(r: &Request) -> bool {
     let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
     r.opcode == ni_abi::fastpath::op::COLLECTIVE
         && dtype::size(d).is_some()
         && match r.flags {
             coll::BCAST => true,
-            coll::ALLREDUCE => {
+            coll::ALLREDUCE | coll::REDUCE => {
                 o <= redop::XOR && !(o >= redop::AND && matches!(d, dtype::F32 | dtype::F64))
             }
             _ => false,

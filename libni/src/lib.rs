@@ -460,7 +460,7 @@ pub struct Ni {
     /// Pauses [`Ni::relax`] may still take as a spin without reading the clock, the lock
     /// and the cpu's other waiters again: set by a look that said spin, early in a wait.
     relax_spins: AtomicU32,
-    /// Scratch of allreduces and broadcasts too large for the window's slots (`large.rs`).
+    /// Scratch of collectives too large for the window's slots (`large.rs`).
     scratch: Mutex<large::Scratch>,
 }
 
@@ -488,11 +488,11 @@ impl Backoff {
 const CQ_ENTRIES: u32 = 4096;
 const _: () = assert!(CQ_ENTRIES.is_power_of_two());
 /// Blocking element-wise collectives up to this many bytes go through the window in
-/// slot-sized pieces (`Ni::collective_pieces`). Larger allreduces go through the members'
-/// exported scratch, and larger broadcasts read the root's vector there (`large.rs`). The
-/// scratch path beat a third piece when slots held 960 B (2 KiB at P = 8 20.9 -> 14.0 us,
-/// tests/bench/README.md); with 4032-byte slots two pieces and the scratch path tie at 1 Ki
-/// f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
+/// slot-sized pieces (`Ni::collective_pieces`). Larger allreduces and reduces go through the
+/// members' exported scratch, and larger broadcasts read the root's vector there
+/// (`large.rs`). The scratch path beat a third piece when slots held 960 B (2 KiB at P = 8
+/// 20.9 -> 14.0 us, tests/bench/README.md); with 4032-byte slots two pieces and the scratch
+/// path tie at 1 Ki f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
 const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
 /// Broadcasts of 4 members and more go in slot-sized pieces up to this: each piece a message
 /// from the root in the rings (`direct.rs`), the root running ahead, where the path through
@@ -1200,9 +1200,9 @@ impl Ni {
     /// element order, instead of the fabric's path (a broadcast as consecutive messages
     /// from its root, up to [`BCAST_PIECES_MAX`] with 4 members or more). Every member
     /// splits alike (same count and type), and each piece is combined in rank order as the
-    /// whole vector would be, so the bits are the same. Larger allreduces go through the members' exported scratch
-    /// and larger broadcasts read the root's vector where it exports it (`large.rs`); other
-    /// larger collectives keep the fabric's single copy.
+    /// whole vector would be, so the bits are the same. Larger allreduces and reduces go
+    /// through the members' exported scratch and larger broadcasts read the root's vector
+    /// where it exports it (`large.rs`); larger scans keep the fabric's single copy.
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
         let per = (ni_abi::window::COLL_MAX as usize / esize).max(1);
         let count = r.len as usize;

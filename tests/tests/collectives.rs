@@ -77,6 +77,10 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
             (true, true) => 4 * p as u64,
         };
         assert_eq!(bcasts, want, "large broadcasts in the window, P = {p}");
+        // Reduces of 2000 i64 and 200000 to every root, through the same exported memory.
+        let reduces = d.counter(0, "window_large_reduces");
+        let want = if direct { 3 * p as u64 } else { 0 };
+        assert_eq!(reduces, want, "large reduces in the window, P = {p}");
         // Rank 0's buffers are `alloc` regions apart from each other: its data read where
         // it is (fastpath.md, "Large allreduce in the window"); the in-place allreduce
         // (send and receive the same bytes) and rank 1's heap memory through scratch.

@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use ni_device::link::wire::{door, Msg, HEADER, MAX_FRAME};
 use ni_tests::{assert_ok, binary, finish, Daemon};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Three distinct free ports: all held until all are chosen, so none is another given out
+/// again.
+fn free_ports() -> (u16, u16, u16) {
+    let held: Vec<_> = (0..3)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let port = |i: usize| held[i].local_addr().unwrap().port();
+    (port(0), port(1), port(2))
 }
 
 /// The digest daemons compare in HELLO: FNV-1a of the description's text.
@@ -120,7 +122,7 @@ fn answer(s: &mut TcpStream, want: impl Fn(&Msg) -> bool) -> Msg {
 
 #[test]
 fn a_hostile_peer_daemon_is_refused_and_counted_while_honest_traffic_carries_on() {
-    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let (pa, pb, pc) = free_ports();
     let desc = format!(
         "[[host]]\nname = \"a\"\nlink = \"127.0.0.1:{pa}\"\nnis = 2\n\n\
          [[host]]\nname = \"b\"\nlink = \"127.0.0.1:{pb}\"\nnis = 1\n\n\

@@ -230,6 +230,10 @@ pub mod stats {
     /// exported memory, and this member's bytes in them.
     pub const LARGE_BCASTS: u64 = 184;
     pub const LARGE_BCAST_BYTES: u64 = 192;
+    /// Reduces too large for the slots done as the large allreduce (the root alone copying
+    /// the result out), and this member's bytes in them.
+    pub const LARGE_REDUCES: u64 = 200;
+    pub const LARGE_REDUCE_BYTES: u64 = 208;
 }
 
 /// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at

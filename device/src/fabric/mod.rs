@@ -348,6 +348,14 @@ impl Fabric {
             c.window_large_allreduces = ws.large_allreduces;
             c.window_large_allreduces_in_place = ws.large_allreduces_in_place;
             c.window_large_bcasts = ws.large_bcasts;
+            c.window_large_reduces = ws.large_reduces;
+            let sum = |v: [u64; 3]| v.into_iter().fold(0, u64::saturating_add);
+            let large_collectives = sum([ws.large_allreduces, ws.large_bcasts, ws.large_reduces]);
+            let large_collective_bytes = sum([
+                ws.large_allreduce_bytes,
+                ws.large_bcast_bytes,
+                ws.large_reduce_bytes,
+            ]);
             // What the window did is counted with what the fabric did: active messages and
             // one-sided operations, T3E SENDs at both ends, collectives through exported
             // memory, messages whichever path carried them, and failures.
@@ -362,15 +370,8 @@ impl Fabric {
                 (&mut c.mq_stored, ws.mq_stored_here),
                 (&mut c.mq_rejected, ws.mq_rejected_here),
                 (&mut c.err_queue_full, ws.mq_rejected_mine),
-                (
-                    &mut c.collectives,
-                    ws.large_allreduces.saturating_add(ws.large_bcasts),
-                ),
-                (
-                    &mut c.collective_bytes,
-                    ws.large_allreduce_bytes
-                        .saturating_add(ws.large_bcast_bytes),
-                ),
+                (&mut c.collectives, large_collectives),
+                (&mut c.collective_bytes, large_collective_bytes),
                 (&mut c.sends, ws.sends),
                 (&mut c.send_bytes, ws.bytes),
                 (&mut c.recvs, ws.recvs),

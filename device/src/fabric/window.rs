@@ -187,6 +187,8 @@ pub struct WindowStats {
     pub large_allreduces_in_place: u64,
     pub large_bcasts: u64,
     pub large_bcast_bytes: u64,
+    pub large_reduces: u64,
+    pub large_reduce_bytes: u64,
     pub reads: u64,
     pub read_bytes: u64,
 }
@@ -529,6 +531,8 @@ impl Window {
             large_allreduces_in_place: r(w::stats::LARGE_ALLREDUCES_IN_PLACE),
             large_bcasts: r(w::stats::LARGE_BCASTS),
             large_bcast_bytes: r(w::stats::LARGE_BCAST_BYTES),
+            large_reduces: r(w::stats::LARGE_REDUCES),
+            large_reduce_bytes: r(w::stats::LARGE_REDUCE_BYTES),
             reads: r(w::stats::READS),
             read_bytes: r(w::stats::READ_BYTES),
             mq_stored_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_STORED),

@@ -983,11 +983,16 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port()
+    /// `n` distinct free ports: each held until all are chosen, so that no two are the same
+    /// port given out again (a link bound to its peer's port took the peer's frames for a
+    /// restart: "it offered a new session").
+    fn free_ports(n: usize) -> Vec<u16> {
+        let held: Vec<_> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+            .collect();
+        held.iter()
+            .map(|l| l.local_addr().expect("a bound port").port())
+            .collect()
     }
 
     fn link(me: HostId, addrs: &[SocketAddr], digest: u64) -> (OfiLink, mpsc::Receiver<()>) {
@@ -1006,8 +1011,9 @@ mod tests {
     }
 
     fn addrs() -> Vec<SocketAddr> {
-        (0..2)
-            .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+        free_ports(2)
+            .into_iter()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
             .collect()
     }
 

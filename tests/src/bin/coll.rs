@@ -481,6 +481,40 @@ fn vectors(ni: &Ni) {
             assert_eq!(g, want, "mixed places, count {count} lap {lap} element {i}");
         }
     }
+    // Reduces past two slots (fastpath.md, "Large allreduce in the window", last paragraph):
+    // the allreduce's rounds, the root alone copying the result out; every other member's
+    // receive buffer is left as it was. Odd ranks' buffers are registered heap memory.
+    for (count, lap) in [(2000usize, 0u64), (2000, 1), (200_000, 0)] {
+        for root in 0..p {
+            let of = |r: usize, i: usize| {
+                (mix(r as u64 + 8 * lap + 64 * root as u64, i as u64) % 1000) as i64
+            };
+            let mine: Vec<u8> = (0..count).flat_map(|i| of(me, i).to_le_bytes()).collect();
+            let (sbuf, rbuf): (&ni::Region, &ni::Region) = if me % 2 == 1 {
+                (&heap_send, &heap_recv)
+            } else {
+                (&send, &recv)
+            };
+            sbuf.write_at(0, &mine);
+            rbuf.write_at(0, &vec![0xEEu8; count * 8]);
+            ni.reduce::<i64>(root as u32, ReduceOp::Sum, sbuf, 0, rbuf, 0, count)
+                .unwrap();
+            let mut got = vec![0u8; count * 8];
+            rbuf.read_at(0, &mut got);
+            if me != root {
+                assert!(
+                    got.iter().all(|&b| b == 0xEE),
+                    "reduce of {count} to {root}: member {me}'s receive buffer was written"
+                );
+                continue;
+            }
+            for i in (0..count).step_by(7) {
+                let want: i64 = (0..p).map(|r| of(r, i)).sum();
+                let g = i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+                assert_eq!(g, want, "reduce of {count} to {root} lap {lap} element {i}");
+            }
+        }
+    }
     // Integer ops and scans.
     let count = 257;
     let mine: Vec<i64> = (0..count)
