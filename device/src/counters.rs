@@ -185,6 +185,9 @@ counters! {
     /// Reduces too large for the window's slots done through the members' exported memory
     /// (also counted in `collectives` and `collective_bytes`).
     window_large_reduces,
+    /// Allgathers too large for the window's slots whose members copied each other's vectors
+    /// from their exported memory (also counted in `collectives` and `collective_bytes`).
+    window_large_allgathers,
     /// Rendezvous messages (larger than the ring's eager ones) this NI's client received by
     /// copying their payload itself out of the sender's exported region, and their bytes
     /// (also counted in `recvs` and `recv_bytes`).

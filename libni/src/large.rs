@@ -1,4 +1,4 @@
-//! Allreduce, reduce and broadcast of vectors too large for the window's collective slots,
+//! Allreduce, reduce, allgather and broadcast of vectors too large for the window's collective slots,
 //! member to member: reduce-scatter and allgather through scratch regions the members export
 //! to each other, and a broadcast every member reads from the root's exported memory itself
 //! (`device/abi/fastpath.md`, "Large allreduce in the window", "Large broadcast in the
@@ -20,6 +20,9 @@
 //! A reduce is the allreduce but for the last copies: the members other than the root keep
 //! their chunks in scratch, and only the root copies them out.
 //!
+//! An allgather is the allreduce's first round alone, every member copying every other's
+//! vector where it is.
+//!
 //! A broadcast is the allreduce's first round alone: the root's vector where it is (or copied
 //! into its scratch half), every other member copying all of it straight into its buffer —
 //! each on its own core, where the fabric's path copies to every member in the one poller
@@ -34,7 +37,7 @@ use crate::mem::Mem;
 use crate::{coll_request, Done, Error, Ni, ReduceOp, Region, Result};
 
 /// Scratch halves grow to hold a whole vector up to this; larger ones go in pieces.
-const HALF_MAX: usize = 8 << 20;
+pub(crate) const HALF_MAX: usize = 8 << 20;
 /// A broadcast's root copies a vector up to this into its scratch rather than have it read
 /// where it is, which needs one more round (a barrier, so that it returns only once every
 /// member copied). 8 KiB at P = 4 on 2 cpus: 16.2 -> 9.7 us; 32 KiB between two cores
@@ -104,6 +107,11 @@ impl Ni {
         // their scratch for the root alone to copy: their receive buffers are not theirs to
         // write (nor registered, maybe).
         let reduce = r.flags == coll::REDUCE;
+        // An allgather's receive buffer holds every member's vector in rank order: each
+        // member copies the others' from where they are (the allreduce's first round alone,
+        // as a broadcast from every member at once).
+        let allgather = r.flags == coll::ALLGATHER;
+        let recv_bytes = if allgather { bytes * size } else { bytes };
         // A broadcast's root (an allreduce's is 0); one outside the partition is the
         // fabric's to refuse.
         let root = r.rank as usize;
@@ -118,12 +126,12 @@ impl Ni {
             let i = self.lock();
             let receives = !reduce || me == root;
             if !i.registered(r.addr, bytes as u64)
-                || (receives && !i.registered(r.tag, bytes as u64))
+                || (receives && !i.registered(r.tag, recv_bytes as u64))
             {
                 // The fabric's path says what is wrong with them.
                 return Ok(None);
             }
-            let apart = r.addr + bytes as u64 <= r.tag || r.tag + bytes as u64 <= r.addr;
+            let apart = r.addr + bytes as u64 <= r.tag || r.tag + recv_bytes as u64 <= r.addr;
             let at = |addr| apart.then(|| i.exported_at(addr, bytes as u64)).flatten();
             match (bcast, me == root) {
                 (true, true) if bytes > BCAST_COPY_MAX => {
@@ -133,13 +141,17 @@ impl Ni {
                 // Nobody reads a reduce's result where it is: the root builds it in its
                 // buffer, the others in scratch.
                 _ if reduce && me != root => (i.exported_at(r.addr, bytes as u64), None),
-                _ if reduce => (at(r.addr), None),
+                _ if reduce || allgather => (at(r.addr), None),
                 _ => (at(r.addr), at(r.tag)),
             }
         };
         // Only a broadcast's root with its vector outside exported memory needs its scratch
         // in a broadcast (the others copy into their buffers straight from the root's).
-        let needs_scratch = !bcast || (me == root && data_at.is_none());
+        let needs_scratch = match () {
+            _ if bcast => me == root && data_at.is_none(),
+            _ if allgather => data_at.is_none(),
+            _ => true,
+        };
         if s.ctl.is_none() {
             s.ctl = Some(self.alloc(CTL_BYTES)?);
         }
@@ -273,7 +285,7 @@ impl Ni {
         let scratch_ok = mine.is_some() || !needs_scratch;
         let everything_mapped = if bcast {
             me == root || place(root, DATA).is_some()
-        } else if reduce && me != root {
+        } else if allgather || (reduce && me != root) {
             (0..size).all(|m| m == me || place(m, DATA).is_some())
         } else {
             (0..size).all(|m| m == me || (place(m, DATA).is_some() && place(m, RESULT).is_some()))
@@ -300,6 +312,54 @@ impl Ni {
                 return Ok(None);
             }
             s.agreed = keys.clone();
+        }
+        if allgather {
+            if !(scratch_ok && everything_mapped) {
+                return Err(Error::Failed {
+                    op: "collective",
+                    status: ni_abi::fastpath::Status::PeerDown,
+                    rank: 0,
+                    len: r.len,
+                    tag: r.tag,
+                });
+            }
+            for m in (0..size).filter(|&m| m != me) {
+                let (mem, b) = place(m, DATA).unwrap();
+                // SAFETY: member m's vector lies in its mapping (offset plus `bytes` checked
+                // against the region when mapped); `[r.tag + m·bytes, + bytes)` lies in the
+                // registered receive buffer (checked above), which no mapping of another
+                // member's region overlaps.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        mem.ptr().add(*b),
+                        (r.tag as *mut u8).add(m * bytes),
+                        bytes,
+                    )
+                };
+            }
+            // SAFETY: both inside this process's registered buffers (checked above); they
+            // may overlap (an application that passes its own place in the receive buffer as
+            // its send buffer), so a move.
+            unsafe {
+                std::ptr::copy(
+                    r.addr as *const u8,
+                    (r.tag as *mut u8).add(me * bytes),
+                    bytes,
+                )
+            };
+            let done = if (0..size).any(|m| keys[3 * m + DATA] != 0) {
+                // Round 2: vectors read in their owners' send buffers are read before their
+                // owners return (in scratch, the halves alternate instead).
+                self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?
+            } else {
+                first
+            };
+            s.round += 1;
+            if let Some(w) = self.lock().win.as_ref() {
+                w.count(ni_abi::window::stats::LARGE_ALLGATHERS);
+                w.add(ni_abi::window::stats::LARGE_ALLGATHER_BYTES, bytes as u64);
+            }
+            return Ok(Some(done));
         }
         if bcast {
             if !(scratch_ok && everything_mapped) {
@@ -452,15 +512,15 @@ fn digest(keys: &[u32]) -> u64 {
     }) | 1
 }
 
-/// Whether a collective request is one [`Ni::collective_shared`] does: a broadcast of a
-/// known type, or an allreduce or reduce of a known type and operator (a bitwise one on
+/// Whether a collective request is one [`Ni::collective_shared`] does: a broadcast or an
+/// allgather of a known type, or an allreduce or reduce of a known type and operator (a bitwise one on
 /// floats the fabric fails with its status).
 pub(crate) fn applies(r: &Request) -> bool {
     let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
     r.opcode == ni_abi::fastpath::op::COLLECTIVE
         && dtype::size(d).is_some()
         && match r.flags {
-            coll::BCAST => true,
+            coll::BCAST | coll::ALLGATHER => true,
             coll::ALLREDUCE | coll::REDUCE => {
                 o <= redop::XOR && !(o >= redop::AND && matches!(d, dtype::F32 | dtype::F64))
             }

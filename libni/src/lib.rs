@@ -1202,7 +1202,8 @@ impl Ni {
     /// splits alike (same count and type), and each piece is combined in rank order as the
     /// whole vector would be, so the bits are the same. Larger allreduces and reduces go
     /// through the members' exported scratch and larger broadcasts read the root's vector
-    /// where it exports it (`large.rs`); larger scans keep the fabric's single copy.
+    /// where it exports it (`large.rs`, which does large allgathers too); larger scans keep
+    /// the fabric's single copy.
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
         let per = (ni_abi::window::COLL_MAX as usize / esize).max(1);
         let count = r.len as usize;
@@ -2369,7 +2370,7 @@ impl Ni {
     ) -> Result<()> {
         let s = Self::span::<T>(send, send_off, count)?;
         let r = Self::span::<T>(recv, recv_off, count * self.size as usize)?;
-        self.request(coll_request(
+        let req = coll_request(
             ni_abi::fastpath::coll::ALLGATHER,
             T::DTYPE,
             ReduceOp::Sum,
@@ -2377,8 +2378,18 @@ impl Ni {
             s,
             r,
             count,
-        ))
-        .map(|_| ())
+        );
+        // Past a slot, every member copies the others' vectors from their exported memory
+        // (`large.rs`), in one piece: the receive buffer's layout does not split by element.
+        let bytes = count * T::SIZE;
+        if bytes > ni_abi::window::COLL_MAX as usize
+            && bytes <= large::HALF_MAX
+            && self.direct()
+            && self.collective_shared(req, T::SIZE)?.is_some()
+        {
+            return Ok(());
+        }
+        self.request(req).map(|_| ())
     }
 
     /// Start a collective on raw addresses (the C ABI and tests use it).

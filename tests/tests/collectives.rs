@@ -81,6 +81,13 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
         let reduces = d.counter(0, "window_large_reduces");
         let want = if direct { 3 * p as u64 } else { 0 };
         assert_eq!(reduces, want, "large reduces in the window, P = {p}");
+        // Allgathers of 600 and 30000 u64, twice each.
+        let allgathers = d.counter(0, "window_large_allgathers");
+        assert_eq!(
+            allgathers,
+            if direct { 4 } else { 0 },
+            "large allgathers in the window, P = {p}"
+        );
         // Rank 0's buffers are `alloc` regions apart from each other: its data read where
         // it is (fastpath.md, "Large allreduce in the window"); the in-place allreduce
         // (send and receive the same bytes) and rank 1's heap memory through scratch.

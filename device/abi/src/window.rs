@@ -234,6 +234,10 @@ pub mod stats {
     /// the result out), and this member's bytes in them.
     pub const LARGE_REDUCES: u64 = 200;
     pub const LARGE_REDUCE_BYTES: u64 = 208;
+    /// Allgathers of vectors too large for the slots whose members each copied the others'
+    /// from where they are, and this member's bytes in them.
+    pub const LARGE_ALLGATHERS: u64 = 216;
+    pub const LARGE_ALLGATHER_BYTES: u64 = 224;
 }
 
 /// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at

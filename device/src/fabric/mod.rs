@@ -349,12 +349,19 @@ impl Fabric {
             c.window_large_allreduces_in_place = ws.large_allreduces_in_place;
             c.window_large_bcasts = ws.large_bcasts;
             c.window_large_reduces = ws.large_reduces;
-            let sum = |v: [u64; 3]| v.into_iter().fold(0, u64::saturating_add);
-            let large_collectives = sum([ws.large_allreduces, ws.large_bcasts, ws.large_reduces]);
+            c.window_large_allgathers = ws.large_allgathers;
+            let sum = |v: [u64; 4]| v.into_iter().fold(0, u64::saturating_add);
+            let large_collectives = sum([
+                ws.large_allreduces,
+                ws.large_bcasts,
+                ws.large_reduces,
+                ws.large_allgathers,
+            ]);
             let large_collective_bytes = sum([
                 ws.large_allreduce_bytes,
                 ws.large_bcast_bytes,
                 ws.large_reduce_bytes,
+                ws.large_allgather_bytes,
             ]);
             // What the window did is counted with what the fabric did: active messages and
             // one-sided operations, T3E SENDs at both ends, collectives through exported

@@ -189,6 +189,8 @@ pub struct WindowStats {
     pub large_bcast_bytes: u64,
     pub large_reduces: u64,
     pub large_reduce_bytes: u64,
+    pub large_allgathers: u64,
+    pub large_allgather_bytes: u64,
     pub reads: u64,
     pub read_bytes: u64,
 }
@@ -533,6 +535,8 @@ impl Window {
             large_bcast_bytes: r(w::stats::LARGE_BCAST_BYTES),
             large_reduces: r(w::stats::LARGE_REDUCES),
             large_reduce_bytes: r(w::stats::LARGE_REDUCE_BYTES),
+            large_allgathers: r(w::stats::LARGE_ALLGATHERS),
+            large_allgather_bytes: r(w::stats::LARGE_ALLGATHER_BYTES),
             reads: r(w::stats::READS),
             read_bytes: r(w::stats::READ_BYTES),
             mq_stored_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_STORED),

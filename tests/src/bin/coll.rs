@@ -392,7 +392,7 @@ fn vectors(ni: &Ni) {
     }
     // Allreduce of f64, 1 element to 64 MiB: rank order, bit-identical to the reference.
     // 300: one window slot; 700: two slots in a row (`collective_pieces`); 2000 and up:
-    // reduce-scatter and allgather through the members' exported scratch (`allreduce.rs`),
+    // reduce-scatter and allgather through the members' exported scratch (`large.rs`),
     // or with NI_TEST_DIRECT=off the fabric's path.
     for &count in &[1usize, 3, 300, 700, 2000, 131072, (64 << 20) / 8] {
         if count * 8 > max {
@@ -512,6 +512,34 @@ fn vectors(ni: &Ni) {
                 let want: i64 = (0..p).map(|r| of(r, i)).sum();
                 let g = i64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
                 assert_eq!(g, want, "reduce of {count} to {root} lap {lap} element {i}");
+            }
+        }
+    }
+    // Allgathers past a slot (fastpath.md, "Large allreduce in the window", its last
+    // paragraph): every member copies the others' vectors from where they are. Odd ranks'
+    // buffers are heap memory; the last lap's even ranks send from their own place in the
+    // receive buffer.
+    for (count, lap) in [(600usize, 0u64), (600, 1), (30_000, 0), (30_000, 2)] {
+        let of = |r: usize, i: usize| mix(r as u64 * 31 + lap, i as u64);
+        let mine: Vec<u8> = (0..count).flat_map(|i| of(me, i).to_le_bytes()).collect();
+        let (sbuf, soff, rbuf): (&ni::Region, usize, &ni::Region) = match (me % 2, lap) {
+            (1, _) => (&heap_send, 0, &heap_recv),
+            (_, 2) => (&recv, me * count * 8, &recv),
+            _ => (&send, 0, &recv),
+        };
+        sbuf.write_at(soff, &mine);
+        ni.allgather::<u64>(sbuf, soff, rbuf, 0, count).unwrap();
+        let mut got = vec![0u8; count * 8 * p];
+        rbuf.read_at(0, &mut got);
+        for r in 0..p {
+            for i in (0..count).step_by(5) {
+                let at = (r * count + i) * 8;
+                let g = u64::from_le_bytes(got[at..at + 8].try_into().unwrap());
+                assert_eq!(
+                    g,
+                    of(r, i),
+                    "allgather of {count} lap {lap}: member {r}'s element {i}"
+                );
             }
         }
     }
