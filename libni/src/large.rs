@@ -313,99 +313,63 @@ impl Ni {
             }
             s.agreed = keys.clone();
         }
-        if allgather {
+        if bcast || allgather {
             if !(scratch_ok && everything_mapped) {
-                return Err(Error::Failed {
-                    op: "collective",
-                    status: ni_abi::fastpath::Status::PeerDown,
-                    rank: 0,
-                    len: r.len,
-                    tag: r.tag,
-                });
+                return Err(peer_down(&r, root));
             }
-            for m in (0..size).filter(|&m| m != me) {
+            // The vectors this member copies: the root's for a broadcast, every other
+            // member's for an allgather (each to its place in the receive buffer).
+            let from = (0..size).filter(|&m| m != me && (allgather || m == root));
+            for m in from {
                 let (mem, b) = place(m, DATA).unwrap();
+                let to = if bcast {
+                    r.addr
+                } else {
+                    r.tag + (m * bytes) as u64
+                };
                 // SAFETY: member m's vector lies in its mapping (offset plus `bytes` checked
-                // against the region when mapped); `[r.tag + m·bytes, + bytes)` lies in the
-                // registered receive buffer (checked above), which no mapping of another
-                // member's region overlaps.
+                // against the region when mapped); `[to, + bytes)` lies in this process's
+                // registered buffer (checked above), which no mapping of another member's
+                // region overlaps.
+                unsafe { std::ptr::copy_nonoverlapping(mem.ptr().add(*b), to as *mut u8, bytes) };
+            }
+            if allgather {
+                // SAFETY: both inside this process's registered buffers (checked above); they
+                // may overlap (an application that passes its own place in the receive buffer
+                // as its send buffer), so a move.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        mem.ptr().add(*b),
-                        (r.tag as *mut u8).add(m * bytes),
+                    std::ptr::copy(
+                        r.addr as *const u8,
+                        (r.tag as *mut u8).add(me * bytes),
                         bytes,
                     )
                 };
             }
-            // SAFETY: both inside this process's registered buffers (checked above); they
-            // may overlap (an application that passes its own place in the receive buffer as
-            // its send buffer), so a move.
-            unsafe {
-                std::ptr::copy(
-                    r.addr as *const u8,
-                    (r.tag as *mut u8).add(me * bytes),
-                    bytes,
-                )
-            };
             let done = if (0..size).any(|m| keys[3 * m + DATA] != 0) {
-                // Round 2: vectors read in their owners' send buffers are read before their
-                // owners return (in scratch, the halves alternate instead).
+                // Round 2: vectors read where their owners keep them are read before the
+                // owners return (and may rewrite them); in scratch the halves alternate, as
+                // the allreduce's results do.
                 self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?
             } else {
                 first
             };
             s.round += 1;
             if let Some(w) = self.lock().win.as_ref() {
-                w.count(ni_abi::window::stats::LARGE_ALLGATHERS);
-                w.add(ni_abi::window::stats::LARGE_ALLGATHER_BYTES, bytes as u64);
-            }
-            return Ok(Some(done));
-        }
-        if bcast {
-            if !(scratch_ok && everything_mapped) {
-                return Err(Error::Failed {
-                    op: "collective",
-                    status: ni_abi::fastpath::Status::PeerDown,
-                    rank: root as u32,
-                    len: r.len,
-                    tag: r.tag,
-                });
-            }
-            if me != root {
-                let (mem, b) = place(root, DATA).unwrap();
-                // SAFETY: the root's vector lies in its mapping (offset plus `bytes` checked
-                // against the region when mapped); `[r.addr, + bytes)` is registered memory
-                // this process holds (checked above), which no mapping of another member's
-                // region overlaps.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(mem.ptr().add(*b), r.addr as *mut u8, bytes)
+                use ni_abi::window::stats;
+                let (ops, of_bytes) = if bcast {
+                    (stats::LARGE_BCASTS, stats::LARGE_BCAST_BYTES)
+                } else {
+                    (stats::LARGE_ALLGATHERS, stats::LARGE_ALLGATHER_BYTES)
                 };
-            }
-            let done = if keys[3 * root + DATA] != 0 {
-                // Round 2: the root's own buffer was read, so it returns (and may rewrite
-                // it) only once every member has copied it. A vector in scratch needs none:
-                // the halves alternate, as the allreduce's results do.
-                self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?
-            } else {
-                first
-            };
-            s.round += 1;
-            if let Some(w) = self.lock().win.as_ref() {
-                w.count(ni_abi::window::stats::LARGE_BCASTS);
-                w.add(ni_abi::window::stats::LARGE_BCAST_BYTES, bytes as u64);
+                w.count(ops);
+                w.add(of_bytes, bytes as u64);
             }
             return Ok(Some(done));
         }
         let (Some(mine), true) = (mine, everything_mapped) else {
             // Every member said it had everything mapped, and here one is missing after
             // all: nothing safe to read. The others fail at the next round's timeout.
-            return Err(Error::Failed {
-                op: "collective",
-                status: ni_abi::fastpath::Status::PeerDown,
-                rank: 0,
-                len: r.len,
-                tag: r.tag,
-            });
+            return Err(peer_down(&r, root));
         };
         let chunk = |m: usize| {
             let n = r.len as usize;
@@ -499,6 +463,18 @@ impl Ni {
             }
         }
         Ok(Some(done))
+    }
+}
+
+/// A member's place missing after every member said it had them all mapped (its region went
+/// away meanwhile).
+fn peer_down(r: &Request, root: usize) -> Error {
+    Error::Failed {
+        op: "collective",
+        status: ni_abi::fastpath::Status::PeerDown,
+        rank: root as u32,
+        len: r.len,
+        tag: r.tag,
     }
 }
 
