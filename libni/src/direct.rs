@@ -167,6 +167,29 @@ pub(crate) struct Bcasts {
     bytes: usize,
 }
 
+impl Bcasts {
+    /// What a vector of `len` bytes counts against [`BCASTS_QUEUED`].
+    fn cost(len: usize) -> usize {
+        len + 64
+    }
+
+    /// Whether a vector of `len` bytes more stays within [`BCASTS_QUEUED`].
+    fn has_room(&self, len: usize) -> bool {
+        self.bytes + Self::cost(len) <= BCASTS_QUEUED
+    }
+
+    fn push(&mut self, meta: u64, vector: Vec<u8>) {
+        self.bytes += Self::cost(vector.len());
+        self.queue.push_back((meta, vector));
+    }
+
+    fn pop(&mut self) -> Option<(u64, Vec<u8>)> {
+        let next = self.queue.pop_front()?;
+        self.bytes -= Self::cost(next.1.len());
+        Some(next)
+    }
+}
+
 /// What an attempt to start a window collective came to.
 pub(crate) enum CollStart {
     Started(u64),
@@ -1216,8 +1239,7 @@ impl Inner {
                     self.w_bcast_poll();
                     continue;
                 }
-                let cost = h.len as usize + 64;
-                if queued.bytes + cost > BCASTS_QUEUED {
+                if !queued.has_room(h.len as usize) {
                     // Left in the ring, with what follows it, until a broadcast takes one.
                     break;
                 }
@@ -1225,8 +1247,7 @@ impl Inner {
                 let mut data = vec![0u8; h.len as usize];
                 win.payload(src, &h, &mut data);
                 win.consume(src, &h);
-                queued.queue.push_back((h.tag, data));
-                queued.bytes += cost;
+                queued.push(h.tag, data);
                 continue;
             }
             if h.kind == kind::AM {
@@ -1662,8 +1683,7 @@ impl Inner {
         // A vector whose length lies about its `meta` is no honest root's: as different
         // `meta`s, members in different collectives.
         let queued = &mut self.d.bcasts[root as usize];
-        let took = if let Some((m, data)) = queued.queue.pop_front() {
-            queued.bytes -= data.len() + 64;
+        let took = if let Some((m, data)) = queued.pop() {
             let ok = m == meta && data.len() == bytes;
             if ok {
                 // SAFETY: `recv` and `bytes` were checked as registered when the broadcast
