@@ -188,6 +188,10 @@ counters! {
     /// Allgathers too large for the window's slots whose members copied each other's vectors
     /// from their exported memory (also counted in `collectives` and `collective_bytes`).
     window_large_allgathers,
+    /// Scans too large for the window's slots whose members reduced the earlier members'
+    /// vectors from their exported memory (also counted in `collectives` and
+    /// `collective_bytes`).
+    window_large_scans,
     /// Rendezvous messages (larger than the ring's eager ones) this NI's client received by
     /// copying their payload itself out of the sender's exported region, and their bytes
     /// (also counted in `recvs` and `recv_bytes`).

@@ -1,8 +1,8 @@
-//! Allreduce, reduce, allgather and broadcast of vectors too large for the window's collective slots,
-//! member to member: reduce-scatter and allgather through scratch regions the members export
-//! to each other, and a broadcast every member reads from the root's exported memory itself
-//! (`device/abi/fastpath.md`, "Large allreduce in the window", "Large broadcast in the
-//! window").
+//! Allreduce, reduce, scan, allgather and broadcast of vectors too large for the window's
+//! collective slots, member to member: reduce-scatter and allgather through scratch regions
+//! the members export to each other, and a broadcast every member reads from the root's
+//! exported memory itself (`device/abi/fastpath.md`, "Large allreduce in the window", "Large
+//! broadcast in the window").
 //!
 //! Each member copies its vector into its own exported scratch region, then — after a window
 //! round that also tells everyone where everyone's scratch is — reduces one `1/P` chunk of
@@ -17,19 +17,19 @@
 //! operation `k + 2` only after every member finished the first round of `k + 1`, which each
 //! enters only after copying out `k`.
 //!
-//! A reduce is the allreduce but for the last copies: the members other than the root keep
-//! their chunks in scratch, and only the root copies them out.
-//!
-//! An allgather is the allreduce's first round alone, every member copying every other's
-//! vector where it is.
-//!
-//! A broadcast is the allreduce's first round alone: the root's vector where it is (or copied
-//! into its scratch half), every other member copying all of it straight into its buffer —
-//! each on its own core, where the fabric's path copies to every member in the one poller
-//! thread (8 KiB at P = 2: 10 us there).
+//! The rest are the first round ([`Ni::places`]) and one step of their own after it:
+//! - a reduce is the allreduce but for the last copies: the members other than the root keep
+//!   their chunks in scratch, and only the root copies them out;
+//! - an allgather: every member copies every other's vector where it is;
+//! - a broadcast: the root's vector where it is (or copied into its scratch half), every other
+//!   member copying all of it straight into its buffer — each on its own core, where the
+//!   fabric's path copies to every member in the one poller thread (8 KiB at P = 2: 10 us
+//!   there);
+//! - a scan: every member reduces the vectors of the members before it (and its own, unless
+//!   exclusive) into its buffer itself, in rank order.
 
 use ni_abi::fastpath::{coll, dtype, redop, Request};
-use ni_abi::reduce::apply;
+use ni_abi::reduce::{apply, identity};
 
 use std::sync::Arc;
 
@@ -43,6 +43,9 @@ pub(crate) const HALF_MAX: usize = 8 << 20;
 /// member copied). 8 KiB at P = 4 on 2 cpus: 16.2 -> 9.7 us; 32 KiB between two cores
 /// lost (2.5 -> 5.1 us: the copy stores into lines the other core just read).
 const BCAST_COPY_MAX: usize = 16 << 10;
+/// A scan reduces its vector this much at a time, so that its result stays in the cache
+/// while every earlier member's piece of it is applied.
+const SCAN_BLOCK: usize = 32 << 10;
 /// What a member publishes in the first round of a piece, as nine u64: this tag, its
 /// scratch region's key (0: it has none), the piece's collective `meta`, where in that region
 /// its scratch half is, a digest of the keys it last agreed on with everyone and still holds
@@ -73,12 +76,117 @@ pub(crate) struct Scratch {
     /// Every member's three keys (scratch, data, result; 0: none) in the last piece whose
     /// mappings all members agreed on.
     agreed: Vec<u32>,
+    /// Where a reduce's member other than the root reduces its chunk (its receive buffer is
+    /// not its to write, and its data may lie where its result goes in scratch).
+    chunk: Vec<u8>,
+}
+
+/// The collectives done here.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Allreduce,
+    Reduce,
+    Bcast,
+    Allgather,
+    Scan,
+    Exscan,
+}
+
+impl Kind {
+    fn of(flags: u8) -> Option<Kind> {
+        Some(match flags {
+            coll::ALLREDUCE => Kind::Allreduce,
+            coll::REDUCE => Kind::Reduce,
+            coll::BCAST => Kind::Bcast,
+            coll::ALLGATHER => Kind::Allgather,
+            coll::SCAN => Kind::Scan,
+            coll::EXSCAN => Kind::Exscan,
+            _ => return None,
+        })
+    }
+}
+
+/// A piece after its first round: every member's places, mapped here.
+struct Places {
+    r: Request,
+    kind: Kind,
+    esize: usize,
+    bytes: usize,
+    me: usize,
+    size: usize,
+    root: usize,
+    /// This member's data and result when read where they are (an exported region's key and
+    /// the offset in it); `None`: in its scratch half (or, a result, nowhere others read).
+    data_at: Option<(u32, u64)>,
+    result_at: Option<(u32, u64)>,
+    /// Every member's three keys, as published.
+    keys: Vec<u32>,
+    /// Every other member's three places, mapped (`None` for key 0 or this member's).
+    peers: Vec<Option<(Arc<Mem>, usize)>>,
+    /// This member's scratch half, if it has one.
+    mine: Option<*mut u8>,
+    /// What round 1 returned.
+    first: Done,
+}
+
+impl Places {
+    /// Member m's place (`what`: DATA or RESULT), mapped here; key 0 means its scratch half.
+    fn place(&self, m: usize, what: usize) -> Option<&(Arc<Mem>, usize)> {
+        let p = if self.keys[3 * m + what] == 0 {
+            3 * m + SCRATCH
+        } else {
+            3 * m + what
+        };
+        self.peers[p].as_ref()
+    }
+
+    /// Where member m's data (`what` = DATA) or result (RESULT) is, `off` bytes in.
+    fn at(&self, m: usize, what: usize, off: usize) -> *mut u8 {
+        let in_place = match what {
+            DATA => self.data_at.map(|_| self.r.addr),
+            _ => self.result_at.map(|_| self.r.tag),
+        };
+        // SAFETY (of each `add`): every member's places lie in their mappings (checked when
+        // mapped), this member's in its own half or its registered buffers; `off` < `bytes`.
+        unsafe {
+            match (m == self.me, in_place) {
+                (true, Some(addr)) => (addr as *mut u8).add(off),
+                // Checked in `places`: a member that needs its half has one.
+                (true, None) => self.mine.expect("a scratch half").add(off),
+                _ => {
+                    let (mem, b) = self.place(m, what).expect("mapped in `places`");
+                    mem.ptr().add(b + off)
+                }
+            }
+        }
+    }
+
+    /// Whether any member's `what` (DATA, RESULT) is read where its owner keeps it, which the
+    /// owner may rewrite once it returns (scratch halves alternate instead).
+    fn any_in_place(&self, what: usize) -> bool {
+        (0..self.size).any(|m| self.keys[3 * m + what] != 0)
+    }
+
+    /// The members whose data this member reads, and the mappings it needs.
+    fn everything_mapped(&self) -> bool {
+        let (me, size) = (self.me, self.size);
+        let data = |m: usize| m == me || self.place(m, DATA).is_some();
+        match self.kind {
+            Kind::Bcast => data(self.root),
+            Kind::Allgather => (0..size).all(data),
+            Kind::Reduce if me != self.root => (0..size).all(data),
+            Kind::Scan | Kind::Exscan => (0..me).all(data),
+            Kind::Allreduce | Kind::Reduce => {
+                (0..size).all(|m| data(m) && (m == me || self.place(m, RESULT).is_some()))
+            }
+        }
+    }
 }
 
 impl Ni {
-    /// A blocking allreduce or broadcast ([`applies`]) of `r.len` elements of `esize` bytes
-    /// through the members' exported memory; `Ok(None)` when some member cannot map
-    /// another's (every member then learns so in the same round and takes the fabric's path).
+    /// A blocking collective ([`applies`]) of `r.len` elements of `esize` bytes through the
+    /// members' exported memory; `Ok(None)` when some member cannot map another's (every
+    /// member then learns so in the same round and takes the fabric's path).
     pub(crate) fn collective_shared(&self, r: Request, esize: usize) -> Result<Option<Done>> {
         let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let per = (HALF_MAX / esize).max(1);
@@ -99,21 +207,58 @@ impl Ni {
     }
 
     fn shared_piece(&self, s: &mut Scratch, r: Request, esize: usize) -> Result<Option<Done>> {
+        let Some(kind) = Kind::of(r.flags) else {
+            return Ok(None);
+        };
+        let Some(p) = self.places(s, r, esize, kind)? else {
+            return Ok(None);
+        };
+        let done = match kind {
+            Kind::Bcast | Kind::Allgather => self.copy_vectors(&p)?,
+            Kind::Scan | Kind::Exscan => self.scan_in_place(&p)?,
+            Kind::Allreduce | Kind::Reduce => self.reduce_scatter(&p, &mut s.chunk)?,
+        };
+        s.round += 1;
+        if let Some(w) = self.lock().win.as_ref() {
+            use ni_abi::window::stats;
+            let (ops, of_bytes) = match kind {
+                Kind::Allreduce => (stats::LARGE_ALLREDUCES, stats::LARGE_ALLREDUCE_BYTES),
+                Kind::Reduce => (stats::LARGE_REDUCES, stats::LARGE_REDUCE_BYTES),
+                Kind::Bcast => (stats::LARGE_BCASTS, stats::LARGE_BCAST_BYTES),
+                Kind::Allgather => (stats::LARGE_ALLGATHERS, stats::LARGE_ALLGATHER_BYTES),
+                Kind::Scan | Kind::Exscan => (stats::LARGE_SCANS, stats::LARGE_SCAN_BYTES),
+            };
+            w.count(ops);
+            w.add(of_bytes, p.bytes as u64);
+            if kind == Kind::Allreduce && p.data_at.is_some() {
+                w.count(stats::LARGE_ALLREDUCES_IN_PLACE);
+            }
+        }
+        Ok(Some(done))
+    }
+
+    /// Everything up to and with round 1: where this member's data and result are, its
+    /// copy-in, every member's record, the mappings, and — unless every member holds the ones
+    /// last agreed on — the round that agrees on them. `Ok(None)`: the fabric's path, for
+    /// every member alike.
+    fn places(
+        &self,
+        s: &mut Scratch,
+        r: Request,
+        esize: usize,
+        kind: Kind,
+    ) -> Result<Option<Places>> {
         let (me, size) = (self.rank() as usize, self.size() as usize);
         let bytes = r.len as usize * esize;
         let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
-        let bcast = r.flags == coll::BCAST;
-        // A reduce is an allreduce whose other members keep their chunks of the result in
-        // their scratch for the root alone to copy: their receive buffers are not theirs to
-        // write (nor registered, maybe).
-        let reduce = r.flags == coll::REDUCE;
-        // An allgather's receive buffer holds every member's vector in rank order: each
-        // member copies the others' from where they are (the allreduce's first round alone,
-        // as a broadcast from every member at once).
-        let allgather = r.flags == coll::ALLGATHER;
-        let recv_bytes = if allgather { bytes * size } else { bytes };
-        // A broadcast's root (an allreduce's is 0); one outside the partition is the
-        // fabric's to refuse.
+        // An allgather's receive buffer holds every member's vector in rank order.
+        let recv_bytes = if kind == Kind::Allgather {
+            bytes * size
+        } else {
+            bytes
+        };
+        // A broadcast's or reduce's root (the others' is 0); one outside the partition is
+        // the fabric's to refuse.
         let root = r.rank as usize;
         if root >= size {
             return Ok(None);
@@ -124,7 +269,8 @@ impl Ni {
         // past `BCAST_COPY_MAX`: that costs the barrier round after, so less is copied.
         let (data_at, result_at) = {
             let i = self.lock();
-            let receives = !reduce || me == root;
+            // A reduce's receive buffer is the root's alone.
+            let receives = kind != Kind::Reduce || me == root;
             if !i.registered(r.addr, bytes as u64)
                 || (receives && !i.registered(r.tag, recv_bytes as u64))
             {
@@ -133,24 +279,26 @@ impl Ni {
             }
             let apart = r.addr + bytes as u64 <= r.tag || r.tag + recv_bytes as u64 <= r.addr;
             let at = |addr| apart.then(|| i.exported_at(addr, bytes as u64)).flatten();
-            match (bcast, me == root) {
-                (true, true) if bytes > BCAST_COPY_MAX => {
+            match kind {
+                Kind::Bcast if me == root && bytes > BCAST_COPY_MAX => {
                     (i.exported_at(r.addr, bytes as u64), None)
                 }
-                (true, _) => (None, None),
+                Kind::Bcast => (None, None),
                 // Nobody reads a reduce's result where it is: the root builds it in its
-                // buffer, the others in scratch.
-                _ if reduce && me != root => (i.exported_at(r.addr, bytes as u64), None),
-                _ if reduce || allgather => (at(r.addr), None),
-                _ => (at(r.addr), at(r.tag)),
+                // buffer, the others in scratch, apart from their data.
+                Kind::Reduce if me != root => (i.exported_at(r.addr, bytes as u64), None),
+                Kind::Allreduce => (at(r.addr), at(r.tag)),
+                // Nobody reads anyone's result in the rest.
+                _ => (at(r.addr), None),
             }
         };
-        // Only a broadcast's root with its vector outside exported memory needs its scratch
-        // in a broadcast (the others copy into their buffers straight from the root's).
-        let needs_scratch = match () {
-            _ if bcast => me == root && data_at.is_none(),
-            _ if allgather => data_at.is_none(),
-            _ => true,
+        // Only a broadcast's root needs its scratch in a broadcast (the others copy into
+        // their buffers straight from the root's), and where the data is read in place
+        // nobody's result is in scratch but the reduce-scatter's.
+        let needs_scratch = match kind {
+            Kind::Bcast => me == root && data_at.is_none(),
+            Kind::Allgather | Kind::Scan | Kind::Exscan => data_at.is_none(),
+            Kind::Allreduce | Kind::Reduce => true,
         };
         if s.ctl.is_none() {
             s.ctl = Some(self.alloc(CTL_BYTES)?);
@@ -168,12 +316,12 @@ impl Ni {
         }
         let ctl = s.ctl.as_ref().unwrap();
         let base = (s.round & 1) as usize * s.half;
-        if let (Some(region), None, true) = (s.region.as_ref(), data_at, needs_scratch) {
+        // SAFETY: `base` is 0 or the second half's start, inside the region.
+        let mine = s.region.as_ref().map(|g| unsafe { g.as_ptr().add(base) });
+        if let (Some(mine), None, true) = (mine, data_at, needs_scratch) {
             // SAFETY: `[r.addr, + bytes)` is registered memory this process holds (checked
             // above); the scratch half holds `bytes` (sized above) and is this process's own.
-            unsafe {
-                std::ptr::copy_nonoverlapping(r.addr as *const u8, region.as_ptr().add(base), bytes)
-            };
+            unsafe { std::ptr::copy_nonoverlapping(r.addr as *const u8, mine, bytes) };
         }
         // The mappings every member last agreed on, held for this piece: if one is gone
         // here, say "never agreed", and every member agrees again.
@@ -271,30 +419,26 @@ impl Ni {
                 }
             }
         }
-        let place = |m: usize, what: usize| -> Option<&(Arc<Mem>, usize)> {
-            let p = if keys[3 * m + what] == 0 {
-                3 * m + SCRATCH
-            } else {
-                3 * m + what
-            };
-            peers[p].as_ref()
+        let p = Places {
+            r,
+            kind,
+            esize,
+            bytes,
+            me,
+            size,
+            root,
+            data_at,
+            result_at,
+            keys,
+            peers,
+            mine: if needs_scratch { mine } else { None },
+            first,
         };
-        // A scratch half this member uses, if it needs one (a broadcast's other members
-        // need none).
-        let mine = s.region.as_ref().map(|g| g.as_ptr());
-        let scratch_ok = mine.is_some() || !needs_scratch;
-        let everything_mapped = if bcast {
-            me == root || place(root, DATA).is_some()
-        } else if allgather || (reduce && me != root) {
-            (0..size).all(|m| m == me || place(m, DATA).is_some())
-        } else {
-            (0..size).all(|m| m == me || (place(m, DATA).is_some() && place(m, RESULT).is_some()))
-        };
+        let ready = (mine.is_some() || !needs_scratch) && p.everything_mapped();
         // Every member decides from the same records: agree again unless every member last
         // agreed on exactly these keys and still holds their mappings.
-        if agreed.iter().any(|&h| h == 0 || h != digest(&keys)) {
-            let ok = (scratch_ok && everything_mapped) as u64;
-            ctl.write_at(0, &ok.to_le_bytes());
+        if agreed.iter().any(|&h| h == 0 || h != digest(&p.keys)) {
+            ctl.write_at(0, &(ready as u64).to_le_bytes());
             self.request(coll_request(
                 coll::ALLREDUCE,
                 dtype::U64,
@@ -311,111 +455,117 @@ impl Ni {
                 s.round += 1;
                 return Ok(None);
             }
-            s.agreed = keys.clone();
+            s.agreed = p.keys.clone();
         }
-        if bcast || allgather {
-            if !(scratch_ok && everything_mapped) {
-                return Err(peer_down(&r, root));
-            }
-            // The vectors this member copies: the root's for a broadcast, every other
-            // member's for an allgather (each to its place in the receive buffer).
-            let from = (0..size).filter(|&m| m != me && (allgather || m == root));
-            for m in from {
-                let (mem, b) = place(m, DATA).unwrap();
-                let to = if bcast {
-                    r.addr
-                } else {
-                    r.tag + (m * bytes) as u64
-                };
-                // SAFETY: member m's vector lies in its mapping (offset plus `bytes` checked
-                // against the region when mapped); `[to, + bytes)` lies in this process's
-                // registered buffer (checked above), which no mapping of another member's
-                // region overlaps.
-                unsafe { std::ptr::copy_nonoverlapping(mem.ptr().add(*b), to as *mut u8, bytes) };
-            }
-            if allgather {
-                // SAFETY: both inside this process's registered buffers (checked above); they
-                // may overlap (an application that passes its own place in the receive buffer
-                // as its send buffer), so a move.
-                unsafe {
-                    std::ptr::copy(
-                        r.addr as *const u8,
-                        (r.tag as *mut u8).add(me * bytes),
-                        bytes,
-                    )
-                };
-            }
-            let done = if (0..size).any(|m| keys[3 * m + DATA] != 0) {
-                // Round 2: vectors read where their owners keep them are read before the
-                // owners return (and may rewrite them); in scratch the halves alternate, as
-                // the allreduce's results do.
-                self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?
-            } else {
-                first
-            };
-            s.round += 1;
-            if let Some(w) = self.lock().win.as_ref() {
-                use ni_abi::window::stats;
-                let (ops, of_bytes) = if bcast {
-                    (stats::LARGE_BCASTS, stats::LARGE_BCAST_BYTES)
-                } else {
-                    (stats::LARGE_ALLGATHERS, stats::LARGE_ALLGATHER_BYTES)
-                };
-                w.count(ops);
-                w.add(of_bytes, bytes as u64);
-            }
-            return Ok(Some(done));
-        }
-        let (Some(mine), true) = (mine, everything_mapped) else {
+        if !ready {
             // Every member said it had everything mapped, and here one is missing after
-            // all: nothing safe to read. The others fail at the next round's timeout.
+            // all (its region went away meanwhile): nothing safe to read. The others fail at
+            // the next round's timeout.
             return Err(peer_down(&r, root));
-        };
-        let chunk = |m: usize| {
-            let n = r.len as usize;
-            (n * m / size * esize, n * (m + 1) / size * esize)
-        };
-        // Where member m's data (`what` = DATA) or result (RESULT) is, `off` bytes in.
-        let at = |m: usize, what: usize, off: usize| -> *mut u8 {
-            let in_place = match what {
-                DATA => data_at.map(|_| r.addr),
-                _ => result_at.map(|_| r.tag),
+        }
+        Ok(Some(p))
+    }
+
+    /// A broadcast's or an allgather's step after round 1: the vectors this member copies
+    /// (the root's; every other member's, each to its place in the receive buffer).
+    fn copy_vectors(&self, p: &Places) -> Result<Done> {
+        let (r, bytes) = (&p.r, p.bytes);
+        let allgather = p.kind == Kind::Allgather;
+        for m in (0..p.size).filter(|&m| m != p.me && (allgather || m == p.root)) {
+            let to = if allgather {
+                r.tag + (m * bytes) as u64
+            } else {
+                r.addr
             };
-            // SAFETY: every member's places lie in their mappings (checked when mapped),
-            // this process's in its own half or its registered buffers; `off` < `bytes`.
+            // SAFETY: member m's vector lies in its mapping (offset plus `bytes` checked
+            // against the region when mapped); `[to, + bytes)` lies in this process's
+            // registered buffer (checked in `places`), which no mapping of another member's
+            // region overlaps.
+            unsafe { std::ptr::copy_nonoverlapping(p.at(m, DATA, 0), to as *mut u8, bytes) };
+        }
+        if allgather {
+            // SAFETY: both inside this process's registered buffers (checked in `places`);
+            // they may overlap (an application that passes its own place in the receive
+            // buffer as its send buffer), so a move.
             unsafe {
-                match (m == me, in_place) {
-                    (true, Some(addr)) => (addr as *mut u8).add(off),
-                    (true, None) => mine.add(base + off),
-                    _ => {
-                        let (mem, b) = place(m, what).unwrap();
-                        mem.ptr().add(b + off)
-                    }
+                std::ptr::copy(
+                    r.addr as *const u8,
+                    (r.tag as *mut u8).add(p.me * bytes),
+                    bytes,
+                )
+            };
+        }
+        self.release(p)
+    }
+
+    /// A scan's step after round 1: this member's prefix, reduced in rank order from every
+    /// earlier member's data (and its own, unless exclusive) into its receive buffer — which
+    /// no member's data overlaps (its own, were they not apart, was copied to scratch).
+    fn scan_in_place(&self, p: &Places) -> Result<Done> {
+        let (r, bytes) = (&p.r, p.bytes);
+        let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let upto = if p.kind == Kind::Scan { p.me + 1 } else { p.me };
+        // SAFETY: the registered receive buffer (checked in `places`).
+        let out = unsafe { std::slice::from_raw_parts_mut(r.tag as *mut u8, bytes) };
+        if upto == 0 {
+            // Rank 0 of an exclusive scan: the identity, as the fabric writes it.
+            identity(d, o, out);
+        }
+        let block = SCAN_BLOCK / p.esize * p.esize;
+        for (at, acc) in out.chunks_mut(block).enumerate() {
+            let lo = at * block;
+            for m in 0..upto {
+                // SAFETY: inside member m's data (`lo + acc.len()` ≤ `bytes`).
+                let x = unsafe { std::slice::from_raw_parts(p.at(m, DATA, lo), acc.len()) };
+                if m == 0 {
+                    acc.copy_from_slice(x);
+                } else {
+                    apply(d, o, acc, x);
                 }
             }
-        };
-        // My chunk, reduced in rank order into my receive buffer, then published in my
-        // scratch unless others read it there (only I read my chunk of anyone's data or
-        // scratch, so it is free to overwrite).
-        let (lo, hi) = chunk(me);
-        // Where my chunk is reduced: my receive buffer; a reduce's other members have none
-        // to write, and their data may be in the very place their result goes in scratch.
-        let mut apart_from_data = Vec::new();
-        if reduce && me != root {
-            apart_from_data.resize(hi - lo, 0);
         }
+        self.release(p)
+    }
+
+    /// After a step that only read others' data: a `BARRIER` round if any member's data was
+    /// read where its owner keeps it, so that no member returns (and rewrites it) while
+    /// another still reads; data in scratch needs none, the halves alternating.
+    fn release(&self, p: &Places) -> Result<Done> {
+        if p.any_in_place(DATA) {
+            self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))
+        } else {
+            Ok(p.first)
+        }
+    }
+
+    /// An allreduce's or a reduce's steps after round 1: this member's chunk reduced in rank
+    /// order and published, round 2, the others' chunks copied out (the root's alone in a
+    /// reduce), and round 3 if any result was read where its owner keeps it.
+    fn reduce_scatter(&self, p: &Places, spare: &mut Vec<u8>) -> Result<Done> {
+        let (r, me, size) = (&p.r, p.me, p.size);
+        let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let reduce = p.kind == Kind::Reduce;
+        let chunk = |m: usize| {
+            let n = r.len as usize;
+            (n * m / size * p.esize, n * (m + 1) / size * p.esize)
+        };
+        // My chunk, reduced in rank order into my receive buffer (a reduce's other members
+        // have none to write: `spare`), then published in my scratch unless others read it
+        // there (only I read my chunk of anyone's data or scratch, so it is free to
+        // overwrite).
+        let (lo, hi) = chunk(me);
         if hi > lo {
-            // SAFETY: `[r.tag + lo, r.tag + hi)` lies in the registered receive buffer; the
-            // data ranges lie in mapped regions or this process's buffers; the receive
-            // buffer overlaps neither the scratch nor, read in place, the send buffer.
-            let acc = if apart_from_data.is_empty() {
-                unsafe { std::slice::from_raw_parts_mut((r.tag as *mut u8).add(lo), hi - lo) }
+            let acc = if reduce && me != p.root {
+                spare.resize(hi - lo, 0);
+                &mut spare[..]
             } else {
-                &mut apart_from_data[..]
+                // SAFETY: `[r.tag + lo, r.tag + hi)` lies in the registered receive buffer,
+                // which overlaps neither the scratch nor, read in place, the send buffer.
+                unsafe { std::slice::from_raw_parts_mut((r.tag as *mut u8).add(lo), hi - lo) }
             };
             for m in 0..size {
                 // SAFETY: inside member m's data.
-                let x = unsafe { std::slice::from_raw_parts(at(m, DATA, lo), hi - lo) };
+                let x = unsafe { std::slice::from_raw_parts(p.at(m, DATA, lo), hi - lo) };
                 if m == 0 {
                     acc.copy_from_slice(x);
                 } else {
@@ -423,46 +573,31 @@ impl Ni {
                 }
             }
             // A reduce's root builds its result for itself alone.
-            if result_at.is_none() && !(reduce && me == root) {
+            if p.result_at.is_none() && !(reduce && me == p.root) {
+                let mine = p.mine.expect("a reduce-scatter's member has its half");
                 // SAFETY: my own half, my chunk.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(acc.as_ptr(), mine.add(base + lo), hi - lo)
-                };
+                unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), mine.add(lo), hi - lo) };
             }
         }
         // Round 2: every chunk is reduced (and no member reads anyone's data any more).
         let done = self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
-        for m in (0..size).filter(|&m| m != me && (!reduce || me == root)) {
+        for m in (0..size).filter(|&m| m != me && (!reduce || me == p.root)) {
             let (lo, hi) = chunk(m);
             // SAFETY: member m's chunk of its result, into the registered receive buffer.
             unsafe {
                 std::ptr::copy_nonoverlapping(
-                    at(m, RESULT, lo),
+                    p.at(m, RESULT, lo),
                     (r.tag as *mut u8).add(lo),
                     hi - lo,
                 )
             };
         }
-        if (0..size).any(|m| keys[3 * m + RESULT] != 0) {
+        if p.any_in_place(RESULT) {
             // Round 3: results read in a receive buffer are read before its owner returns
             // (scratch halves alternate instead, so a result there waits for nobody).
             self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
         }
-        s.round += 1;
-        if let Some(w) = self.lock().win.as_ref() {
-            use ni_abi::window::stats;
-            if reduce {
-                w.count(stats::LARGE_REDUCES);
-                w.add(stats::LARGE_REDUCE_BYTES, bytes as u64);
-            } else {
-                w.count(stats::LARGE_ALLREDUCES);
-                w.add(stats::LARGE_ALLREDUCE_BYTES, bytes as u64);
-            }
-            if data_at.is_some() && !reduce {
-                w.count(ni_abi::window::stats::LARGE_ALLREDUCES_IN_PLACE);
-            }
-        }
-        Ok(Some(done))
+        Ok(done)
     }
 }
 
@@ -489,15 +624,15 @@ fn digest(keys: &[u32]) -> u64 {
 }
 
 /// Whether a collective request is one [`Ni::collective_shared`] does: a broadcast or an
-/// allgather of a known type, or an allreduce or reduce of a known type and operator (a bitwise one on
-/// floats the fabric fails with its status).
+/// allgather of a known type, or an allreduce, reduce or scan of a known type and operator (a
+/// bitwise one on floats the fabric fails with its status).
 pub(crate) fn applies(r: &Request) -> bool {
     let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
     r.opcode == ni_abi::fastpath::op::COLLECTIVE
         && dtype::size(d).is_some()
         && match r.flags {
             coll::BCAST | coll::ALLGATHER => true,
-            coll::ALLREDUCE | coll::REDUCE => {
+            coll::ALLREDUCE | coll::REDUCE | coll::SCAN | coll::EXSCAN => {
                 o <= redop::XOR && !(o >= redop::AND && matches!(d, dtype::F32 | dtype::F64))
             }
             _ => false,

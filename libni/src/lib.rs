@@ -1201,9 +1201,9 @@ impl Ni {
     /// from its root, up to [`BCAST_PIECES_MAX`] with 4 members or more). Every member
     /// splits alike (same count and type), and each piece is combined in rank order as the
     /// whole vector would be, so the bits are the same. Larger allreduces and reduces go
-    /// through the members' exported scratch and larger broadcasts read the root's vector
-    /// where it exports it (`large.rs`, which does large allgathers too); larger scans keep
-    /// the fabric's single copy.
+    /// through the members' exported scratch, larger broadcasts read the root's vector
+    /// where it exports it, and in larger scans every member reads the earlier members'
+    /// vectors where they are (`large.rs`, which does large allgathers too).
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
         let per = (ni_abi::window::COLL_MAX as usize / esize).max(1);
         let count = r.len as usize;

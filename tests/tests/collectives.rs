@@ -88,6 +88,13 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
             if direct { 4 } else { 0 },
             "large allgathers in the window, P = {p}"
         );
+        // Scans of 1100, 200000 and 1.2 M f64 (two pieces), inclusive and exclusive.
+        let scans = d.counter(0, "window_large_scans");
+        assert_eq!(
+            scans,
+            if direct { 12 } else { 0 },
+            "large scans in the window, P = {p}"
+        );
         // Rank 0's buffers are `alloc` regions apart from each other: its data read where
         // it is (fastpath.md, "Large allreduce in the window"); the in-place allreduce
         // (send and receive the same bytes) and rank 1's heap memory through scratch.

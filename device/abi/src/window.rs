@@ -238,6 +238,11 @@ pub mod stats {
     /// from where they are, and this member's bytes in them.
     pub const LARGE_ALLGATHERS: u64 = 216;
     pub const LARGE_ALLGATHER_BYTES: u64 = 224;
+    /// Scans (inclusive and exclusive) of vectors too large for the slots whose members each
+    /// reduced the earlier members' vectors from where they are, and this member's bytes in
+    /// them.
+    pub const LARGE_SCANS: u64 = 232;
+    pub const LARGE_SCAN_BYTES: u64 = 240;
 }
 
 /// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at

@@ -344,24 +344,27 @@ impl Fabric {
             c.window_gets = ws.gets;
             // T3E SENDs members stored into queues themselves.
             c.window_mq_sends = ws.mq_sends;
-            // Allreduces and broadcasts through exported memory.
+            // Collectives too large for the slots, through exported memory.
             c.window_large_allreduces = ws.large_allreduces;
             c.window_large_allreduces_in_place = ws.large_allreduces_in_place;
             c.window_large_bcasts = ws.large_bcasts;
             c.window_large_reduces = ws.large_reduces;
             c.window_large_allgathers = ws.large_allgathers;
-            let sum = |v: [u64; 4]| v.into_iter().fold(0, u64::saturating_add);
+            c.window_large_scans = ws.large_scans;
+            let sum = |v: [u64; 5]| v.into_iter().fold(0, u64::saturating_add);
             let large_collectives = sum([
                 ws.large_allreduces,
                 ws.large_bcasts,
                 ws.large_reduces,
                 ws.large_allgathers,
+                ws.large_scans,
             ]);
             let large_collective_bytes = sum([
                 ws.large_allreduce_bytes,
                 ws.large_bcast_bytes,
                 ws.large_reduce_bytes,
                 ws.large_allgather_bytes,
+                ws.large_scan_bytes,
             ]);
             // What the window did is counted with what the fabric did: active messages and
             // one-sided operations, T3E SENDs at both ends, collectives through exported

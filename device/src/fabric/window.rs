@@ -191,6 +191,8 @@ pub struct WindowStats {
     pub large_reduce_bytes: u64,
     pub large_allgathers: u64,
     pub large_allgather_bytes: u64,
+    pub large_scans: u64,
+    pub large_scan_bytes: u64,
     pub reads: u64,
     pub read_bytes: u64,
 }
@@ -537,6 +539,8 @@ impl Window {
             large_reduce_bytes: r(w::stats::LARGE_REDUCE_BYTES),
             large_allgathers: r(w::stats::LARGE_ALLGATHERS),
             large_allgather_bytes: r(w::stats::LARGE_ALLGATHER_BYTES),
+            large_scans: r(w::stats::LARGE_SCANS),
+            large_scan_bytes: r(w::stats::LARGE_SCAN_BYTES),
             reads: r(w::stats::READS),
             read_bytes: r(w::stats::READ_BYTES),
             mq_stored_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_STORED),

@@ -543,6 +543,53 @@ fn vectors(ni: &Ni) {
             }
         }
     }
+    // Scans past two slots, inclusive and exclusive (fastpath.md, "Large allreduce in the
+    // window", its last paragraph): every member reduces the earlier members' vectors from
+    // where they are, in rank order, so an f64 sum has the fabric's bits. Odd ranks'
+    // buffers are heap memory (up to 2 MiB); lap 1 with the keys already agreed on; lap 2 in
+    // place (send and receive the same bytes: the data copied to scratch first); 9.6 MB
+    // goes in two pieces.
+    for (count, lap) in [
+        (1100usize, 0u64),
+        (1100, 1),
+        (200_000, 0),
+        (200_000, 2),
+        (1_200_000, 0),
+    ] {
+        let of = |r: usize, i: usize| {
+            (mix(r as u64 * 7 + lap, i as u64) % 1_000_000) as f64 * 1.000_000_1e-3
+        };
+        let mine: Vec<u8> = (0..count).flat_map(|i| of(me, i).to_le_bytes()).collect();
+        let (sbuf, rbuf): (&ni::Region, &ni::Region) = match (me % 2, lap) {
+            (_, 2) => (&send, &send),
+            (1, _) if count * 8 <= 2 << 20 => (&heap_send, &heap_recv),
+            _ => (&send, &recv),
+        };
+        for inclusive in [true, false] {
+            sbuf.write_at(0, &mine);
+            if !std::ptr::eq(sbuf, rbuf) {
+                rbuf.write_at(0, &vec![0xEEu8; count * 8]);
+            }
+            ni.scan::<f64>(ReduceOp::Sum, inclusive, sbuf, 0, rbuf, 0, count)
+                .unwrap();
+            let mut got = vec![0u8; count * 8];
+            rbuf.read_at(0, &mut got);
+            let upto = if inclusive { me + 1 } else { me };
+            for i in (0..count).step_by(3) {
+                let want = if upto == 0 {
+                    0.0
+                } else {
+                    (1..upto).fold(of(0, i), |a, r| a + of(r, i))
+                };
+                let g = f64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+                assert_eq!(
+                    g.to_bits(),
+                    want.to_bits(),
+                    "scan (inclusive {inclusive}) of {count} f64 lap {lap}: element {i}"
+                );
+            }
+        }
+    }
     // Integer ops and scans.
     let count = 257;
     let mine: Vec<i64> = (0..count)
