@@ -101,15 +101,68 @@ enum GetPayload {
     PastEnd,
 }
 
-/// What a broadcast that ended at once reports: as its completion would.
-fn bcast_done(r: &Request) -> Done {
+/// Where a collective's result goes, which its completion names: a broadcast's buffer, else
+/// the receive buffer.
+fn coll_recv(r: &Request) -> u64 {
+    if r.flags == coll::BCAST {
+        r.addr
+    } else {
+        r.tag
+    }
+}
+
+/// What a collective in the rings that ended at once reports: as its completion would.
+fn ring_done(r: &Request) -> Done {
     Done {
         status: Status::Ok,
         rank: r.rank,
         len: r.len,
-        tag: r.addr,
+        tag: coll_recv(r),
         aux: 0,
     }
+}
+
+/// What a `COLL` a collective in the rings took says: `ok` (its `meta` and length those
+/// expected), a failure passed on ([`w::COLL_FAILED`]), or else members in different
+/// collectives.
+fn coll_status(ok: bool, meta: u64, id: u64) -> Status {
+    match (ok, meta) {
+        (true, _) => Status::Ok,
+        (false, w::COLL_FAILED) => u16::try_from(id)
+            .ok()
+            .and_then(Status::from_u16)
+            .filter(|&s| s != Status::Ok)
+            .unwrap_or(Status::Collision),
+        _ => Status::Collision,
+    }
+}
+
+/// Fold a member's vector into the collective in the rings waiting for it: a broadcast's
+/// into its buffer, a reduce's into the result so far (the first as it is), a scan's
+/// previous prefix into `acc`.
+fn absorb(b: &mut WRing, x: &[u8]) {
+    if b.kind == coll::REDUCE && !b.acc.is_empty() {
+        apply(b.dtype, b.op, &mut b.acc, x);
+    } else {
+        ring_place(b, &mut Vec::new()).copy_from_slice(x);
+    }
+}
+
+/// Where the next vector goes as it is taken (a reduce's after its first into `x`, then
+/// applied).
+fn ring_place<'a>(b: &'a mut WRing, x: &'a mut Vec<u8>) -> &'a mut [u8] {
+    if b.kind == coll::BCAST {
+        // SAFETY: the broadcast's buffer was checked as registered when it started; the
+        // region cannot be dropped while the lock is held.
+        return unsafe { std::slice::from_raw_parts_mut(b.recv as *mut u8, b.bytes) };
+    }
+    let to = if b.kind == coll::REDUCE && !b.acc.is_empty() {
+        x
+    } else {
+        &mut b.acc
+    };
+    to.resize(b.bytes, 0);
+    &mut to[..]
 }
 
 /// A send whose receiver reads the payload itself (`kind::GET`), until its `FIN`.
@@ -138,54 +191,67 @@ pub(crate) struct WColl {
     started: Instant,
 }
 
-/// A broadcast in the rings that this rank, not its root, waits for (at most one: each takes
-/// the next of its root's in order).
-pub(crate) struct WBcast {
+/// A collective in the rings (`fastpath.md`, "Collectives in the rings") that this rank
+/// waits for vectors in (at most one: each takes its members' next vectors in order): a
+/// broadcast at a member other than the root, a reduce at its root, a scan at a member
+/// after the first.
+pub(crate) struct WRing {
     user: u64,
     meta: u64,
+    kind: u8,
+    dtype: u32,
+    op: u32,
     root: u32,
+    /// The member whose vector it takes next: the root (a broadcast), each member in rank
+    /// order (a reduce's root, its own data at its turn), the one before (a scan).
+    next: u32,
+    send: u64,
     recv: u64,
     count: u64,
     bytes: usize,
+    /// A reduce's result so far in rank order, a scan's prefix; empty before the first.
+    acc: Vec<u8>,
     /// Read at the first poll that finds nothing, and looked at every 64th after: the
     /// timeout is seconds, a clock read 25 ns of a broadcast's 100.
     started: Option<Instant>,
     polls: u32,
 }
 
-/// Bytes of broadcasts taken from one root's ring ahead of the broadcasts that take them, a
-/// vector counting 64 more: past it the next waits in the ring (with what the root sent
-/// after it), so the root waits for room. Far more than a program that runs ahead honestly
-/// sends (100 broadcasts of 8 B: 7200), and a bound on what a root that floods takes here.
-const BCASTS_QUEUED: usize = 1 << 20;
+/// Bytes of collectives' vectors taken from one member's ring ahead of the collectives that
+/// take them, a vector counting 64 more: past it the next waits in the ring (with what the
+/// member sent after it), so the member waits for room. Far more than a program that runs
+/// ahead honestly sends (100 broadcasts of 8 B: 7200), and a bound on what a member that
+/// floods takes here.
+const RING_COLLS_QUEUED: usize = 1 << 20;
 
-/// One root's broadcasts taken from its ring ahead of the broadcasts that take them: `meta`
-/// and vector each, and the bytes they count against [`BCASTS_QUEUED`].
+/// One member's collective vectors taken from its ring ahead of the collectives that take
+/// them: `meta` and vector each, and the bytes they count against [`RING_COLLS_QUEUED`].
 #[derive(Clone, Default)]
-pub(crate) struct Bcasts {
-    queue: VecDeque<(u64, Vec<u8>)>,
+pub(crate) struct RingColls {
+    queue: VecDeque<(u64, u64, Vec<u8>)>,
     bytes: usize,
 }
 
-impl Bcasts {
-    /// What a vector of `len` bytes counts against [`BCASTS_QUEUED`].
+impl RingColls {
+    /// What a vector of `len` bytes counts against [`RING_COLLS_QUEUED`].
     fn cost(len: usize) -> usize {
         len + 64
     }
 
-    /// Whether a vector of `len` bytes more stays within [`BCASTS_QUEUED`].
+    /// Whether a vector of `len` bytes more stays within [`RING_COLLS_QUEUED`].
     fn has_room(&self, len: usize) -> bool {
-        self.bytes + Self::cost(len) <= BCASTS_QUEUED
+        self.bytes + Self::cost(len) <= RING_COLLS_QUEUED
     }
 
-    fn push(&mut self, meta: u64, vector: Vec<u8>) {
+    /// A `COLL`'s `tag`, `id` and vector.
+    fn push(&mut self, meta: u64, id: u64, vector: Vec<u8>) {
         self.bytes += Self::cost(vector.len());
-        self.queue.push_back((meta, vector));
+        self.queue.push_back((meta, id, vector));
     }
 
-    fn pop(&mut self) -> Option<(u64, Vec<u8>)> {
+    fn pop(&mut self) -> Option<(u64, u64, Vec<u8>)> {
         let next = self.queue.pop_front()?;
-        self.bytes -= Self::cost(next.1.len());
+        self.bytes -= Self::cost(next.2.len());
         Some(next)
     }
 }
@@ -211,10 +277,10 @@ pub(crate) struct DirectState {
     pub deferred: VecDeque<(Request, Option<(u64, u64)>)>,
     pub wcoll: Option<WColl>,
     pub coll_round: u64,
-    /// The broadcast in the rings this rank waits for (`kind::COLL`), and per root the
-    /// broadcasts taken from its ring that no broadcast here took yet: `meta`, vector.
-    pub wbcast: Option<WBcast>,
-    pub bcasts: Vec<Bcasts>,
+    /// The collective in the rings this rank waits for (`kind::COLL`), and per member the
+    /// vectors taken from its ring that no collective here took yet: `meta`, vector.
+    pub wring: Option<WRing>,
+    pub ring_colls: Vec<RingColls>,
     /// Next rendezvous id per destination (the fabric tag of a large message's payload).
     pub next_rndv: Vec<u64>,
     /// Sends whose receivers read their payload themselves, by (destination, id).
@@ -232,10 +298,10 @@ pub(crate) struct DirectState {
     /// `Window::flush`'s outputs, kept between calls with their capacity.
     pub wake: Vec<u32>,
     pub done: Vec<Completion>,
-    /// Where a window collective's result is combined (`coll_result`): two slots' worth,
-    /// kept so that no collective zeroes 8 KiB of stack for a few bytes.
-    pub coll_acc: Vec<u8>,
+    /// A collective in the rings' vector taken to be applied, and its `acc` between
+    /// collectives, kept with their capacity.
     pub coll_x: Vec<u8>,
+    pub ring_acc: Vec<u8>,
     /// During [`crate::Ni::drain_taking`]: the tags whose window messages are copied out of
     /// their rings into the caller's [`crate::Taken`] instead of into posted receives.
     pub taking: Option<crate::Taking>,
@@ -1107,9 +1173,10 @@ impl Inner {
         let had_been_up = changes.iter().any(|c| !c.up || c.new_incarnation);
         if had_been_up {
             // A round every member published is complete, whoever left after publishing; a
-            // broadcast whose root left completes if its vector came first.
+            // collective in the rings whose members left completes if their vectors came
+            // first.
             self.w_coll_poll();
-            self.w_bcast_poll();
+            self.w_ring_poll();
             if let Some(c) = self.d.wcoll.take() {
                 let done = completion(
                     op::COLLECTIVE,
@@ -1134,7 +1201,7 @@ impl Inner {
         }
         // Most looks of a waiter find nothing, or only the `HEAD`s of messages receives took
         // straight from their rings to publish: a few loads say so.
-        if self.d.deferred.is_empty() && self.d.wcoll.is_none() && self.d.wbcast.is_none() {
+        if self.d.deferred.is_empty() && self.d.wcoll.is_none() && self.d.wring.is_none() {
             let win = self.win.as_mut().unwrap();
             if win.quiet_but_heads() {
                 win.publish_heads(&mut self.d.wake);
@@ -1194,8 +1261,8 @@ impl Inner {
         if self.d.wcoll.is_some() {
             self.w_coll_poll();
         }
-        if self.d.wbcast.is_some() {
-            self.w_bcast_poll();
+        if self.d.wring.is_some() {
+            self.w_ring_poll();
             if !self.d.wake.is_empty() {
                 self.w_flush_and_wake()?;
             }
@@ -1232,22 +1299,21 @@ impl Inner {
     fn w_take(&mut self, src: u32, mut want: Option<Posted>) -> Result<Option<Posted>> {
         while let Some(h) = self.win.as_mut().unwrap().next(src) {
             if h.kind == kind::COLL {
-                let queued = &mut self.d.bcasts[src as usize];
-                if queued.queue.is_empty() && self.d.wbcast.as_ref().is_some_and(|b| b.root == src)
-                {
-                    // The broadcast waiting for it takes it from the ring itself.
-                    self.w_bcast_poll();
+                let queued = &mut self.d.ring_colls[src as usize];
+                if queued.queue.is_empty() && self.d.wring.as_ref().is_some_and(|b| b.next == src) {
+                    // The collective waiting for it takes it from the ring itself.
+                    self.w_ring_poll();
                     continue;
                 }
                 if !queued.has_room(h.len as usize) {
-                    // Left in the ring, with what follows it, until a broadcast takes one.
+                    // Left in the ring, with what follows it, until a collective takes one.
                     break;
                 }
                 let win = self.win.as_mut().unwrap();
                 let mut data = vec![0u8; h.len as usize];
                 win.payload(src, &h, &mut data);
                 win.consume(src, &h);
-                queued.push(h.tag, data);
+                queued.push(h.tag, h.id, data);
                 continue;
             }
             if h.kind == kind::AM {
@@ -1502,21 +1568,29 @@ impl Inner {
             return Ok(CollStart::Fabric);
         }
         let (kind, d, o) = (r.flags, r.access & 0xFF, (r.access >> 8) & 0xFF);
-        let size = self.win.as_ref().unwrap().size;
         let Some(esize) = dtype::size(d) else {
             return Ok(CollStart::Fabric);
         };
         let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= w::COLL_MAX) else {
             return Ok(CollStart::Fabric);
         };
-        let bcast = kind == coll::BCAST;
-        // A broadcast's other members look for their root's vector first, without a pass
-        // (which would copy it out of the ring to reach what follows).
+        // Broadcasts, reduces and scans go as messages in the rings; the rest are rounds of
+        // the collective slots.
+        let ring = matches!(kind, coll::BCAST | coll::REDUCE | coll::SCAN | coll::EXSCAN);
         let win = self.win.as_ref().unwrap();
-        if !bcast || r.rank == win.rank {
+        let (me, size) = (win.rank, win.size);
+        // Members that take a vector first look for it without a pass (which would copy it
+        // out of the ring to reach what follows).
+        let takes_first = match kind {
+            coll::BCAST => me != r.rank,
+            coll::REDUCE => me == r.rank && size > 1,
+            coll::SCAN | coll::EXSCAN => me > 0,
+            _ => false,
+        };
+        if !takes_first {
             self.w_progress()?;
         }
-        if (!bcast && self.d.wcoll.is_some()) || (bcast && self.d.wbcast.is_some()) {
+        if (!ring && self.d.wcoll.is_some()) || (ring && self.d.wring.is_some()) {
             return Ok(CollStart::NotYet);
         }
         let fail = |me: &mut Inner, s: Status| {
@@ -1538,11 +1612,15 @@ impl Inner {
             return fail(self, Status::OutOfPartition);
         }
         let win = self.win.as_ref().unwrap();
-        let me = win.rank;
-        // A broadcast's other members wait for their root's vector alone (which may have
-        // come before the root left).
-        let for_root_alone = bcast && me != r.rank;
-        if !win.all_up() && !for_root_alone {
+        // Members that only take vectors wait for those alone (which may have come before
+        // their senders left): a broadcast's other members, a reduce's root, a scan's last.
+        let takes_only = match kind {
+            coll::BCAST => me != r.rank,
+            coll::REDUCE => me == r.rank,
+            coll::SCAN | coll::EXSCAN => me + 1 == size,
+            _ => false,
+        };
+        if !win.all_up() && !takes_only {
             // Members that have not come up yet are waited for (as the fabric's rounds
             // wait); one that came and went fails the round.
             if (0..size).any(|m| {
@@ -1578,8 +1656,8 @@ impl Inner {
         };
         let round = self.d.coll_round;
         let meta = w::coll_meta(kind, d, o, r.rank, r.len);
-        if bcast {
-            return self.w_bcast(r, meta, data, bytes as usize);
+        if ring {
+            return self.w_ring(r, meta, data, bytes as usize);
         }
         let win = self.win.as_ref().unwrap();
         win.coll_write(round, meta, data);
@@ -1604,149 +1682,302 @@ impl Inner {
         Ok(CollStart::Started(user))
     }
 
-    /// A broadcast in the rings (`fastpath.md`, "Small broadcasts in the rings"): the root
-    /// sends its vector to every other member as a `kind::COLL` message and is done, as a
-    /// buffered send is, so it runs ahead of slower members by what their rings hold (where a
-    /// collective slot's round waits for every member: 8 B at P = 2 on one cpu 2.5 us); the
-    /// others take the next one from the root, in the order it sent them.
-    fn w_bcast(&mut self, r: &Request, meta: u64, data: &[u8], bytes: usize) -> Result<CollStart> {
+    /// A collective in the rings (`fastpath.md`, "Collectives in the rings"): vectors go as
+    /// `kind::COLL` messages, each member sending its part and done, as a buffered send is,
+    /// so members run ahead of slower ones by what the rings hold (where a collective slot's
+    /// round waits for every member: 8 B at P = 2 on one cpu 2.5 us). A broadcast's root
+    /// sends its vector to every other member, a reduce's other members theirs to the root,
+    /// a scan's members their prefix to the next; who takes vectors takes its senders' next
+    /// ones, in the order they sent them.
+    fn w_ring(&mut self, r: &Request, meta: u64, data: &[u8], bytes: usize) -> Result<CollStart> {
         let user = self.lib_user();
-        let win = self.win.as_mut().unwrap();
-        let me = win.rank;
-        if me != r.rank {
-            self.d.wbcast = Some(WBcast {
-                user,
-                meta,
-                root: r.rank,
-                recv: r.addr,
-                count: r.len,
-                bytes,
-                started: None,
-                polls: 0,
-            });
-            let took = self.w_bcast_take();
+        let win = self.win.as_ref().unwrap();
+        let (me, size) = (win.rank, win.size);
+        let (kind, root) = (r.flags, r.rank);
+        let done = completion(op::COLLECTIVE, user, Status::Ok, root, r.len, coll_recv(r));
+        let sent = match kind {
+            coll::BCAST if me == root => Some(self.ring_send(0..size, meta, data, done)),
+            coll::REDUCE if me != root => Some(self.ring_send(root..root + 1, meta, data, done)),
+            coll::SCAN | coll::EXSCAN if me == 0 => {
+                // The first member's prefix is its data: what it sends on, and an inclusive
+                // scan's result.
+                let result = (kind == coll::SCAN).then_some(data);
+                Some(self.scan_result(r, result, data, done))
+            }
+            _ => None,
+        };
+        if let Some(sent) = sent {
+            self.win.as_ref().unwrap().count_collective();
             if !self.d.wake.is_empty() {
                 self.w_flush_and_wake()?;
             }
-            return Ok(match took {
-                Some(c) if c.status == Status::Ok as u16 => CollStart::Done(user, bcast_done(r)),
-                Some(c) => {
-                    self.finish_lib(c);
-                    CollStart::Started(user)
-                }
+            return Ok(match sent {
+                Some(_) => CollStart::Done(user, ring_done(r)),
+                // Its completion rides with its vector, waiting for room.
                 None => CollStart::Started(user),
             });
         }
-        let h = Header {
-            kind: kind::COLL,
-            len: bytes as u32,
-            tag: meta,
-            id: 0,
-            full: bytes as u64,
-        };
-        for m in (0..win.size).filter(|&m| m != me) {
-            if let Ok(true) = win.put(m, h, data, || None) {
-                self.d.wake.push(m);
-            }
-        }
-        win.count_collective();
-        // The vector is copied into every ring or backlog, so the root is done at once —
-        // unless its members fall behind: then when its vector goes into the ring of the
-        // member furthest behind, as a blocking send that waits for room (the root runs
-        // ahead by what the rings hold, no further).
-        let start = match win.longest_backlog() {
-            Some(m) => {
-                let done = completion(op::COLLECTIVE, user, Status::Ok, r.rank, r.len, r.addr);
-                win.complete_last_with(m, done);
-                CollStart::Started(user)
-            }
-            None => CollStart::Done(user, bcast_done(r)),
-        };
+        self.d.wring = Some(WRing {
+            user,
+            meta,
+            kind,
+            dtype: r.access & 0xFF,
+            op: (r.access >> 8) & 0xFF,
+            root,
+            next: match kind {
+                coll::BCAST => root,
+                coll::REDUCE => 0,
+                _ => me - 1,
+            },
+            send: r.addr,
+            recv: coll_recv(r),
+            count: r.len,
+            bytes,
+            acc: std::mem::take(&mut self.d.ring_acc),
+            started: None,
+            polls: 0,
+        });
+        let took = self.w_ring_take();
         if !self.d.wake.is_empty() {
             self.w_flush_and_wake()?;
         }
-        Ok(start)
+        Ok(match took {
+            Some(c) if c.status == Status::Ok as u16 => CollStart::Done(user, ring_done(r)),
+            Some(c) => {
+                self.finish_lib(c);
+                CollStart::Started(user)
+            }
+            None => CollStart::Started(user),
+        })
     }
 
-    /// Finish the broadcast this rank waits for if its root's vector came.
-    fn w_bcast_poll(&mut self) {
-        if let Some(c) = self.w_bcast_take() {
+    /// Put a collective's vector into the rings of the members in `to` but this one. The
+    /// collective is done at once — `Some(done)` — unless a ring lacks room: then when its
+    /// vector goes into the ring of the member furthest behind, as a blocking send that waits
+    /// for room (`done` rides with it), so members run ahead by what the rings hold, no
+    /// further.
+    fn ring_send(
+        &mut self,
+        to: std::ops::Range<u32>,
+        meta: u64,
+        data: &[u8],
+        done: Completion,
+    ) -> Option<Completion> {
+        let win = self.win.as_mut().unwrap();
+        let h = Header {
+            kind: kind::COLL,
+            len: data.len() as u32,
+            tag: meta,
+            id: 0,
+            full: data.len() as u64,
+        };
+        let mut behind: Option<(usize, u32)> = None;
+        let me = win.rank;
+        for m in to.filter(|&m| m != me) {
+            match win.put(m, h, data, || None) {
+                Ok(true) => self.d.wake.push(m),
+                Ok(false) => {}
+                Err(()) => {
+                    let n = win.backlog_len(m);
+                    if behind.is_none_or(|(most, _)| n > most) {
+                        behind = Some((n, m));
+                    }
+                }
+            }
+        }
+        match behind {
+            Some((_, m)) => {
+                win.complete_last_with(m, done);
+                None
+            }
+            None => Some(done),
+        }
+    }
+
+    /// A scan member's end: `prefix` on to the next member (as [`Self::ring_send`]), then
+    /// `result` into its receive buffer (`None`: an exclusive scan's first member's, the
+    /// identity) — in that order, as the receive buffer may be the send buffer `prefix` was
+    /// read from.
+    fn scan_result(
+        &mut self,
+        r: &Request,
+        result: Option<&[u8]>,
+        prefix: &[u8],
+        done: Completion,
+    ) -> Option<Completion> {
+        let win = self.win.as_ref().unwrap();
+        let (me, size) = (win.rank, win.size);
+        let meta = w::coll_meta(
+            r.flags,
+            r.access & 0xFF,
+            (r.access >> 8) & 0xFF,
+            r.rank,
+            r.len,
+        );
+        let sent = if me + 1 < size {
+            self.ring_send(me + 1..me + 2, meta, prefix, done)
+        } else {
+            Some(done)
+        };
+        // SAFETY: the receive buffer was checked as registered for `prefix.len()` bytes when
+        // the scan started; the region cannot be dropped while this lock is held.
+        let out = unsafe { std::slice::from_raw_parts_mut(r.tag as *mut u8, prefix.len()) };
+        match result {
+            None => identity(r.access & 0xFF, (r.access >> 8) & 0xFF, out),
+            // SAFETY: as above; `result` may be the send buffer, which may be this very
+            // buffer: a move.
+            Some(x) => unsafe { std::ptr::copy(x.as_ptr(), out.as_mut_ptr(), out.len()) },
+        }
+        sent
+    }
+
+    /// Finish the collective in the rings this rank waits for if its vectors came.
+    fn w_ring_poll(&mut self) {
+        if let Some(c) = self.w_ring_take() {
             self.finish_lib(c);
         }
     }
 
-    /// The completion of the broadcast this rank waits for, if its root's vector came (or
-    /// it failed).
-    fn w_bcast_take(&mut self) -> Option<Completion> {
-        let b = self.d.wbcast.as_ref()?;
-        let (root, meta, recv, bytes) = (b.root, b.meta, b.recv, b.bytes);
-        // A vector whose length lies about its `meta` is no honest root's: as different
-        // `meta`s, members in different collectives.
-        let queued = &mut self.d.bcasts[root as usize];
-        let took = if let Some((m, data)) = queued.pop() {
-            let ok = m == meta && data.len() == bytes;
-            if ok {
-                // SAFETY: `recv` and `bytes` were checked as registered when the broadcast
-                // started; the region cannot be dropped while this lock is held.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), recv as *mut u8, bytes) };
-            }
-            Some(ok)
-        } else {
-            // Straight from the ring when the root's vector is the next message there (no
-            // pass took it first): one copy, no vector in between.
-            let win = self.win.as_mut().unwrap();
-            match win.live().then(|| win.next(root)).flatten() {
-                Some(h) if h.kind == kind::COLL => {
-                    let ok = h.tag == meta && h.len as usize == bytes;
-                    if ok {
-                        // SAFETY: as above.
-                        let out = unsafe { std::slice::from_raw_parts_mut(recv as *mut u8, bytes) };
-                        win.payload(root, &h, out);
-                    }
-                    win.consume(root, &h);
-                    if win.publish_head_if_far(root) {
-                        self.d.wake.push(root);
-                    }
-                    Some(ok)
-                }
-                _ => None,
-            }
+    /// Take the vectors the collective in the rings waits for, as many as came: its
+    /// completion once all did (or it failed). `None` too when it ended with its completion
+    /// riding with a vector it sent on (a scan's prefix waiting for room).
+    fn w_ring_take(&mut self) -> Option<Completion> {
+        let (me, size) = {
+            let win = self.win.as_ref()?;
+            (win.rank, win.size)
         };
-        let win = self.win.as_ref().unwrap();
-        let status = match took {
-            Some(true) => {
-                win.count_collective();
-                Status::Ok
+        let status = loop {
+            let b = self.d.wring.as_mut()?;
+            let (src, meta, bytes) = (b.next, b.meta, b.bytes);
+            if b.kind == coll::REDUCE && src == me {
+                // SAFETY: the send buffer was checked as registered when the reduce started;
+                // the region cannot be dropped while this lock is held.
+                let mine = unsafe { std::slice::from_raw_parts(b.send as *const u8, bytes) };
+                absorb(b, mine);
+                b.next += 1;
+                continue;
             }
-            Some(false) => Status::Collision,
-            // Everything the root sent before it left was taken before its state was acted
-            // on (`w_progress`): this broadcast's never came.
-            None if !win.up(root)
-                && ni_abi::window::state::incarnation(win.states[root as usize]) > 0 =>
-            {
-                Status::PeerDown
+            if b.kind == coll::REDUCE && src == size {
+                // SAFETY: as above, the receive buffer (which may be the send buffer, read
+                // already).
+                let out = unsafe { std::slice::from_raw_parts_mut(b.recv as *mut u8, bytes) };
+                out.copy_from_slice(&b.acc);
+                break Status::Ok;
             }
-            None => {
-                let timeout = Duration::from_millis(win.coll_timeout_ms as u64);
-                let b = self.d.wbcast.as_mut().unwrap();
-                b.polls = b.polls.wrapping_add(1);
-                if b.polls % 64 != 1
-                    || b.started.get_or_insert_with(Instant::now).elapsed() <= timeout
+            // A vector whose length lies about its `meta` is no honest member's: as
+            // different `meta`s, members in different collectives.
+            let took = if let Some((m, id, data)) = self.d.ring_colls[src as usize].pop() {
+                let ok = m == meta && data.len() == bytes;
+                if ok {
+                    absorb(b, &data);
+                }
+                Some(coll_status(ok, m, id))
+            } else {
+                // Straight from the ring when the vector is the next message there (no pass
+                // took it first): one copy, no vector in between.
+                let win = self.win.as_mut().unwrap();
+                match win.live().then(|| win.next(src)).flatten() {
+                    Some(h) if h.kind == kind::COLL => {
+                        let ok = h.tag == meta && h.len as usize == bytes;
+                        if ok {
+                            let x = &mut self.d.coll_x;
+                            let applies = b.kind == coll::REDUCE && !b.acc.is_empty();
+                            win.payload(src, &h, ring_place(b, x));
+                            if applies {
+                                apply(b.dtype, b.op, &mut b.acc, &x[..bytes]);
+                            }
+                        }
+                        win.consume(src, &h);
+                        if win.publish_head_if_far(src) {
+                            self.d.wake.push(src);
+                        }
+                        Some(coll_status(ok, h.tag, h.id))
+                    }
+                    _ => None,
+                }
+            };
+            let win = self.win.as_ref().unwrap();
+            match took {
+                Some(Status::Ok) if b.kind == coll::REDUCE => b.next += 1,
+                Some(s) => break s,
+                // Everything a member sent before it left was taken before its state was
+                // acted on (`w_progress`): this collective's vector never came.
+                None if !win.up(src)
+                    && ni_abi::window::state::incarnation(win.states[src as usize]) > 0 =>
                 {
-                    return None;
+                    break Status::PeerDown
                 }
-                Status::Timeout
+                None => {
+                    let timeout = Duration::from_millis(win.coll_timeout_ms as u64);
+                    b.polls = b.polls.wrapping_add(1);
+                    if b.polls % 64 != 1
+                        || b.started.get_or_insert_with(Instant::now).elapsed() <= timeout
+                    {
+                        return None;
+                    }
+                    break Status::Timeout;
+                }
             }
         };
-        let b = self.d.wbcast.take().unwrap();
-        Some(completion(
-            op::COLLECTIVE,
-            b.user,
-            status,
-            b.root,
-            b.count,
-            b.recv,
-        ))
+        let mut b = self.d.wring.take().unwrap();
+        let rank = if status == Status::PeerDown {
+            b.next
+        } else {
+            b.root
+        };
+        let c = completion(op::COLLECTIVE, b.user, status, rank, b.count, b.recv);
+        let scan = matches!(b.kind, coll::SCAN | coll::EXSCAN);
+        if status != Status::Ok && scan && me + 1 < size {
+            // The next member waits for this one's prefix, which will not come: it fails
+            // too, with this status, rather than at its timeout.
+            let win = self.win.as_mut().unwrap();
+            let h = Header {
+                kind: kind::COLL,
+                len: 0,
+                tag: w::COLL_FAILED,
+                id: status as u64,
+                full: 0,
+            };
+            if let Ok(true) = win.put(me + 1, h, &[], || None) {
+                self.d.wake.push(me + 1);
+            }
+        }
+        let out = if status == Status::Ok && scan {
+            // `acc` holds the members' before this one in rank order: an exclusive scan's
+            // result; with this member's data applied, an inclusive one's, and the prefix
+            // sent on either way.
+            let r = Request {
+                opcode: op::COLLECTIVE,
+                flags: b.kind,
+                access: b.dtype | b.op << 8,
+                rank: b.root,
+                addr: b.send,
+                tag: b.recv,
+                len: b.count,
+                ..Default::default()
+            };
+            // SAFETY: the send buffer was checked as registered when the scan started.
+            let mine = unsafe { std::slice::from_raw_parts(b.send as *const u8, b.bytes) };
+            let mut x = std::mem::take(&mut self.d.coll_x);
+            x.clear();
+            x.extend_from_slice(&b.acc);
+            apply(b.dtype, b.op, &mut x, mine);
+            let sent = if b.kind == coll::SCAN {
+                self.scan_result(&r, Some(&x), &x, c)
+            } else {
+                self.scan_result(&r, Some(&b.acc), &x, c)
+            };
+            self.d.coll_x = x;
+            sent
+        } else {
+            Some(c)
+        };
+        if status == Status::Ok {
+            self.win.as_ref().unwrap().count_collective();
+        }
+        b.acc.clear();
+        self.d.ring_acc = b.acc;
+        out
     }
 
     /// Finish the window collective in flight if every member has published its part.
@@ -1759,8 +1990,7 @@ impl Inner {
             if (0..win.size).any(|m| win.coll_meta(c.round, m) != c.meta) {
                 Status::Collision
             } else {
-                let bufs = (&mut self.d.coll_acc, &mut self.d.coll_x);
-                Self::coll_result(win, c, bufs);
+                Self::coll_result(win, c);
                 win.count_collective();
                 Status::Ok
             }
@@ -1782,58 +2012,31 @@ impl Inner {
     }
 
     /// Combine the members' slots into this rank's result, in rank order (the fabric's
-    /// order, so every member and both paths get the same bits).
-    fn coll_result(win: &crate::window::Window, c: &WColl, bufs: (&mut Vec<u8>, &mut Vec<u8>)) {
-        let me = win.rank;
-        let out = |at: u64, data: &[u8]| {
-            // SAFETY: `at` and the length were checked as registered when the collective
-            // started; the region cannot be dropped while this lock is held.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) }
-        };
-        let n = c.bytes;
-        for b in [&mut *bufs.0, &mut *bufs.1] {
-            if b.len() < n {
-                b.resize(n, 0);
-            }
+    /// order, so every member and both paths get the same bits). Broadcasts, reduces and
+    /// scans go in the rings (`w_ring`).
+    fn coll_result(win: &crate::window::Window, c: &WColl) {
+        if c.kind == coll::BARRIER {
+            return;
         }
-        let (acc, x) = (&mut bufs.0[..n], &mut bufs.1[..n]);
+        let n = c.bytes;
+        let size = if c.kind == coll::ALLGATHER {
+            win.size as usize
+        } else {
+            1
+        };
+        // SAFETY: the receive buffer was checked as registered (`n` bytes per member for an
+        // allgather) when the collective started; it is not dropped while this lock is held.
+        let recv = unsafe { std::slice::from_raw_parts_mut(c.recv as *mut u8, n * size) };
         match c.kind {
-            coll::BARRIER => {}
-            coll::BCAST => {
-                if me != c.root {
-                    win.coll_read(c.round, c.root, acc);
-                    out(c.recv, acc);
-                }
-            }
             coll::ALLGATHER => {
-                for m in 0..win.size {
-                    win.coll_read(c.round, m, x);
-                    out(c.recv + m as u64 * n as u64, x);
+                for (m, to) in recv.chunks_exact_mut(n.max(1)).enumerate() {
+                    win.coll_read(c.round, m as u32, to);
                 }
-            }
-            coll::SCAN | coll::EXSCAN => {
-                let upto = if c.kind == coll::SCAN { me + 1 } else { me };
-                identity(c.dtype, c.op, acc);
-                for m in 0..upto {
-                    win.coll_read(c.round, m, x);
-                    if m == 0 {
-                        acc.copy_from_slice(x);
-                    } else {
-                        apply(c.dtype, c.op, acc, x);
-                    }
-                }
-                out(c.recv, acc);
             }
             _ => {
-                if c.kind == coll::REDUCE && me != c.root {
-                    return;
-                }
                 // Straight from the members' slots into the receive buffer (it may be the
                 // send buffer: this member's data is in its slot already): no copy of a
                 // slot in between (256 f64 at P = 2: three copies of 2 KiB fewer).
-                // SAFETY: as `out`'s: checked as registered when the collective started,
-                // and not dropped while this lock is held.
-                let recv = unsafe { std::slice::from_raw_parts_mut(c.recv as *mut u8, n) };
                 win.coll_read(c.round, 0, recv);
                 for m in 1..win.size {
                     apply(c.dtype, c.op, recv, win.coll_data(c.round, m, n));

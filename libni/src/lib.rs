@@ -672,7 +672,7 @@ impl Inner {
             || !self.d.unexpected.is_empty()
             || !self.d.deferred.is_empty()
             || self.d.wcoll.is_some()
-            || self.d.wbcast.is_some()
+            || self.d.wring.is_some()
         {
             return false;
         }
@@ -932,7 +932,7 @@ impl Ni {
             d: direct::DirectState {
                 next_rndv: vec![0; size as usize],
                 no_get: vec![false; size as usize],
-                bcasts: vec![Default::default(); size as usize],
+                ring_colls: vec![Default::default(); size as usize],
                 peer_gen: vec![None; size as usize],
                 ..Default::default()
             },

@@ -376,11 +376,9 @@ impl Window {
         Ok(self.sleeping_after_store(dst))
     }
 
-    /// The destination whose backlog is longest, if any holds something.
-    pub fn longest_backlog(&self) -> Option<u32> {
-        (self.backlogged > 0)
-            .then(|| (0..self.size).max_by_key(|&d| self.backlog[d as usize].len()))
-            .flatten()
+    /// How many messages wait for room toward `dst`.
+    pub fn backlog_len(&self, dst: u32) -> usize {
+        self.backlog[dst as usize].len()
     }
 
     /// Make `c` the completion of the last message waiting for room toward `dst` (one that

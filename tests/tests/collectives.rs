@@ -147,6 +147,31 @@ fn small_broadcasts_from_a_root_that_runs_ahead_arrive_in_order() {
     }
 }
 
+/// Reduces and scans as messages in the rings: the members that only send run ahead of
+/// the root (a reduce) or of the next member (a scan), results keep the fabric's bits, and a
+/// member in a different collective fails where it is seen (fastpath.md, "Collectives in the
+/// rings").
+#[test]
+fn small_reduces_and_scans_run_ahead_in_the_rings() {
+    let direct = std::env::var("NI_TEST_DIRECT").as_deref() != Ok("off");
+    for p in [1, 2, 3, 5] {
+        let d = Daemon::start(p);
+        run(&d, p, "reduce-scan-rings");
+        // Every member counts each reduce and scan it finished in the window.
+        let colls = d.counter(p - 1, "window_collectives");
+        let want = if direct {
+            (p * 200 + 200 + 150 * 3) as u64
+        } else {
+            0
+        };
+        assert!(
+            colls >= want && (direct || colls == 0),
+            "P = {p}: {colls} window collectives at rank {}",
+            p - 1
+        );
+    }
+}
+
 /// A root's last broadcast is not lost when it detaches before the members call theirs.
 #[test]
 fn a_broadcast_outlives_its_root() {

@@ -1762,7 +1762,7 @@ fn a_handler_owning_a_region_can_be_replaced() {
     assert_eq!(runs.load(Ordering::SeqCst), 11);
 }
 
-/// A root's broadcasts in the rings (`fastpath.md`, "Small broadcasts in the rings") run
+/// A root's broadcasts in the rings (`fastpath.md`, "Collectives in the rings") run
 /// ahead of a member that has not called them yet, but only as far as that member keeps
 /// (1 MiB of them) and its ring holds: then the root waits, as a blocking send waits for
 /// room. When the member calls the broadcasts it gets every vector, in order.

@@ -73,7 +73,8 @@ pub mod hdr {
     /// 12: rendezvous read by the receiver from the sender's exported region (`kind::GET`,
     /// `kind::FIN`).
     /// 13: small broadcasts as messages from the root in the rings (`kind::COLL`).
-    pub const VERSION_VALUE: u32 = 13;
+    /// 14: small reduces (to the root) and scans (member to next member) in the rings too.
+    pub const VERSION_VALUE: u32 = 14;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -416,12 +417,19 @@ pub mod kind {
     /// could not map the region: the sender posts the fabric `SEND` of tag `id` a `RTS`
     /// would have, and the receiver its `RECV`). `len` 0.
     pub const FIN: u8 = 6;
-    /// A broadcast of at most [`super::COLL_MAX`] bytes from its root (`fastpath.md`, "Small
-    /// broadcasts in the rings"): `tag` the broadcast's [`super::coll_meta`], the vector as
-    /// an eager message's payload. The root sends one to every other member and is done;
-    /// each takes the next from the root when it calls the broadcast.
+    /// A member's vector in a broadcast, reduce or scan of at most [`super::COLL_MAX`]
+    /// bytes (`fastpath.md`, "Collectives in the rings"): `tag` the collective's
+    /// [`super::coll_meta`], the vector as an eager message's payload. Its sender is done
+    /// once it sent; its receiver takes the next from that sender when it calls the
+    /// collective. `tag` [`super::COLL_FAILED`], `len` 0: the scan this member's prefix
+    /// would have come in failed here, with the status in `id`.
     pub const COLL: u8 = 7;
 }
+
+/// A `COLL`'s `tag` in place of a scan's prefix that will not come: its sender's scan
+/// failed (status in `id`), and so does the next member's. No [`coll_meta`] is this (kind
+/// 0xFF).
+pub const COLL_FAILED: u64 = 0xFF;
 
 /// A `FIN`'s status (@16).
 pub mod fin {

@@ -75,6 +75,11 @@ pub mod cmd {
     /// A 64-byte active message from rank 0 to rank 1, whose handler's count rank 1 waits
     /// for before sending one back (MLINK ROP).
     pub const AM_PINGPONG: u64 = 14;
+    /// Collectives like `BCAST`: a sum of f64 to rank 0, an inclusive f64 sum scan, and an
+    /// allgather of `size` u64 per rank.
+    pub const REDUCE_F64: u64 = 15;
+    pub const SCAN_F64: u64 = 16;
+    pub const ALLGATHER: u64 = 17;
 }
 
 /// One side of a benchmark: control messages plus the patterns.

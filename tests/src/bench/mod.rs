@@ -32,7 +32,8 @@ use spec::{Sizes, Spec};
 
 const USAGE: &str = "usage: ni-bench [MODE...] [OPTIONS]
 
-MODE: latency bw msgrate mq am put get barrier bcast allreduce, or all (default)
+MODE: latency bw msgrate mq am put get barrier bcast allreduce reduce allgather scan, or all
+      (default)
 
   --quick             a few sizes, 3 short batches, split placement, P=2 (smoke test)
   --ranks LIST        rank counts for msgrate and the collectives (default 2,4,8)
@@ -157,13 +158,25 @@ fn drive(link: &mut dyn Link, specs: &[Spec], ranks: u32) -> R<()> {
 
 /// One ni rank under nirun.
 fn worker() -> R<()> {
-    let (specs, _) = specs_from_env()?;
+    let (specs, ranks) = specs_from_env()?;
     let rank: u32 = std::env::var("NI_RANK")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(0);
     pin::pin_rank(rank)?;
-    let coll = specs.iter().any(|s| s.ctl.cmd >= cmd::BARRIER);
+    // The collectives' receive buffer; an allgather's holds every rank's vector.
+    let coll = specs
+        .iter()
+        .filter(|s| s.ctl.cmd >= cmd::BARRIER)
+        .map(|s| {
+            let ranks = if s.ctl.cmd == cmd::ALLGATHER {
+                ranks
+            } else {
+                1
+            };
+            s.bytes as usize * ranks as usize
+        })
+        .max();
     let mut link = ni_worker::NiLink::new(buffer_bytes(&specs), coll)?;
     let ranks = link.size();
     drive(&mut link, &specs, ranks)
@@ -946,7 +959,7 @@ fn run(mut o: Opts) -> R<()> {
                         }
                     }
                     if mpi {
-                        for r in spec::mpi_runs(mode, &o.sizes) {
+                        for r in spec::mpi_runs(mode, p, &o.sizes) {
                             let what = format!("{mode} mpi {} P={p} {}{nth}", r.args[1], pl.name());
                             let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, false);
                             let t = if hosts().is_some() { "mpi-tcp" } else { "mpi" };
@@ -954,7 +967,7 @@ fn run(mut o: Opts) -> R<()> {
                         }
                     }
                     if mpi_ni {
-                        for r in spec::mpi_runs(mode, &o.sizes) {
+                        for r in spec::mpi_runs(mode, p, &o.sizes) {
                             let what =
                                 format!("{mode} mpi-ni {} P={p} {}{nth}", r.args[1], pl.name());
                             let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, true);

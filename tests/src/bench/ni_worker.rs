@@ -50,17 +50,17 @@ pub struct NiLink {
 }
 
 impl NiLink {
-    pub fn new(max_bytes: usize, collectives: bool) -> R<NiLink> {
+    /// `collectives`: the collectives' receive buffer's size, if any run.
+    pub fn new(max_bytes: usize, collectives: Option<usize>) -> R<NiLink> {
         let ni = Ni::attach().map_err(e)?;
         let buf = ni.alloc(max_bytes.max(4096)).map_err(e)?;
         let recv = ni.alloc(max_bytes.max(4096)).map_err(e)?;
         let ctl = ni.alloc(4096).map_err(e)?;
         let mq = ni.mq_create(MQ_LIMIT, 0).map_err(e)?;
         let mq_src = ni.alloc(4096).map_err(e)?;
-        let rbuf = if collectives {
-            Some(ni.alloc(max_bytes.max(4096)).map_err(e)?)
-        } else {
-            None
+        let rbuf = match collectives {
+            Some(bytes) => Some(ni.alloc(bytes.max(4096)).map_err(e)?),
+            None => None,
         };
         let ams = Arc::new(AtomicU64::new(0));
         let count = ams.clone();
@@ -367,7 +367,13 @@ impl Link for NiLink {
                     }
                 }
             }
-            cmd::BARRIER | cmd::BCAST | cmd::ALLREDUCE_I64 | cmd::ALLREDUCE_F64 => {
+            cmd::BARRIER
+            | cmd::BCAST
+            | cmd::ALLREDUCE_I64
+            | cmd::ALLREDUCE_F64
+            | cmd::REDUCE_F64
+            | cmd::SCAN_F64
+            | cmd::ALLGATHER => {
                 let rbuf = self.rbuf.as_ref().ok_or("no collective buffer")?;
                 for _ in 0..c.n {
                     match c.cmd {
@@ -376,7 +382,16 @@ impl Link for NiLink {
                         cmd::ALLREDUCE_I64 => {
                             ni.allreduce::<i64>(ReduceOp::Sum, &self.buf, 0, rbuf, 0, size)
                         }
-                        _ => ni.allreduce::<f64>(ReduceOp::Sum, &self.buf, 0, rbuf, 0, size),
+                        cmd::ALLREDUCE_F64 => {
+                            ni.allreduce::<f64>(ReduceOp::Sum, &self.buf, 0, rbuf, 0, size)
+                        }
+                        cmd::REDUCE_F64 => {
+                            ni.reduce::<f64>(0, ReduceOp::Sum, &self.buf, 0, rbuf, 0, size)
+                        }
+                        cmd::SCAN_F64 => {
+                            ni.scan::<f64>(ReduceOp::Sum, true, &self.buf, 0, rbuf, 0, size)
+                        }
+                        _ => ni.allgather::<u64>(&self.buf, 0, rbuf, 0, size),
                     }
                     .map_err(e)?;
                 }

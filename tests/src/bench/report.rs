@@ -131,6 +131,9 @@ fn describe(metric: &str) -> &'static str {
         "barrier" => "barrier",
         "bcast" => "broadcast from rank 0",
         "allreduce" => "allreduce, sum",
+        "reduce" => "reduce to rank 0, f64 sum",
+        "scan" => "inclusive scan, f64 sum",
+        "allgather" => "allgather, elements per rank",
         _ => "",
     }
 }
@@ -189,7 +192,10 @@ pub fn tables(recs: &[Rec], threshold: f64, placements: &[(String, String)]) -> 
             .filter(|t| rs.iter().any(|r| r.transport == *t))
             .collect();
         let multi_p = rs.iter().any(|r| r.point.ranks != rs[0].point.ranks);
-        let elems = metric == "allreduce" || metric == "bcast";
+        let elems = matches!(
+            metric.as_str(),
+            "allreduce" | "bcast" | "reduce" | "scan" | "allgather"
+        );
         let _ = writeln!(
             out,
             "\n# {metric}{} — {} ({}, {}); median of batch means; '!' = disturbed (IQR/median > {:.0}%), '*' = other processes used > {:.0}% of the cpus",

@@ -16,13 +16,19 @@ pub const MODES: &[&str] = &[
     "barrier",
     "bcast",
     "allreduce",
+    "reduce",
+    "allgather",
+    "scan",
 ];
 
 /// Messages in flight in the streaming patterns (OSU's window).
 pub const WINDOW: u64 = 64;
 
 pub fn is_collective(mode: &str) -> bool {
-    matches!(mode, "barrier" | "bcast" | "allreduce")
+    matches!(
+        mode,
+        "barrier" | "bcast" | "allreduce" | "reduce" | "allgather" | "scan"
+    )
 }
 
 /// Modes that use more than two ranks.
@@ -240,6 +246,29 @@ pub fn specs(mode: &str, ranks: u32, s: &Sizes) -> Vec<Spec> {
                 }
             }
         }
+        // f64 sums, in rank order as the allreduce (reduce to rank 0; inclusive scan).
+        "reduce" | "scan" => {
+            let c = if mode == "reduce" {
+                cmd::REDUCE_F64
+            } else {
+                cmd::SCAN_F64
+            };
+            for n in s.coll(8) {
+                let mut x = Spec::new(mode, c, n, 1, 1.0, false);
+                x.dtype = "f64".into();
+                x.bytes = n * 8;
+                v.push(x);
+            }
+        }
+        // u64 per rank; the receive buffer holds every rank's, so the largest vector is the
+        // collective buffer's size over the ranks.
+        "allgather" => {
+            for n in s.coll(8 * ranks.max(1) as u64) {
+                let mut x = Spec::new("allgather", cmd::ALLGATHER, n, 1, 1.0, false);
+                x.bytes = n * 8;
+                v.push(x);
+            }
+        }
         _ => {}
     }
     v
@@ -260,7 +289,7 @@ fn mpi(program: &'static str, pattern: &str, metric: &str, arg3: &str, sizes: &[
     }
 }
 
-pub fn mpi_runs(mode: &str, s: &Sizes) -> Vec<MpiRun> {
+pub fn mpi_runs(mode: &str, ranks: u32, s: &Sizes) -> Vec<MpiRun> {
     let w = WINDOW.to_string();
     match mode {
         "latency" => vec![mpi("pt2pt", "pingpong", "latency", "1", &s.latency())],
@@ -287,6 +316,14 @@ pub fn mpi_runs(mode: &str, s: &Sizes) -> Vec<MpiRun> {
             mpi("coll", "allreduce", "allreduce", "i64", &s.coll(8)),
             mpi("coll", "allreduce", "allreduce", "f64", &s.coll(8)),
         ],
+        "reduce" | "scan" => vec![mpi("coll", mode, mode, "f64", &s.coll(8))],
+        "allgather" => vec![mpi(
+            "coll",
+            "allgather",
+            "allgather",
+            "-",
+            &s.coll(8 * ranks.max(1) as u64),
+        )],
         _ => vec![],
     }
 }
@@ -315,7 +352,15 @@ mod tests {
         assert_eq!(specs("allreduce", 4, &s).len(), 2 * s.coll(8).len());
         assert_eq!(specs("bcast", 4, &s)[1].bytes, 32);
         for m in MODES {
-            assert!(!mpi_runs(m, &s).is_empty(), "{m}");
+            assert!(!mpi_runs(m, 4, &s).is_empty(), "{m}");
         }
+        // An allgather's receive buffer holds every rank's vector: the largest per rank is
+        // the collective buffer over the ranks, on both sides.
+        let g = specs("allgather", 4, &s);
+        assert_eq!(g.last().unwrap().bytes * 4, s.coll_max);
+        assert_eq!(
+            mpi_runs("allgather", 4, &s)[0].args[3].split(',').count(),
+            g.len()
+        );
     }
 }

@@ -799,7 +799,7 @@ fn bcast_data(root: usize, k: usize, count: usize) -> Vec<u8> {
 }
 
 /// Broadcasts of up to a collective slot's worth as messages from their root in the rings
-/// (fastpath.md, "Small broadcasts in the rings"), checked against what every member knows
+/// (fastpath.md, "Collectives in the rings"), checked against what every member knows
 /// each root sends; with NI_TEST_DIRECT=off the fabric's rounds, in step.
 fn bcast_rings(ni: &Ni) {
     const N: usize = 300;
@@ -891,6 +891,157 @@ fn bcast_rings(ni: &Ni) {
     ni.barrier().unwrap();
 }
 
+/// Member `r`'s vector in reduce or scan `k`: f64s whose sums depend on their order.
+fn ring_vector(r: usize, k: usize, count: usize) -> Vec<f64> {
+    (0..count)
+        .map(|i| (mix(r as u64 * 1000 + k as u64, i as u64) % 1_000_000) as f64 * 1.000_000_1e-3)
+        .collect()
+}
+
+fn f64_bytes(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Reduces and scans of up to a collective slot's worth as messages in the rings
+/// (fastpath.md, "Collectives in the rings"): every member but a reduce's root, and a
+/// scan's first member, run ahead; results in rank order, bit for bit. With
+/// NI_TEST_DIRECT=off the fabric's rounds, in step.
+fn reduce_scan_rings(ni: &Ni) {
+    const N: usize = 200;
+    const TAG: u64 = 0x7265_6473;
+    let (p, me) = (ni.size() as usize, ni.rank() as usize);
+    let direct = ni.direct();
+    let send = ni.alloc(1 << 16).unwrap();
+    let recv = ni.alloc(1 << 16).unwrap();
+    let ctl = ni.alloc(4096).unwrap();
+    // 1 f64, 100 (in the ring's payload area) and 504 (4032 bytes: a whole slot's).
+    let count = |k: usize| [1, 100, 504][k % 3];
+    let reduce = |root: usize, k: usize| {
+        let n = count(k);
+        send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
+        recv.write_at(0, &vec![0x5Au8; n * 8]);
+        ni.reduce::<f64>(root as u32, ReduceOp::Sum, &send, 0, &recv, 0, n)
+            .unwrap_or_else(|e| panic!("reduce {k} to {root}: {e}"));
+        let mut got = vec![0u8; n * 8];
+        recv.read_at(0, &mut got);
+        if me != root {
+            assert!(
+                got.iter().all(|&b| b == 0x5A),
+                "reduce {k}: member {me} written"
+            );
+            return;
+        }
+        let want: Vec<f64> = (0..n)
+            .map(|i| (1..p).fold(ring_vector(0, k, n)[i], |a, r| a + ring_vector(r, k, n)[i]))
+            .collect();
+        assert!(got == f64_bytes(&want), "reduce {k} to {root}: wrong bits");
+    };
+    // Inclusive scans on even k, exclusive on odd; the odd ones in place (send = receive).
+    let scan = |k: usize| {
+        let n = count(k);
+        let inclusive = k.is_multiple_of(2);
+        send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
+        let out = if inclusive { &recv } else { &send };
+        if inclusive {
+            recv.write_at(0, &vec![0x5Au8; n * 8]);
+        }
+        ni.scan::<f64>(ReduceOp::Sum, inclusive, &send, 0, out, 0, n)
+            .unwrap_or_else(|e| panic!("scan {k}: {e}"));
+        let mut got = vec![0u8; n * 8];
+        out.read_at(0, &mut got);
+        let upto = if inclusive { me + 1 } else { me };
+        let want: Vec<f64> = (0..n)
+            .map(|i| match upto {
+                0 => 0.0,
+                _ => (1..upto).fold(ring_vector(0, k, n)[i], |a, r| a + ring_vector(r, k, n)[i]),
+            })
+            .collect();
+        assert!(
+            got == f64_bytes(&want),
+            "scan {k} (inclusive {inclusive}): wrong bits"
+        );
+    };
+    let run_ahead = direct && p > 1;
+    for root in 0..p {
+        // Every member but the root runs ahead: all its reduces, then a message to the
+        // root, which receives every member's before its first reduce — only members that do
+        // not wait for the root let that finish.
+        if run_ahead && me != root {
+            for k in 0..N {
+                reduce(root, k);
+            }
+            ni.send(root as u32, &ctl, 0..8, TAG).unwrap();
+        } else {
+            if run_ahead {
+                for m in (0..p).filter(|&m| m != root) {
+                    ni.recv(Some(m as u32), &ctl, 0..8, TAG, u64::MAX).unwrap();
+                }
+            }
+            for k in 0..N {
+                reduce(root, k);
+            }
+        }
+    }
+    // The first member runs ahead of the scans: all of them, then a message to the second,
+    // which receives it before its first scan.
+    if run_ahead && me == 0 {
+        for k in 0..N {
+            scan(k);
+        }
+        ni.send(1, &ctl, 0..8, TAG + 1).unwrap();
+    } else {
+        if run_ahead && me == 1 {
+            ni.recv(Some(0), &ctl, 0..8, TAG + 1, u64::MAX).unwrap();
+        }
+        for k in 0..N {
+            scan(k);
+        }
+    }
+    // Mixed with broadcasts, allreduces in the slots and tagged messages: nothing overtakes
+    // anything of its own kind.
+    for k in 0..150 {
+        reduce(k % p, N + k);
+        scan(N + k);
+        ctl.write_at(0, &(k as u64 + me as u64).to_le_bytes());
+        ni.allreduce::<u64>(ReduceOp::Sum, &ctl, 0, &ctl, 8, 1)
+            .unwrap();
+        let mut g = [0u8; 8];
+        ctl.read_at(8, &mut g);
+        assert_eq!(
+            u64::from_le_bytes(g),
+            (0..p).map(|m| (k + m) as u64).sum::<u64>(),
+            "allreduce {k}"
+        );
+        ctl.write_at(16, &(k as u64 * 3).to_le_bytes());
+        ni.broadcast::<u64>((k % p) as u32, &ctl, 16, 1).unwrap();
+        ctl.read_at(16, &mut g);
+        assert_eq!(u64::from_le_bytes(g), k as u64 * 3, "broadcast {k}");
+    }
+    // A member in a different reduce (2 elements where the others say 1): in the rings its
+    // root alone fails with collision (the others do not wait to learn), in the fabric's
+    // round every member. In a scan, every member from the odd one on: a member whose
+    // prefix will not come passes its failure on.
+    if p > 1 {
+        let n = if me == p - 1 { 2 } else { 1 };
+        let r = ni.reduce::<f64>(0, ReduceOp::Sum, &send, 0, &recv, 0, n);
+        if me == 0 || !direct {
+            expect_status(r, Status::Collision);
+        } else {
+            r.unwrap();
+        }
+        reduce(0, 9999);
+        let n = if me == 1 { 2 } else { 1 };
+        let r = ni.scan::<f64>(ReduceOp::Sum, true, &send, 0, &recv, 0, n);
+        if me >= 1 || !direct {
+            expect_status(r, Status::Collision);
+        } else {
+            r.unwrap();
+        }
+        scan(9999);
+    }
+    ni.barrier().unwrap();
+}
+
 /// A root that broadcasts and leaves: what it sent in the rings before it left still comes
 /// to every member (its last broadcast is not lost); the next from it fails with peer down.
 fn bcast_root_leaves(ni: &Ni) {
@@ -955,6 +1106,7 @@ fn main() {
         "rejoin" => rejoin(&ni),
         "bcast-rings" => bcast_rings(&ni),
         "bcast-root-leaves" => bcast_root_leaves(&ni),
+        "reduce-scan-rings" => reduce_scan_rings(&ni),
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
