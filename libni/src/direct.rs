@@ -211,6 +211,9 @@ pub(crate) struct WRing {
     bytes: usize,
     /// A reduce's result so far in rank order, a scan's prefix; empty before the first.
     acc: Vec<u8>,
+    /// A reduce's vector that did not fit (`collision`): the rest are still taken, so that
+    /// the next collective takes its own, but not applied.
+    failed: Option<Status>,
     /// Read at the first poll that finds nothing, and looked at every 64th after: the
     /// timeout is seconds, a clock read 25 ns of a broadcast's 100.
     started: Option<Instant>,
@@ -1734,6 +1737,7 @@ impl Inner {
             count: r.len,
             bytes,
             acc: std::mem::take(&mut self.d.ring_acc),
+            failed: None,
             started: None,
             polls: 0,
         });
@@ -1849,6 +1853,11 @@ impl Inner {
         let status = loop {
             let b = self.d.wring.as_mut()?;
             let (src, meta, bytes) = (b.next, b.meta, b.bytes);
+            if b.kind == coll::REDUCE && src == size {
+                if let Some(s) = b.failed {
+                    break s;
+                }
+            }
             if b.kind == coll::REDUCE && src == me {
                 // SAFETY: the send buffer was checked as registered when the reduce started;
                 // the region cannot be dropped while this lock is held.
@@ -1867,7 +1876,7 @@ impl Inner {
             // A vector whose length lies about its `meta` is no honest member's: as
             // different `meta`s, members in different collectives.
             let took = if let Some((m, id, data)) = self.d.ring_colls[src as usize].pop() {
-                let ok = m == meta && data.len() == bytes;
+                let ok = m == meta && data.len() == bytes && b.failed.is_none();
                 if ok {
                     absorb(b, &data);
                 }
@@ -1878,7 +1887,7 @@ impl Inner {
                 let win = self.win.as_mut().unwrap();
                 match win.live().then(|| win.next(src)).flatten() {
                     Some(h) if h.kind == kind::COLL => {
-                        let ok = h.tag == meta && h.len as usize == bytes;
+                        let ok = h.tag == meta && h.len as usize == bytes && b.failed.is_none();
                         if ok {
                             let x = &mut self.d.coll_x;
                             let applies = b.kind == coll::REDUCE && !b.acc.is_empty();
@@ -1899,6 +1908,11 @@ impl Inner {
             let win = self.win.as_ref().unwrap();
             match took {
                 Some(Status::Ok) if b.kind == coll::REDUCE => b.next += 1,
+                // A reduce's root takes what the others sent for this reduce all the same.
+                Some(Status::Collision) if b.kind == coll::REDUCE => {
+                    b.failed.get_or_insert(Status::Collision);
+                    b.next += 1;
+                }
                 Some(s) => break s,
                 // Everything a member sent before it left was taken before its state was
                 // acted on (`w_progress`): this collective's vector never came.

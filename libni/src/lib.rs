@@ -494,12 +494,12 @@ const _: () = assert!(CQ_ENTRIES.is_power_of_two());
 /// 20.9 -> 14.0 us, tests/bench/README.md); with 4032-byte slots two pieces and the scratch
 /// path tie at 1 Ki f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
 const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
-/// Broadcasts of 4 members and more go in slot-sized pieces up to this: each piece a message
-/// from the root in the rings (`direct.rs`), the root running ahead, where the path through
-/// exported memory takes a round (or two) in which every member must run (32 KiB at P = 8 on
-/// one cpu: 41 against 69 us; Open MPI 51). With 2 or 3 members that path wins (32 KiB
-/// between two cores: 1.34 against 4.6 us in pieces).
-const BCAST_PIECES_MAX: usize = 16 * ni_abi::window::COLL_MAX as usize;
+/// Broadcasts, reduces and scans of 4 members and more go in slot-sized pieces up to this:
+/// each piece messages in the rings (`direct.rs`), the members that send running ahead,
+/// where the path through exported memory takes a round (or two) in which every member must
+/// run (a broadcast of 32 KiB at P = 8 on one cpu: 41 against 69 us; Open MPI 51). With 2
+/// or 3 members that path wins (32 KiB between two cores: 1.34 against 4.6 us in pieces).
+const RING_PIECES_MAX: usize = 16 * ni_abi::window::COLL_MAX as usize;
 const AM_SLOTS: u32 = 64;
 const BOUNCE: usize = 64 << 10;
 /// Spin this long, then yield this long, before blocking on the completion interrupt.
@@ -1198,7 +1198,7 @@ impl Ni {
     /// A blocking element-wise collective (broadcast, reduce, allreduce, scan) of a vector a
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
     /// element order, instead of the fabric's path (a broadcast as consecutive messages
-    /// from its root, up to [`BCAST_PIECES_MAX`] with 4 members or more). Every member
+    /// from its root, up to [`RING_PIECES_MAX`] with 4 members or more, as are reduces and scans). Every member
     /// splits alike (same count and type), and each piece is combined in rank order as the
     /// whole vector would be, so the bits are the same. Larger allreduces and reduces go
     /// through the members' exported scratch, larger broadcasts read the root's vector
@@ -1210,8 +1210,13 @@ impl Ni {
         if count <= per || !self.direct() {
             return self.request(r);
         }
-        let most = if r.flags == ni_abi::fastpath::coll::BCAST && self.size() >= 4 {
-            BCAST_PIECES_MAX
+        use ni_abi::fastpath::coll;
+        let in_rings = matches!(
+            r.flags,
+            coll::BCAST | coll::REDUCE | coll::SCAN | coll::EXSCAN
+        );
+        let most = if in_rings && self.size() >= 4 {
+            RING_PIECES_MAX
         } else {
             PIECES_MAX
         };

@@ -69,7 +69,7 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
         );
         // Broadcasts of 2100 u64 and up (fastpath.md, "Large broadcast in the window"): 5
         // sizes from every root, the last in two pieces; with 4 members and more the 2100
-        // u64 go as messages in the rings (`BCAST_PIECES_MAX`).
+        // u64 go as messages in the rings (`RING_PIECES_MAX`).
         let bcasts = d.counter(0, "window_large_bcasts");
         let want = match (direct, p >= 4) {
             (false, _) => 0,
@@ -77,9 +77,14 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
             (true, true) => 4 * p as u64,
         };
         assert_eq!(bcasts, want, "large broadcasts in the window, P = {p}");
-        // Reduces of 2000 i64 and 200000 to every root, through the same exported memory.
+        // Reduces of 2000 i64 (twice) and 200000 to every root, through the same exported
+        // memory; with 4 members and more the 2000 i64 go as pieces in the rings.
         let reduces = d.counter(0, "window_large_reduces");
-        let want = if direct { 3 * p as u64 } else { 0 };
+        let want = match (direct, p >= 4) {
+            (false, _) => 0,
+            (true, false) => 3 * p as u64,
+            (true, true) => p as u64,
+        };
         assert_eq!(reduces, want, "large reduces in the window, P = {p}");
         // Allgathers of 600 and 30000 u64, twice each.
         let allgathers = d.counter(0, "window_large_allgathers");
@@ -88,13 +93,15 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
             if direct { 4 } else { 0 },
             "large allgathers in the window, P = {p}"
         );
-        // Scans of 1100, 200000 and 1.2 M f64 (two pieces), inclusive and exclusive.
+        // Scans of 1100, 200000 and 1.2 M f64 (two pieces), inclusive and exclusive; with 4
+        // members and more the 1100 f64 go as pieces in the rings.
         let scans = d.counter(0, "window_large_scans");
-        assert_eq!(
-            scans,
-            if direct { 12 } else { 0 },
-            "large scans in the window, P = {p}"
-        );
+        let want = match (direct, p >= 4) {
+            (false, _) => 0,
+            (true, false) => 12,
+            (true, true) => 8,
+        };
+        assert_eq!(scans, want, "large scans in the window, P = {p}");
         // Rank 0's buffers are `alloc` regions apart from each other: its data read where
         // it is (fastpath.md, "Large allreduce in the window"); the in-place allreduce
         // (send and receive the same bytes) and rank 1's heap memory through scratch.

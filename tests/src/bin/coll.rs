@@ -1018,11 +1018,12 @@ fn reduce_scan_rings(ni: &Ni) {
         assert_eq!(u64::from_le_bytes(g), k as u64 * 3, "broadcast {k}");
     }
     // A member in a different reduce (2 elements where the others say 1): in the rings its
-    // root alone fails with collision (the others do not wait to learn), in the fabric's
-    // round every member. In a scan, every member from the odd one on: a member whose
-    // prefix will not come passes its failure on.
+    // root alone fails with collision (the others do not wait to learn; it still takes the
+    // later members' vectors, so the next reduce takes its own), in the fabric's round every
+    // member. In a scan, every member from the odd one on: a member whose prefix will not
+    // come passes its failure on.
     if p > 1 {
-        let n = if me == p - 1 { 2 } else { 1 };
+        let n = if me == 1 { 2 } else { 1 };
         let r = ni.reduce::<f64>(0, ReduceOp::Sum, &send, 0, &recv, 0, n);
         if me == 0 || !direct {
             expect_status(r, Status::Collision);
