@@ -1197,9 +1197,9 @@ impl Ni {
 
     /// A blocking element-wise collective (broadcast, reduce, allreduce, scan) of a vector a
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
-    /// element order, instead of the fabric's path (a broadcast as consecutive messages
-    /// from its root, up to [`RING_PIECES_MAX`] with 4 members or more, as are reduces and scans). Every member
-    /// splits alike (same count and type), and each piece is combined in rank order as the
+    /// element order, instead of the fabric's path (broadcasts, reduces and scans as
+    /// consecutive collectives in the rings, up to [`RING_PIECES_MAX`] with 4 members or
+    /// more). Every member splits alike (same count and type), and each piece is combined in rank order as the
     /// whole vector would be, so the bits are the same. Larger allreduces and reduces go
     /// through the members' exported scratch, larger broadcasts read the root's vector
     /// where it exports it, and in larger scans every member reads the earlier members'
