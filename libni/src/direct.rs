@@ -226,6 +226,8 @@ pub(crate) struct WRing {
 /// ahead honestly sends (100 broadcasts of 8 B: 7200), and a bound on what a member that
 /// floods takes here.
 const RING_COLLS_QUEUED: usize = 1 << 20;
+/// At most this many emptied vectors kept for `ring_colls`.
+const COLL_SPARES: usize = 64;
 
 /// One member's collective vectors taken from its ring ahead of the collectives that take
 /// them: `meta` and vector each, and the bytes they count against [`RING_COLLS_QUEUED`].
@@ -305,6 +307,9 @@ pub(crate) struct DirectState {
     /// collectives, kept with their capacity.
     pub coll_x: Vec<u8>,
     pub ring_acc: Vec<u8>,
+    /// Vectors `ring_colls` held, emptied, for the next ones a pass takes out of the rings
+    /// (members that run ahead send many; an allocation each was a tenth of a scan).
+    pub coll_spare: Vec<Vec<u8>>,
     /// During [`crate::Ni::drain_taking`]: the tags whose window messages are copied out of
     /// their rings into the caller's [`crate::Taken`] instead of into posted receives.
     pub taking: Option<crate::Taking>,
@@ -373,13 +378,16 @@ impl Inner {
         let Some(end) = addr.checked_add(len) else {
             return false;
         };
-        let (start, rlen) = self.region_hit.get();
-        if start <= addr && end <= start + rlen {
+        let hits = self.region_hit.get();
+        if hits
+            .iter()
+            .any(|&(start, rlen)| start <= addr && end <= start + rlen)
+        {
             return true;
         }
         match self.regions.range(..=addr).next_back() {
             Some((&start, &(rlen, _))) if end <= start + rlen => {
-                self.region_hit.set((start, rlen));
+                self.region_hit.set([(start, rlen), hits[0]]);
                 true
             }
             _ => false,
@@ -1313,7 +1321,8 @@ impl Inner {
                     break;
                 }
                 let win = self.win.as_mut().unwrap();
-                let mut data = vec![0u8; h.len as usize];
+                let mut data = self.d.coll_spare.pop().unwrap_or_default();
+                data.resize(h.len as usize, 0);
                 win.payload(src, &h, &mut data);
                 win.consume(src, &h);
                 queued.push(h.tag, h.id, data);
@@ -1875,10 +1884,15 @@ impl Inner {
             }
             // A vector whose length lies about its `meta` is no honest member's: as
             // different `meta`s, members in different collectives.
-            let took = if let Some((m, id, data)) = self.d.ring_colls[src as usize].pop() {
+            let took = if let Some((m, id, mut data)) = self.d.ring_colls[src as usize].pop() {
                 let ok = m == meta && data.len() == bytes && b.failed.is_none();
                 if ok {
                     absorb(b, &data);
+                }
+                if self.d.coll_spare.len() < COLL_SPARES && data.capacity() <= w::COLL_MAX as usize
+                {
+                    data.clear();
+                    self.d.coll_spare.push(data);
                 }
                 Some(coll_status(ok, m, id))
             } else {

@@ -357,9 +357,10 @@ struct Inner {
     /// region: exported, so a receiver may read a large message's payload out of one itself,
     /// `kind::GET`), so the direct path never touches memory the NI may not.
     regions: BTreeMap<u64, (u64, Option<u32>)>,
-    /// The region `registered` found last (start, length): most operations use the one
-    /// before. Emptied when a region goes.
-    region_hit: std::cell::Cell<(u64, u64)>,
+    /// The two regions `registered` found last (start, length), the latest first: most
+    /// operations use the ones before (a send and a receive buffer). Emptied when a region
+    /// goes.
+    region_hit: std::cell::Cell<[(u64, u64); 2]>,
     /// The application's pages made NI memory for `Ni::register` (start → pin): DMA-mapped
     /// once however many regions lie in them, never overlapping.
     pins: BTreeMap<u64, Pin>,
