@@ -25,8 +25,9 @@
 //!   member copying all of it straight into its buffer — each on its own core, where the
 //!   fabric's path copies to every member in the one poller thread (8 KiB at P = 2: 10 us
 //!   there);
-//! - a scan: every member reduces the vectors of the members before it (and its own, unless
-//!   exclusive) into its buffer itself, in rank order.
+//! - a scan of up to 3 members: every member reduces the vectors of the members before it
+//!   (and its own, unless exclusive) into its buffer itself, in rank order; of more, the
+//!   allreduce split by chunks, each member computing every member's prefix of its chunk.
 
 use ni_abi::fastpath::{coll, dtype, redop, Request};
 use ni_abi::reduce::{apply, identity};
@@ -43,9 +44,14 @@ pub(crate) const HALF_MAX: usize = 8 << 20;
 /// member copied). 8 KiB at P = 4 on 2 cpus: 16.2 -> 9.7 us; 32 KiB between two cores
 /// lost (2.5 -> 5.1 us: the copy stores into lines the other core just read).
 const BCAST_COPY_MAX: usize = 16 << 10;
-/// A scan reduces its vector this much at a time, so that its result stays in the cache
-/// while every earlier member's piece of it is applied.
+/// A scan read where its members' vectors are reduces this much at a time, so that its
+/// result stays in the cache while every earlier member's piece of it is applied.
 const SCAN_BLOCK: usize = 32 << 10;
+/// Scans of more members than this are split by chunks ([`Ni::scan_scatter`]): each member
+/// reads and writes about three vectors' worth, where reducing the earlier members' vectors
+/// where they are ([`Ni::scan_in_place`]) makes the last member read `P`, and all of them
+/// together `P (P + 1) / 2` (2 members: 3 vectors against 6).
+const SCAN_IN_PLACE_MAX: usize = 3;
 /// What a member publishes in the first round of a piece, as nine u64: this tag, its
 /// scratch region's key (0: it has none), the piece's collective `meta`, where in that region
 /// its scratch half is, a digest of the keys it last agreed on with everyone and still holds
@@ -175,7 +181,12 @@ impl Places {
             Kind::Bcast => data(self.root),
             Kind::Allgather => (0..size).all(data),
             Kind::Reduce if me != self.root => (0..size).all(data),
-            Kind::Scan | Kind::Exscan => (0..me).all(data),
+            // A scan's member reads its chunk of every member's data, and its chunk of its
+            // result from every member's scratch.
+            Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => (0..me).all(data),
+            Kind::Scan | Kind::Exscan => {
+                (0..size).all(|m| data(m) && (m == me || self.peers[3 * m + SCRATCH].is_some()))
+            }
             Kind::Allreduce | Kind::Reduce => {
                 (0..size).all(|m| data(m) && (m == me || self.place(m, RESULT).is_some()))
             }
@@ -215,7 +226,8 @@ impl Ni {
         };
         let done = match kind {
             Kind::Bcast | Kind::Allgather => self.copy_vectors(&p)?,
-            Kind::Scan | Kind::Exscan => self.scan_in_place(&p)?,
+            Kind::Scan | Kind::Exscan if p.size <= SCAN_IN_PLACE_MAX => self.scan_in_place(&p)?,
+            Kind::Scan | Kind::Exscan => self.scan_scatter(&p)?,
             Kind::Allreduce | Kind::Reduce => self.reduce_scatter(&p, &mut s.chunk)?,
         };
         s.round += 1;
@@ -297,14 +309,23 @@ impl Ni {
         // nobody's result is in scratch but the reduce-scatter's.
         let needs_scratch = match kind {
             Kind::Bcast => me == root && data_at.is_none(),
-            Kind::Allgather | Kind::Scan | Kind::Exscan => data_at.is_none(),
-            Kind::Allreduce | Kind::Reduce => true,
+            Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => data_at.is_none(),
+            Kind::Allgather => data_at.is_none(),
+            Kind::Allreduce | Kind::Reduce | Kind::Scan | Kind::Exscan => true,
+        };
+        // A scan split by chunks holds in its scratch half its data (if copied in), then
+        // every member's prefix of this member's chunk.
+        let span = match kind {
+            Kind::Scan | Kind::Exscan if size > SCAN_IN_PLACE_MAX => {
+                bytes + size * max_chunk(r.len as usize, size, esize)
+            }
+            _ => bytes,
         };
         if s.ctl.is_none() {
             s.ctl = Some(self.alloc(CTL_BYTES)?);
         }
-        if needs_scratch && (s.half < bytes || s.region.is_none()) {
-            let half = bytes.next_power_of_two().max(64 << 10);
+        if needs_scratch && (s.half < span || s.region.is_none()) {
+            let half = span.next_power_of_two().max(64 << 10);
             s.region = None;
             s.agreed.clear();
             // Without scratch this member still joins the rounds, says key 0 and "not
@@ -413,7 +434,8 @@ impl Ni {
                         _ => i.peer_mem(m as u32, keys[p]),
                     };
                     peers[p] = mapped.and_then(|(mem, len)| {
-                        let end = offs[p].checked_add(bytes)?;
+                        let end =
+                            offs[p].checked_add(if p % 3 == SCRATCH { span } else { bytes })?;
                         (end as u64 <= len).then_some((mem, offs[p]))
                     });
                 }
@@ -527,6 +549,78 @@ impl Ni {
         self.release(p)
     }
 
+    /// A scan's steps after round 1, the allreduce's split by chunks: this member computes
+    /// every member's prefix of its own chunk, in rank order from the members' data, into its
+    /// scratch after its data (`bytes` on, a chunk's worth per member); round 2; then it
+    /// copies its own prefix of every chunk from the member that computed it. Each member
+    /// reads and writes about three vectors' worth, where each reducing the vectors before
+    /// its own made the last read `P` (a scan of 128 KiB at P = 8 on one cpu: 196 us that
+    /// way, 141-146 this one; Open MPI 168-174).
+    fn scan_scatter(&self, p: &Places) -> Result<Done> {
+        debug_assert!(p.size > SCAN_IN_PLACE_MAX);
+        let (r, me, size, esize) = (&p.r, p.me, p.size, p.esize);
+        let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let n = r.len as usize;
+        let chunk = |m: usize| (n * m / size * esize, n * (m + 1) / size * esize);
+        let most = max_chunk(n, size, esize);
+        let mine = p.mine.expect("a scan's member has its half");
+        let (lo, hi) = chunk(me);
+        if hi > lo {
+            for m in 0..size {
+                // SAFETY: slot m of my half's prefixes (`bytes + m·most`, `hi − lo` ≤ `most`
+                // bytes: the half holds `bytes + size·most`, sized in `places`).
+                let slot = unsafe {
+                    std::slice::from_raw_parts_mut(mine.add(p.bytes + m * most), hi - lo)
+                };
+                // SAFETY: inside member m's data.
+                let x = unsafe { std::slice::from_raw_parts(p.at(m, DATA, lo), hi - lo) };
+                if m == 0 {
+                    slot.copy_from_slice(x);
+                } else {
+                    // SAFETY: the previous slot, apart from this one.
+                    let prev = unsafe {
+                        std::slice::from_raw_parts(mine.add(p.bytes + (m - 1) * most), hi - lo)
+                    };
+                    slot.copy_from_slice(prev);
+                    apply(d, o, slot, x);
+                }
+            }
+        }
+        // Round 2: every member's prefixes of every chunk are computed (and nobody reads
+        // anyone's data any more).
+        let done = self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
+        // SAFETY: the registered receive buffer (checked in `places`).
+        let out = unsafe { std::slice::from_raw_parts_mut(r.tag as *mut u8, p.bytes) };
+        // An exclusive scan's member takes the prefix of the member before it; the first,
+        // the identity.
+        let Some(of) = (if p.kind == Kind::Scan {
+            Some(me)
+        } else {
+            me.checked_sub(1)
+        }) else {
+            identity(d, o, out);
+            return Ok(done);
+        };
+        for m in 0..size {
+            let (lo, hi) = chunk(m);
+            let at = p.bytes + of * most;
+            let from = if m == me {
+                // SAFETY: my own half, as above.
+                unsafe { mine.add(at) as *const u8 }
+            } else {
+                let (mem, b) = p.peers[3 * m + SCRATCH]
+                    .as_ref()
+                    .expect("mapped in `places`");
+                // SAFETY: member m's half holds `bytes + size·most` (checked when mapped).
+                unsafe { mem.ptr().add(b + at) as *const u8 }
+            };
+            // SAFETY: `hi − lo` bytes of member m's slot, into the receive buffer.
+            unsafe { std::ptr::copy_nonoverlapping(from, out[lo..hi].as_mut_ptr(), hi - lo) };
+        }
+        // Prefixes in scratch need no round after: the halves alternate.
+        Ok(done)
+    }
+
     /// After a step that only read others' data: a `BARRIER` round if any member's data was
     /// read where its owner keeps it, so that no member returns (and rewrites it) while
     /// another still reads; data in scratch needs none, the halves alternating.
@@ -599,6 +693,11 @@ impl Ni {
         }
         Ok(done)
     }
+}
+
+/// The largest of a vector's `size` chunks, in bytes.
+fn max_chunk(n: usize, size: usize, esize: usize) -> usize {
+    n.div_ceil(size) * esize
 }
 
 /// A member's place missing after every member said it had them all mapped (its region went
