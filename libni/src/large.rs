@@ -181,8 +181,9 @@ impl Places {
             Kind::Bcast => data(self.root),
             Kind::Allgather => (0..size).all(data),
             Kind::Reduce if me != self.root => (0..size).all(data),
-            // A scan's member reads its chunk of every member's data, and its chunk of its
-            // result from every member's scratch.
+            // A scan's member reads the earlier members' data where they are; split by
+            // chunks, its chunk of every member's data, and its prefixes from every member's
+            // scratch.
             Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => (0..me).all(data),
             Kind::Scan | Kind::Exscan => {
                 (0..size).all(|m| data(m) && (m == me || self.peers[3 * m + SCRATCH].is_some()))
