@@ -111,6 +111,12 @@ fn coll_recv(r: &Request) -> u64 {
     }
 }
 
+/// Whether a collective of this kind goes as messages in the rings (`w_ring`): broadcasts,
+/// reduces and scans; the rest are rounds of the collective slots.
+pub(crate) fn in_rings(kind: u8) -> bool {
+    matches!(kind, coll::BCAST | coll::REDUCE | coll::SCAN | coll::EXSCAN)
+}
+
 /// What a collective in the rings that ended at once reports: as its completion would.
 fn ring_done(r: &Request) -> Done {
     Done {
@@ -1586,9 +1592,7 @@ impl Inner {
         let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= w::COLL_MAX) else {
             return Ok(CollStart::Fabric);
         };
-        // Broadcasts, reduces and scans go as messages in the rings; the rest are rounds of
-        // the collective slots.
-        let ring = matches!(kind, coll::BCAST | coll::REDUCE | coll::SCAN | coll::EXSCAN);
+        let ring = in_rings(kind);
         let win = self.win.as_ref().unwrap();
         let (me, size) = (win.rank, win.size);
         // Members that take a vector first look for it without a pass (which would copy it
@@ -1714,7 +1718,7 @@ impl Inner {
                 // The first member's prefix is its data: what it sends on, and an inclusive
                 // scan's result.
                 let result = (kind == coll::SCAN).then_some(data);
-                Some(self.scan_result(r, result, data, done))
+                Some(self.scan_result(r, meta, result, data, done))
             }
             _ => None,
         };
@@ -1814,19 +1818,13 @@ impl Inner {
     fn scan_result(
         &mut self,
         r: &Request,
+        meta: u64,
         result: Option<&[u8]>,
         prefix: &[u8],
         done: Completion,
     ) -> Option<Completion> {
         let win = self.win.as_ref().unwrap();
         let (me, size) = (win.rank, win.size);
-        let meta = w::coll_meta(
-            r.flags,
-            r.access & 0xFF,
-            (r.access >> 8) & 0xFF,
-            r.rank,
-            r.len,
-        );
         let sent = if me + 1 < size {
             self.ring_send(me + 1..me + 2, meta, prefix, done)
         } else {
@@ -1990,11 +1988,8 @@ impl Inner {
             x.clear();
             x.extend_from_slice(&b.acc);
             apply(b.dtype, b.op, &mut x, mine);
-            let sent = if b.kind == coll::SCAN {
-                self.scan_result(&r, Some(&x), &x, c)
-            } else {
-                self.scan_result(&r, Some(&b.acc), &x, c)
-            };
+            let result = if b.kind == coll::SCAN { &x } else { &b.acc };
+            let sent = self.scan_result(&r, b.meta, Some(result), &x, c);
             self.d.coll_x = x;
             sent
         } else {

@@ -1200,8 +1200,8 @@ impl Ni {
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
     /// element order, instead of the fabric's path (broadcasts, reduces and scans as
     /// consecutive collectives in the rings, up to [`RING_PIECES_MAX`] with 4 members or
-    /// more). Every member splits alike (same count and type), and each piece is combined in rank order as the
-    /// whole vector would be, so the bits are the same. Larger allreduces and reduces go
+    /// more). Every member splits alike (same count and type), and each piece is combined
+    /// in rank order as the whole vector would be, so the bits are the same. Larger allreduces and reduces go
     /// through the members' exported scratch, larger broadcasts read the root's vector
     /// where it exports it, and in larger scans every member reads the earlier members'
     /// vectors where they are (`large.rs`, which does large allgathers too).
@@ -1211,12 +1211,7 @@ impl Ni {
         if count <= per || !self.direct() {
             return self.request(r);
         }
-        use ni_abi::fastpath::coll;
-        let in_rings = matches!(
-            r.flags,
-            coll::BCAST | coll::REDUCE | coll::SCAN | coll::EXSCAN
-        );
-        let most = if in_rings && self.size() >= 4 {
+        let most = if direct::in_rings(r.flags) && self.size() >= 4 {
             RING_PIECES_MAX
         } else {
             PIECES_MAX
