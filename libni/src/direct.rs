@@ -147,8 +147,9 @@ fn coll_status(ok: bool, meta: u64, id: u64) -> Status {
 /// into its buffer, a reduce's into the result so far (the first as it is), a scan's
 /// previous prefix into `acc`.
 fn absorb(b: &mut WRing, x: &[u8]) {
-    if b.kind == coll::REDUCE && !b.acc.is_empty() {
-        apply(b.dtype, b.op, &mut b.acc, x);
+    if b.applies() {
+        let (d, o) = dtype_op(&b.r);
+        apply(d, o, &mut b.acc, x);
     } else {
         ring_place(b, &mut Vec::new()).copy_from_slice(x);
     }
@@ -157,16 +158,12 @@ fn absorb(b: &mut WRing, x: &[u8]) {
 /// Where the next vector goes as it is taken (a reduce's after its first into `x`, then
 /// applied).
 fn ring_place<'a>(b: &'a mut WRing, x: &'a mut Vec<u8>) -> &'a mut [u8] {
-    if b.kind == coll::BCAST {
+    if b.kind() == coll::BCAST {
         // SAFETY: the broadcast's buffer was checked as registered when it started; the
         // region cannot be dropped while the lock is held.
-        return unsafe { std::slice::from_raw_parts_mut(b.recv as *mut u8, b.bytes) };
+        return unsafe { std::slice::from_raw_parts_mut(b.r.addr as *mut u8, b.bytes) };
     }
-    let to = if b.kind == coll::REDUCE && !b.acc.is_empty() {
-        x
-    } else {
-        &mut b.acc
-    };
+    let to = if b.applies() { x } else { &mut b.acc };
     to.resize(b.bytes, 0);
     &mut to[..]
 }
@@ -202,18 +199,13 @@ pub(crate) struct WColl {
 /// broadcast at a member other than the root, a reduce at its root, a scan at a member
 /// after the first.
 pub(crate) struct WRing {
-    user: u64,
+    /// The request that started it, with the completion's `user`: kind, root, buffers,
+    /// count, datatype and operation.
+    r: Request,
     meta: u64,
-    kind: u8,
-    dtype: u32,
-    op: u32,
-    root: u32,
     /// The member whose vector it takes next: the root (a broadcast), each member in rank
     /// order (a reduce's root, its own data at its turn), the one before (a scan).
     next: u32,
-    send: u64,
-    recv: u64,
-    count: u64,
     bytes: usize,
     /// A reduce's result so far in rank order, a scan's prefix; empty before the first.
     acc: Vec<u8>,
@@ -224,6 +216,21 @@ pub(crate) struct WRing {
     /// timeout is seconds, a clock read 25 ns of a broadcast's 100.
     started: Option<Instant>,
     polls: u32,
+}
+
+impl WRing {
+    fn kind(&self) -> u8 {
+        self.r.flags
+    }
+
+    fn applies(&self) -> bool {
+        self.kind() == coll::REDUCE && !self.acc.is_empty()
+    }
+}
+
+/// A reduction's datatype and operation, as a collective's request carries them.
+pub(crate) fn dtype_op(r: &Request) -> (u32, u32) {
+    (r.access & 0xFF, (r.access >> 8) & 0xFF)
 }
 
 /// Bytes of collectives' vectors taken from one member's ring ahead of the collectives that
@@ -1585,7 +1592,7 @@ impl Inner {
         if self.win.is_none() || r.opcode != op::COLLECTIVE {
             return Ok(CollStart::Fabric);
         }
-        let (kind, d, o) = (r.flags, r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let (kind, (d, o)) = (r.flags, dtype_op(r));
         let Some(esize) = dtype::size(d) else {
             return Ok(CollStart::Fabric);
         };
@@ -1734,20 +1741,13 @@ impl Inner {
             });
         }
         self.d.wring = Some(WRing {
-            user,
+            r: Request { user, ..*r },
             meta,
-            kind,
-            dtype: r.access & 0xFF,
-            op: (r.access >> 8) & 0xFF,
-            root,
             next: match kind {
                 coll::BCAST => root,
                 coll::REDUCE => 0,
                 _ => me - 1,
             },
-            send: r.addr,
-            recv: coll_recv(r),
-            count: r.len,
             bytes,
             acc: std::mem::take(&mut self.d.ring_acc),
             failed: None,
@@ -1834,7 +1834,10 @@ impl Inner {
         // the scan started; the region cannot be dropped while this lock is held.
         let out = unsafe { std::slice::from_raw_parts_mut(r.tag as *mut u8, prefix.len()) };
         match result {
-            None => identity(r.access & 0xFF, (r.access >> 8) & 0xFF, out),
+            None => {
+                let (d, o) = dtype_op(r);
+                identity(d, o, out)
+            }
             // SAFETY: as above; `result` may be the send buffer, which may be this very
             // buffer: a move.
             Some(x) => unsafe { std::ptr::copy(x.as_ptr(), out.as_mut_ptr(), out.len()) },
@@ -1860,23 +1863,23 @@ impl Inner {
         let status = loop {
             let b = self.d.wring.as_mut()?;
             let (src, meta, bytes) = (b.next, b.meta, b.bytes);
-            if b.kind == coll::REDUCE && src == size {
+            if b.kind() == coll::REDUCE && src == size {
                 if let Some(s) = b.failed {
                     break s;
                 }
             }
-            if b.kind == coll::REDUCE && src == me {
+            if b.kind() == coll::REDUCE && src == me {
                 // SAFETY: the send buffer was checked as registered when the reduce started;
                 // the region cannot be dropped while this lock is held.
-                let mine = unsafe { std::slice::from_raw_parts(b.send as *const u8, bytes) };
+                let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
                 absorb(b, mine);
                 b.next += 1;
                 continue;
             }
-            if b.kind == coll::REDUCE && src == size {
+            if b.kind() == coll::REDUCE && src == size {
                 // SAFETY: as above, the receive buffer (which may be the send buffer, read
                 // already).
-                let out = unsafe { std::slice::from_raw_parts_mut(b.recv as *mut u8, bytes) };
+                let out = unsafe { std::slice::from_raw_parts_mut(b.r.tag as *mut u8, bytes) };
                 out.copy_from_slice(&b.acc);
                 break Status::Ok;
             }
@@ -1902,10 +1905,11 @@ impl Inner {
                         let ok = h.tag == meta && h.len as usize == bytes && b.failed.is_none();
                         if ok {
                             let x = &mut self.d.coll_x;
-                            let applies = b.kind == coll::REDUCE && !b.acc.is_empty();
+                            let applies = b.applies();
                             win.payload(src, &h, ring_place(b, x));
                             if applies {
-                                apply(b.dtype, b.op, &mut b.acc, &x[..bytes]);
+                                let (d, o) = dtype_op(&b.r);
+                                apply(d, o, &mut b.acc, &x[..bytes]);
                             }
                         }
                         win.consume(src, &h);
@@ -1919,9 +1923,9 @@ impl Inner {
             };
             let win = self.win.as_ref().unwrap();
             match took {
-                Some(Status::Ok) if b.kind == coll::REDUCE => b.next += 1,
+                Some(Status::Ok) if b.kind() == coll::REDUCE => b.next += 1,
                 // A reduce's root takes what the others sent for this reduce all the same.
-                Some(Status::Collision) if b.kind == coll::REDUCE => {
+                Some(Status::Collision) if b.kind() == coll::REDUCE => {
                     b.failed.get_or_insert(Status::Collision);
                     b.next += 1;
                 }
@@ -1949,10 +1953,17 @@ impl Inner {
         let rank = if status == Status::PeerDown {
             b.next
         } else {
-            b.root
+            b.r.rank
         };
-        let c = completion(op::COLLECTIVE, b.user, status, rank, b.count, b.recv);
-        let scan = matches!(b.kind, coll::SCAN | coll::EXSCAN);
+        let c = completion(
+            op::COLLECTIVE,
+            b.r.user,
+            status,
+            rank,
+            b.r.len,
+            coll_recv(&b.r),
+        );
+        let scan = matches!(b.kind(), coll::SCAN | coll::EXSCAN);
         if status != Status::Ok && scan && me + 1 < size {
             // The next member waits for this one's prefix, which will not come: it fails
             // too, with this status, rather than at its timeout.
@@ -1972,24 +1983,15 @@ impl Inner {
             // `acc` holds the members' before this one in rank order: an exclusive scan's
             // result; with this member's data applied, an inclusive one's, and the prefix
             // sent on either way.
-            let r = Request {
-                opcode: op::COLLECTIVE,
-                flags: b.kind,
-                access: b.dtype | b.op << 8,
-                rank: b.root,
-                addr: b.send,
-                tag: b.recv,
-                len: b.count,
-                ..Default::default()
-            };
             // SAFETY: the send buffer was checked as registered when the scan started.
-            let mine = unsafe { std::slice::from_raw_parts(b.send as *const u8, b.bytes) };
+            let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, b.bytes) };
             let mut x = std::mem::take(&mut self.d.coll_x);
             x.clear();
             x.extend_from_slice(&b.acc);
-            apply(b.dtype, b.op, &mut x, mine);
-            let result = if b.kind == coll::SCAN { &x } else { &b.acc };
-            let sent = self.scan_result(&r, b.meta, Some(result), &x, c);
+            let (d, o) = dtype_op(&b.r);
+            apply(d, o, &mut x, mine);
+            let result = if b.kind() == coll::SCAN { &x } else { &b.acc };
+            let sent = self.scan_result(&b.r, b.meta, Some(result), &x, c);
             self.d.coll_x = x;
             sent
         } else {

@@ -34,6 +34,7 @@ use ni_abi::reduce::{apply, identity};
 
 use std::sync::Arc;
 
+use crate::direct::dtype_op;
 use crate::mem::Mem;
 use crate::{coll_request, Done, Error, Ni, ReduceOp, Region, Result};
 
@@ -263,7 +264,7 @@ impl Ni {
     ) -> Result<Option<Places>> {
         let (me, size) = (self.rank() as usize, self.size() as usize);
         let bytes = r.len as usize * esize;
-        let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let (d, o) = dtype_op(&r);
         // An allgather's receive buffer holds every member's vector in rank order.
         let recv_bytes = if kind == Kind::Allgather {
             bytes * size
@@ -526,7 +527,7 @@ impl Ni {
     /// no member's data overlaps (its own, were they not apart, was copied to scratch).
     fn scan_in_place(&self, p: &Places) -> Result<Done> {
         let (r, bytes) = (&p.r, p.bytes);
-        let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let (d, o) = dtype_op(r);
         let upto = if p.kind == Kind::Scan { p.me + 1 } else { p.me };
         // SAFETY: the registered receive buffer (checked in `places`).
         let out = unsafe { std::slice::from_raw_parts_mut(r.tag as *mut u8, bytes) };
@@ -560,7 +561,7 @@ impl Ni {
     fn scan_scatter(&self, p: &Places) -> Result<Done> {
         debug_assert!(p.size > SCAN_IN_PLACE_MAX);
         let (r, me, size, esize) = (&p.r, p.me, p.size, p.esize);
-        let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let (d, o) = dtype_op(r);
         let n = r.len as usize;
         let chunk = |m: usize| (n * m / size * esize, n * (m + 1) / size * esize);
         let most = max_chunk(n, size, esize);
@@ -638,7 +639,7 @@ impl Ni {
     /// reduce), and round 3 if any result was read where its owner keeps it.
     fn reduce_scatter(&self, p: &Places, spare: &mut Vec<u8>) -> Result<Done> {
         let (r, me, size) = (&p.r, p.me, p.size);
-        let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+        let (d, o) = dtype_op(r);
         let reduce = p.kind == Kind::Reduce;
         let chunk = |m: usize| {
             let n = r.len as usize;
@@ -727,7 +728,7 @@ fn digest(keys: &[u32]) -> u64 {
 /// allgather of a known type, or an allreduce, reduce or scan of a known type and operator (a
 /// bitwise one on floats the fabric fails with its status).
 pub(crate) fn applies(r: &Request) -> bool {
-    let (d, o) = (r.access & 0xFF, (r.access >> 8) & 0xFF);
+    let (d, o) = dtype_op(r);
     r.opcode == ni_abi::fastpath::op::COLLECTIVE
         && dtype::size(d).is_some()
         && match r.flags {

@@ -898,6 +898,20 @@ fn ring_vector(r: usize, k: usize, count: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Members `0..upto`'s vectors of reduce or scan `k` summed in rank order: the bits the
+/// fabric's reduction gives. Each vector built once: built per element, the check of a
+/// 504-element reduce at P = 5 took longer than the members that ran ahead wait (debug
+/// build, a loaded machine), and they timed out.
+fn rank_order_sum(upto: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut sum = ring_vector(0, k, n);
+    for r in 1..upto {
+        for (a, x) in sum.iter_mut().zip(ring_vector(r, k, n)) {
+            *a += x;
+        }
+    }
+    sum
+}
+
 fn f64_bytes(v: &[f64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -931,10 +945,10 @@ fn reduce_scan_rings(ni: &Ni) {
             );
             return;
         }
-        let want: Vec<f64> = (0..n)
-            .map(|i| (1..p).fold(ring_vector(0, k, n)[i], |a, r| a + ring_vector(r, k, n)[i]))
-            .collect();
-        assert!(got == f64_bytes(&want), "reduce {k} to {root}: wrong bits");
+        assert!(
+            got == f64_bytes(&rank_order_sum(p, k, n)),
+            "reduce {k} to {root}: wrong bits"
+        );
     };
     // Inclusive scans on even k, exclusive on odd; the odd ones in place (send = receive).
     let scan = |k: usize| {
@@ -950,12 +964,10 @@ fn reduce_scan_rings(ni: &Ni) {
         let mut got = vec![0u8; n * 8];
         out.read_at(0, &mut got);
         let upto = if inclusive { me + 1 } else { me };
-        let want: Vec<f64> = (0..n)
-            .map(|i| match upto {
-                0 => 0.0,
-                _ => (1..upto).fold(ring_vector(0, k, n)[i], |a, r| a + ring_vector(r, k, n)[i]),
-            })
-            .collect();
+        let want = match upto {
+            0 => vec![0.0; n],
+            _ => rank_order_sum(upto, k, n),
+        };
         assert!(
             got == f64_bytes(&want),
             "scan {k} (inclusive {inclusive}): wrong bits"
