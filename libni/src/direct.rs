@@ -143,6 +143,28 @@ fn coll_status(ok: bool, meta: u64, id: u64) -> Status {
     }
 }
 
+/// A `COLL`'s `tag` and id as its sender meant them: with [`w::coll_id::CTL`] the id is the
+/// payload's first 8 bytes (taken off `data`; missing, no honest sender's: an id no role
+/// has) and the tag is the `meta` below ([`w::COLL_FAILED`] stays itself); else the id is 0.
+fn coll_words(tag: u64, data: &mut Vec<u8>) -> (u64, u64) {
+    if tag & w::coll_id::CTL == 0 {
+        return (tag, 0);
+    }
+    let Some(id) = data
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+    else {
+        return (tag, u64::MAX);
+    };
+    data.drain(..8);
+    let tag = if tag == w::COLL_FAILED {
+        tag
+    } else {
+        tag & !w::coll_id::CTL
+    };
+    (tag, id)
+}
+
 /// Fold a member's vector into the collective in the rings waiting for it: a broadcast's
 /// into its buffer, a reduce's into the result so far (the first as it is), a scan's
 /// previous prefix into `acc`.
@@ -216,6 +238,25 @@ pub(crate) struct WRing {
     /// timeout is seconds, a clock read 25 ns of a broadcast's 100.
     started: Option<Instant>,
     polls: u32,
+    /// A broadcast of more than a slot, read where its root keeps it.
+    rndv: Option<Rndv>,
+}
+
+/// A broadcast of more than a slot in the rings (`fastpath.md`, "Broadcasts read where the
+/// root keeps them"): its root sends every member a `COLL` `RNDV` saying where, each member
+/// reads the vector there itself and answers `ACK`, and the root returns once every member
+/// did. A member that cannot map the root's region (a guest) answers `NOMAP`, and the root
+/// sends it the vector in slot-sized pieces; a root whose memory nobody maps (a guest)
+/// sends every member pieces at once, and returns as a smaller broadcast's root does.
+#[derive(Clone, Copy)]
+pub(crate) struct Rndv {
+    /// The root's number for it, in every `COLL` of it (a member learns it from the `RNDV`).
+    seq: u64,
+    /// At a member: bytes of the vector taken as pieces; `None` before the first.
+    got: Option<usize>,
+    /// At the root: the pieces sent to the member that said `NOMAP` (`next`) still wait for
+    /// room in its ring; it counts as answered once they are all in.
+    flushing: bool,
 }
 
 impl WRing {
@@ -243,10 +284,10 @@ const RING_COLLS_QUEUED: usize = 1 << 20;
 const COLL_SPARES: usize = 64;
 
 /// One member's collective vectors taken from its ring ahead of the collectives that take
-/// them: `meta` and vector each, and the bytes they count against [`RING_COLLS_QUEUED`].
+/// them: `tag` and payload each, and the bytes they count against [`RING_COLLS_QUEUED`].
 #[derive(Clone, Default)]
 pub(crate) struct RingColls {
-    queue: VecDeque<(u64, u64, Vec<u8>)>,
+    queue: VecDeque<(u64, Vec<u8>)>,
     bytes: usize,
 }
 
@@ -261,15 +302,15 @@ impl RingColls {
         self.bytes + Self::cost(len) <= RING_COLLS_QUEUED
     }
 
-    /// A `COLL`'s `tag`, `id` and vector.
-    fn push(&mut self, meta: u64, id: u64, vector: Vec<u8>) {
-        self.bytes += Self::cost(vector.len());
-        self.queue.push_back((meta, id, vector));
+    /// A `COLL`'s `tag` and payload.
+    fn push(&mut self, tag: u64, payload: Vec<u8>) {
+        self.bytes += Self::cost(payload.len());
+        self.queue.push_back((tag, payload));
     }
 
-    fn pop(&mut self) -> Option<(u64, u64, Vec<u8>)> {
+    fn pop(&mut self) -> Option<(u64, Vec<u8>)> {
         let next = self.queue.pop_front()?;
-        self.bytes -= Self::cost(next.2.len());
+        self.bytes -= Self::cost(next.1.len());
         Some(next)
     }
 }
@@ -296,7 +337,7 @@ pub(crate) struct DirectState {
     pub wcoll: Option<WColl>,
     pub coll_round: u64,
     /// The collective in the rings this rank waits for (`kind::COLL`), and per member the
-    /// vectors taken from its ring that no collective here took yet: `meta`, vector.
+    /// vectors taken from its ring that no collective here took yet: `tag`, payload.
     pub wring: Option<WRing>,
     pub ring_colls: Vec<RingColls>,
     /// Next rendezvous id per destination (the fabric tag of a large message's payload).
@@ -323,6 +364,11 @@ pub(crate) struct DirectState {
     /// Vectors `ring_colls` held, emptied, for the next ones a pass takes out of the rings
     /// (members that run ahead send many; an allocation each was a tenth of a scan).
     pub coll_spare: Vec<Vec<u8>>,
+    /// The number of the last broadcast this rank rooted that members read where it keeps
+    /// it (`Rndv::seq`); 0 before the first.
+    pub rndv_seq: u64,
+    /// [`crate::Ni::act_as_guest`]: map no peer's memory, offer none of this process's.
+    pub as_guest: bool,
     /// During [`crate::Ni::drain_taking`]: the tags whose window messages are copied out of
     /// their rings into the caller's [`crate::Taken`] instead of into posted receives.
     pub taking: Option<crate::Taking>,
@@ -544,12 +590,18 @@ impl Inner {
         Ok(Sent::later(user))
     }
 
+    /// Whether peers may read this process's exported regions where they are: a host
+    /// process's (a guest's regions are guest memory, which no peer maps).
+    pub(crate) fn exports(&self) -> bool {
+        self.dev.maps_by_fd() && !self.d.as_guest
+    }
+
     /// Where `dest` may read `[addr, addr + len)` itself (`kind::GET`): in one of this
     /// process's exported regions (`Ni::alloc`'s, each a memory file a peer can be handed),
     /// from a host process (a guest's regions are guest memory, which no peer maps), toward a
     /// member that has not asked for the fabric's path.
     fn readable_at(&self, dest: u32, addr: u64, len: u64) -> Option<GetFrom> {
-        if self.d.no_get[dest as usize] || !self.dev.maps_by_fd() {
+        if self.d.no_get[dest as usize] || !self.exports() {
             return None;
         }
         let (key, offset) = self.exported_at(addr, len)?;
@@ -706,7 +758,7 @@ impl Inner {
     /// What `peer_maps` holds for `dest`'s region `key`, asked for now if nothing is.
     fn peer_entry(&mut self, dest: u32, key: u32) -> &Option<PeerMem> {
         const NONE: &Option<PeerMem> = &None;
-        let Some(win) = self.win.as_ref() else {
+        let Some(win) = self.win.as_ref().filter(|_| !self.d.as_guest) else {
             return NONE;
         };
         let g = win.regions(dest);
@@ -1338,7 +1390,7 @@ impl Inner {
                 data.resize(h.len as usize, 0);
                 win.payload(src, &h, &mut data);
                 win.consume(src, &h);
-                queued.push(h.tag, h.id, data);
+                queued.push(h.tag, data);
                 continue;
             }
             if h.kind == kind::AM {
@@ -1587,8 +1639,11 @@ impl Inner {
                 .is_some_and(|c| win.coll_ready(c.round))
     }
 
-    /// Start a vector collective (a COLLECTIVE request) in the window if it fits there.
-    pub(crate) fn w_collective(&mut self, r: &Request) -> Result<CollStart> {
+    /// Start a vector collective (a COLLECTIVE request) in the window if it fits there: up
+    /// to a slot, or up to `bcast_max` bytes for a broadcast (read where the root keeps it,
+    /// [`Rndv`]; only blocking ones, whose root's buffer stays put until every member read
+    /// it).
+    pub(crate) fn w_collective(&mut self, r: &Request, bcast_max: u64) -> Result<CollStart> {
         if self.win.is_none() || r.opcode != op::COLLECTIVE {
             return Ok(CollStart::Fabric);
         }
@@ -1596,7 +1651,12 @@ impl Inner {
         let Some(esize) = dtype::size(d) else {
             return Ok(CollStart::Fabric);
         };
-        let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= w::COLL_MAX) else {
+        let most = if kind == coll::BCAST {
+            bcast_max.max(w::COLL_MAX)
+        } else {
+            w::COLL_MAX
+        };
+        let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= most) else {
             return Ok(CollStart::Fabric);
         };
         let ring = in_rings(kind);
@@ -1679,6 +1739,9 @@ impl Inner {
         };
         let round = self.d.coll_round;
         let meta = w::coll_meta(kind, d, o, r.rank, r.len);
+        if ring && bytes > w::COLL_MAX {
+            return self.w_bcast_read(r, meta, data, bytes);
+        }
         if ring {
             return self.w_ring(r, meta, data, bytes as usize);
         }
@@ -1740,7 +1803,8 @@ impl Inner {
                 None => CollStart::Started(user),
             });
         }
-        self.d.wring = Some(WRing {
+        let acc = std::mem::take(&mut self.d.ring_acc);
+        self.w_ring_begin(WRing {
             r: Request { user, ..*r },
             meta,
             next: match kind {
@@ -1749,22 +1813,90 @@ impl Inner {
                 _ => me - 1,
             },
             bytes,
-            acc: std::mem::take(&mut self.d.ring_acc),
+            acc,
             failed: None,
             started: None,
             polls: 0,
-        });
+            rndv: None,
+        })
+    }
+
+    /// Wait in the rings for what `b` takes, taking what came already.
+    fn w_ring_begin(&mut self, b: WRing) -> Result<CollStart> {
+        let (user, early) = (b.r.user, ring_done(&b.r));
+        self.d.wring = Some(b);
         let took = self.w_ring_take();
         if !self.d.wake.is_empty() {
             self.w_flush_and_wake()?;
         }
         Ok(match took {
-            Some(c) if c.status == Status::Ok as u16 => CollStart::Done(user, ring_done(r)),
+            Some(c) if c.status == Status::Ok as u16 => CollStart::Done(user, early),
             Some(c) => {
                 self.finish_lib(c);
                 CollStart::Started(user)
             }
             None => CollStart::Started(user),
+        })
+    }
+
+    /// A blocking broadcast of more than a slot ([`Rndv`]): the root says where its vector
+    /// is (its buffer, or the bounce `Ni::broadcast` copied it to, in an exported region)
+    /// and waits for every member's answer; a member waits for the root's word.
+    fn w_bcast_read(
+        &mut self,
+        r: &Request,
+        meta: u64,
+        data: &[u8],
+        bytes: u64,
+    ) -> Result<CollStart> {
+        let user = self.lib_user();
+        let win = self.win.as_ref().unwrap();
+        let (me, size, root) = (win.rank, win.size, r.rank);
+        let mut seq = 0;
+        if me == root {
+            let at = if self.exports() {
+                self.exported_at(r.addr, bytes)
+            } else {
+                None
+            };
+            let Some((key, offset)) = at else {
+                // Nobody maps this process's memory (a guest's): every member gets the
+                // vector in pieces, and the root is done as a smaller broadcast's is.
+                let done = completion(op::COLLECTIVE, user, Status::Ok, root, r.len, r.addr);
+                let sent = self.ring_send(0..size, meta, data, done);
+                self.win.as_ref().unwrap().count_collective();
+                if !self.d.wake.is_empty() {
+                    self.w_flush_and_wake()?;
+                }
+                return Ok(match sent {
+                    Some(_) => CollStart::Done(user, ring_done(r)),
+                    None => CollStart::Started(user),
+                });
+            };
+            // Past the last that ended here (a client of this rank before this one may
+            // have rooted some).
+            seq = self.d.rndv_seq.max(win.rndv_ended(me)) + 1;
+            self.d.rndv_seq = seq;
+            let from = GetFrom { key, offset }.encode();
+            for m in (0..size).filter(|&m| m != me) {
+                self.coll_ctl(m, meta, w::coll_id::RNDV, seq, &from);
+            }
+        }
+        self.w_ring_begin(WRing {
+            r: Request { user, ..*r },
+            meta,
+            // The root takes every other member's answer in rank order.
+            next: if me == root { 0 } else { root },
+            bytes: bytes as usize,
+            acc: Vec::new(),
+            failed: None,
+            started: None,
+            polls: 0,
+            rndv: Some(Rndv {
+                seq,
+                got: None,
+                flushing: false,
+            }),
         })
     }
 
@@ -1780,34 +1912,98 @@ impl Inner {
         data: &[u8],
         done: Completion,
     ) -> Option<Completion> {
-        let win = self.win.as_mut().unwrap();
-        let h = Header {
-            kind: kind::COLL,
-            len: data.len() as u32,
-            tag: meta,
-            id: 0,
-            full: data.len() as u64,
-        };
-        let mut behind: Option<(usize, u32)> = None;
-        let me = win.rank;
-        for m in to.filter(|&m| m != me) {
-            match win.put(m, h, data, || None) {
-                Ok(true) => self.d.wake.push(m),
-                Ok(false) => {}
-                Err(()) => {
-                    let n = win.backlog_len(m);
-                    if behind.is_none_or(|(most, _)| n > most) {
-                        behind = Some((n, m));
-                    }
-                }
-            }
-        }
-        match behind {
-            Some((_, m)) => {
-                win.complete_last_with(m, done);
+        match self.ring_put_all(to, meta, data) {
+            Some(m) => {
+                self.win.as_mut().unwrap().complete_last_with(m, done);
                 None
             }
             None => Some(done),
+        }
+    }
+
+    /// Put a vector into the rings of the members in `to` but this one, in slot-sized
+    /// pieces past a slot (a broadcast read where the root keeps it, [`Rndv`], toward who
+    /// cannot). What finds no room waits for it; the member with the most waiting, if any.
+    fn ring_put_all(&mut self, to: std::ops::Range<u32>, meta: u64, data: &[u8]) -> Option<u32> {
+        let win = self.win.as_mut().unwrap();
+        let me = win.rank;
+        let piece = w::COLL_MAX as usize;
+        let pieces = data.len().div_ceil(piece).max(1);
+        let mut behind: Option<(usize, u32)> = None;
+        for m in to.filter(|&m| m != me) {
+            for k in 0..pieces {
+                let x = &data[k * piece..data.len().min((k + 1) * piece)];
+                let h = Header {
+                    kind: kind::COLL,
+                    len: x.len() as u32,
+                    tag: meta,
+                    id: w::coll_id::VECTOR,
+                    full: x.len() as u64,
+                };
+                if let Ok(true) = win.put(m, h, x, || None) {
+                    self.d.wake.push(m);
+                }
+            }
+            let n = win.backlog_len(m);
+            if n > 0 && behind.is_none_or(|(most, _)| n > most) {
+                behind = Some((n, m));
+            }
+        }
+        behind.map(|(_, m)| m)
+    }
+
+    /// A `COLL` of a broadcast read where its root keeps it ([`Rndv`]) to `m`: `role` and
+    /// the root's `seq` as its id, before `payload` ([`w::coll_id::CTL`]).
+    fn coll_ctl(&mut self, m: u32, meta: u64, role: u64, seq: u64, payload: &[u8]) {
+        let mut b = [0u8; 8 + w::GET_LEN as usize];
+        b[..8].copy_from_slice(&w::coll_id::make(role, seq).to_le_bytes());
+        b[8..8 + payload.len()].copy_from_slice(payload);
+        self.coll_put(m, meta | w::coll_id::CTL, &b[..8 + payload.len()]);
+    }
+
+    /// One `COLL` of `tag` and `payload` to `m`, or into its backlog.
+    fn coll_put(&mut self, m: u32, tag: u64, payload: &[u8]) {
+        let h = Header {
+            kind: kind::COLL,
+            len: payload.len() as u32,
+            tag,
+            id: 0,
+            full: payload.len() as u64,
+        };
+        if let Ok(true) = self.win.as_mut().unwrap().put(m, h, payload, || None) {
+            self.d.wake.push(m);
+        }
+    }
+
+    /// The next `COLL` from `src` — `tag`, id, payload ([`coll_words`]) — one a pass took out
+    /// of the ring already, else the ring's next message if it is one.
+    fn coll_next(&mut self, src: u32) -> Option<(u64, u64, Vec<u8>)> {
+        if let Some((tag, mut data)) = self.d.ring_colls[src as usize].pop() {
+            let (tag, id) = coll_words(tag, &mut data);
+            return Some((tag, id, data));
+        }
+        let win = self.win.as_mut().unwrap();
+        let h = win
+            .live()
+            .then(|| win.next(src))
+            .flatten()
+            .filter(|h| h.kind == kind::COLL)?;
+        let mut data = self.d.coll_spare.pop().unwrap_or_default();
+        data.resize(h.len as usize, 0);
+        win.payload(src, &h, &mut data);
+        win.consume(src, &h);
+        if win.publish_head_if_far(src) {
+            self.d.wake.push(src);
+        }
+        let (tag, id) = coll_words(h.tag, &mut data);
+        Some((tag, id, data))
+    }
+
+    /// Keep an emptied vector for the next `COLL` taken out of a ring.
+    fn coll_recycle(&mut self, mut data: Vec<u8>) {
+        if self.d.coll_spare.len() < COLL_SPARES && data.capacity() <= w::COLL_MAX as usize {
+            data.clear();
+            self.d.coll_spare.push(data);
         }
     }
 
@@ -1856,6 +2052,9 @@ impl Inner {
     /// completion once all did (or it failed). `None` too when it ended with its completion
     /// riding with a vector it sent on (a scan's prefix waiting for room).
     fn w_ring_take(&mut self) -> Option<Completion> {
+        if self.d.wring.as_ref()?.rndv.is_some() {
+            return self.w_rndv_take();
+        }
         let (me, size) = {
             let win = self.win.as_ref()?;
             (win.rank, win.size)
@@ -1885,16 +2084,13 @@ impl Inner {
             }
             // A vector whose length lies about its `meta` is no honest member's: as
             // different `meta`s, members in different collectives.
-            let took = if let Some((m, id, mut data)) = self.d.ring_colls[src as usize].pop() {
+            let took = if let Some((m, mut data)) = self.d.ring_colls[src as usize].pop() {
+                let (m, id) = coll_words(m, &mut data);
                 let ok = m == meta && data.len() == bytes && b.failed.is_none();
                 if ok {
                     absorb(b, &data);
                 }
-                if self.d.coll_spare.len() < COLL_SPARES && data.capacity() <= w::COLL_MAX as usize
-                {
-                    data.clear();
-                    self.d.coll_spare.push(data);
-                }
+                self.coll_recycle(data);
                 Some(coll_status(ok, m, id))
             } else {
                 // Straight from the ring when the vector is the next message there (no pass
@@ -1912,16 +2108,21 @@ impl Inner {
                                 apply(d, o, &mut b.acc, &x[..bytes]);
                             }
                         }
+                        // A failure passed on says its status as its payload.
+                        let mut id = [0u8; 8];
+                        if h.tag == w::COLL_FAILED && h.len == 8 {
+                            win.payload(src, &h, &mut id);
+                        }
                         win.consume(src, &h);
                         if win.publish_head_if_far(src) {
                             self.d.wake.push(src);
                         }
-                        Some(coll_status(ok, h.tag, h.id))
+                        Some(coll_status(ok, h.tag, u64::from_le_bytes(id)))
                     }
                     _ => None,
                 }
             };
-            let win = self.win.as_ref().unwrap();
+            let b = self.d.wring.as_mut().unwrap();
             match took {
                 Some(Status::Ok) if b.kind() == coll::REDUCE => b.next += 1,
                 // A reduce's root takes what the others sent for this reduce all the same.
@@ -1930,23 +2131,10 @@ impl Inner {
                     b.next += 1;
                 }
                 Some(s) => break s,
-                // Everything a member sent before it left was taken before its state was
-                // acted on (`w_progress`): this collective's vector never came.
-                None if !win.up(src)
-                    && ni_abi::window::state::incarnation(win.states[src as usize]) > 0 =>
-                {
-                    break Status::PeerDown
-                }
-                None => {
-                    let timeout = Duration::from_millis(win.coll_timeout_ms as u64);
-                    b.polls = b.polls.wrapping_add(1);
-                    if b.polls % 64 != 1
-                        || b.started.get_or_insert_with(Instant::now).elapsed() <= timeout
-                    {
-                        return None;
-                    }
-                    break Status::Timeout;
-                }
+                None => match self.w_ring_idle(src) {
+                    Some(s) => break s,
+                    None => return None,
+                },
             }
         };
         let mut b = self.d.wring.take().unwrap();
@@ -1967,17 +2155,7 @@ impl Inner {
         if status != Status::Ok && scan && me + 1 < size {
             // The next member waits for this one's prefix, which will not come: it fails
             // too, with this status, rather than at its timeout.
-            let win = self.win.as_mut().unwrap();
-            let h = Header {
-                kind: kind::COLL,
-                len: 0,
-                tag: w::COLL_FAILED,
-                id: status as u64,
-                full: 0,
-            };
-            if let Ok(true) = win.put(me + 1, h, &[], || None) {
-                self.d.wake.push(me + 1);
-            }
+            self.coll_put(me + 1, w::COLL_FAILED, &(status as u64).to_le_bytes());
         }
         let out = if status == Status::Ok && scan {
             // `acc` holds the members' before this one in rank order: an exclusive scan's
@@ -2003,6 +2181,230 @@ impl Inner {
         b.acc.clear();
         self.d.ring_acc = b.acc;
         out
+    }
+
+    /// The waiter blocked (up to 20 ms): the collective in the rings' next look at nothing
+    /// reads the clock, which a spinning waiter's does only every 64th time — else the
+    /// timeout would pass 64 blocks late.
+    pub(crate) fn w_ring_slept(&mut self) {
+        if let Some(b) = self.d.wring.as_mut() {
+            b.polls = 0;
+        }
+    }
+
+    /// Nothing from `src` for the collective in the rings: its end if `src` left (everything
+    /// a member sent before it left was taken before its state was acted on, `w_progress`:
+    /// what this collective waits for never came) or the timeout passed; `None`: wait on.
+    fn w_ring_idle(&mut self, src: u32) -> Option<Status> {
+        let win = self.win.as_ref().unwrap();
+        if !win.up(src) && ni_abi::window::state::incarnation(win.states[src as usize]) > 0 {
+            return Some(Status::PeerDown);
+        }
+        let timeout = Duration::from_millis(win.coll_timeout_ms as u64);
+        let b = self.d.wring.as_mut().unwrap();
+        b.polls = b.polls.wrapping_add(1);
+        if b.polls % 64 != 1 || b.started.get_or_insert_with(Instant::now).elapsed() <= timeout {
+            return None;
+        }
+        Some(Status::Timeout)
+    }
+
+    /// [`Self::w_ring_take`] for a broadcast read where its root keeps it ([`Rndv`]): at
+    /// the root every other member's answer, in rank order; at a member the root's word and
+    /// the read, or the pieces.
+    fn w_rndv_take(&mut self) -> Option<Completion> {
+        let (me, size) = {
+            let win = self.win.as_ref()?;
+            (win.rank, win.size)
+        };
+        let status = loop {
+            let b = self.d.wring.as_mut()?;
+            let (src, root) = (b.next, b.r.rank);
+            if me == root && src == me {
+                b.next += 1;
+                continue;
+            }
+            if me == root && src >= size {
+                break Status::Ok;
+            }
+            let rn = b.rndv.as_mut().unwrap();
+            if rn.flushing {
+                if self.win.as_ref().unwrap().backlog_len(src) == 0 {
+                    rn.flushing = false;
+                    b.next += 1;
+                    continue;
+                }
+                // A pass moves them as the member makes room.
+                match self.w_ring_idle(src) {
+                    Some(s) => break s,
+                    None => return None,
+                }
+            }
+            let Some((tag, id, data)) = self.coll_next(src) else {
+                match self.w_ring_idle(src) {
+                    Some(s) => break s,
+                    None => return None,
+                }
+            };
+            let step = if tag == w::COLL_FAILED {
+                // A scan's failure passed on: `src` is in another collective.
+                Some(coll_status(false, tag, id))
+            } else if me == root {
+                self.rndv_root_step(src, tag, id)
+            } else {
+                self.rndv_member_step(tag, id, &data)
+            };
+            self.coll_recycle(data);
+            if let Some(s) = step {
+                break s;
+            }
+        };
+        let b = self.d.wring.take().unwrap();
+        let win = self.win.as_ref().unwrap();
+        if me == b.r.rank {
+            // A member that reads it from now on drops what it read.
+            win.set_rndv_ended(b.rndv.unwrap().seq);
+        }
+        if status == Status::Ok {
+            win.count_collective();
+        }
+        let rank = if status == Status::PeerDown {
+            b.next
+        } else {
+            b.r.rank
+        };
+        let c = completion(
+            op::COLLECTIVE,
+            b.r.user,
+            status,
+            rank,
+            b.r.len,
+            coll_recv(&b.r),
+        );
+        if me == b.r.rank {
+            return Some(c);
+        }
+        // Its answer waits for room: the member is done when the root can see it (as a
+        // blocking send), not before — it might never make another call that moves it.
+        self.win
+            .as_mut()
+            .unwrap()
+            .complete_last_if_free(b.r.rank, c)
+            .err()
+    }
+
+    /// The root of a broadcast read where it keeps it takes `COLL` `tag`, `id` from member
+    /// `src`: its end, or `None` to take on.
+    fn rndv_root_step(&mut self, src: u32, tag: u64, id: u64) -> Option<Status> {
+        use w::coll_id::{ACK, NOMAP, RNDV};
+        let b = self.d.wring.as_mut().unwrap();
+        let (role, seq) = (w::coll_id::role(id), w::coll_id::seq(id));
+        let mine = tag == b.meta && seq == b.rndv.unwrap().seq;
+        match role {
+            ACK if mine => b.next += 1,
+            NOMAP if mine => {
+                let meta = b.meta;
+                // SAFETY: the root's buffer (or its bounce) was checked as registered when
+                // the broadcast started; the region cannot be dropped while the lock is held.
+                let v = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, b.bytes) };
+                let waits = self.ring_put_all(src..src + 1, meta, v).is_some();
+                let b = self.d.wring.as_mut().unwrap();
+                if waits {
+                    b.rndv.as_mut().unwrap().flushing = true;
+                } else {
+                    b.next += 1;
+                }
+            }
+            // Answers to an earlier broadcast of this root, which it gave up on.
+            ACK | NOMAP => {}
+            RNDV => {
+                // `src` roots another broadcast: it learns that this member will not read
+                // it, and both fail.
+                self.coll_ctl(src, tag, ACK, seq, &[]);
+                return Some(Status::Collision);
+            }
+            _ => return Some(Status::Collision),
+        }
+        None
+    }
+
+    /// A member of a broadcast read where its root keeps it takes `COLL` `tag`, `id`,
+    /// `data` from the root: its end, or `None` to take on.
+    fn rndv_member_step(&mut self, tag: u64, id: u64, data: &[u8]) -> Option<Status> {
+        use w::coll_id::{ACK, NOMAP, RNDV, VECTOR};
+        let b = self.d.wring.as_mut().unwrap();
+        let (role, seq) = (w::coll_id::role(id), w::coll_id::seq(id));
+        let (root, meta, bytes, to) = (b.r.rank, b.meta, b.bytes, b.r.addr);
+        let rn = b.rndv.as_mut().unwrap();
+        match role {
+            // Answers to an earlier broadcast this member rooted.
+            ACK | NOMAP => None,
+            RNDV => {
+                let from = (tag == meta && rn.got.is_none())
+                    .then(|| <&[u8; w::GET_LEN as usize]>::try_from(data).ok())
+                    .flatten()
+                    .and_then(GetFrom::decode);
+                let Some(from) = from else {
+                    // Another broadcast (or no honest root's word): the root need not wait
+                    // for this member.
+                    self.coll_ctl(root, tag, ACK, seq, &[]);
+                    return Some(Status::Collision);
+                };
+                rn.seq = seq;
+                if self.win.as_ref().unwrap().rndv_ended(root) >= seq {
+                    // The root gave up on it (a member was too late, or left).
+                    return Some(Status::Timeout);
+                }
+                let at = match self.peer_map(root, from.key) {
+                    Some((base, len)) => from
+                        .offset
+                        .checked_add(bytes as u64)
+                        .filter(|&end| end <= len)
+                        .map(|_| base.wrapping_add(from.offset as usize)),
+                    None => {
+                        self.coll_ctl(root, meta, NOMAP, seq, &[]);
+                        self.d.wring.as_mut().unwrap().rndv.as_mut().unwrap().got = Some(0);
+                        return None;
+                    }
+                };
+                let Some(at) = at else {
+                    self.coll_ctl(root, meta, ACK, seq, &[]);
+                    return Some(Status::BadDescriptor);
+                };
+                // SAFETY: `[at, + bytes)` lies in the root's region as mapped (checked just
+                // above), which `peer_maps` keeps mapped while this lock is held; the
+                // broadcast's buffer was checked as registered when it started, and no
+                // mapping of a peer's region overlaps this process's own memory.
+                unsafe { std::ptr::copy_nonoverlapping(at, to as *mut u8, bytes) };
+                // What the copy read, before the look that says the root still waited.
+                std::sync::atomic::fence(Ordering::Acquire);
+                if self.win.as_ref().unwrap().rndv_ended(root) >= seq {
+                    return Some(Status::Timeout);
+                }
+                self.coll_ctl(root, meta, ACK, seq, &[]);
+                Some(Status::Ok)
+            }
+            // Pieces: after this member's `NOMAP`, or from a root whose memory nobody maps
+            // (no `RNDV` then).
+            VECTOR if tag == meta && (rn.got.is_some() || rn.seq == 0) => {
+                let got = rn.got.unwrap_or(0);
+                if data.len() != (bytes - got).min(w::COLL_MAX as usize) {
+                    return Some(Status::Collision);
+                }
+                // SAFETY: the buffer was checked as registered for `bytes` when the
+                // broadcast started, and `got + data.len() <= bytes`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        (to as *mut u8).add(got),
+                        data.len(),
+                    )
+                };
+                rn.got = Some(got + data.len());
+                (got + data.len() == bytes).then_some(Status::Ok)
+            }
+            _ => Some(Status::Collision),
+        }
     }
 
     /// Finish the window collective in flight if every member has published its part.

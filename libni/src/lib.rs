@@ -463,6 +463,9 @@ pub struct Ni {
     relax_spins: AtomicU32,
     /// Scratch of collectives too large for the window's slots (`large.rs`).
     scratch: Mutex<large::Scratch>,
+    /// Where a broadcast's root whose buffer is not exported copies a vector its members
+    /// read where it keeps it (`Ni::bcast_read`): made at the first.
+    rndv_bounce: Mutex<Option<Region>>,
 }
 
 /// How a waiting libni gives the CPU away after its short spin, before it blocks on the
@@ -495,11 +498,13 @@ const _: () = assert!(CQ_ENTRIES.is_power_of_two());
 /// 20.9 -> 14.0 us, tests/bench/README.md); with 4032-byte slots two pieces and the scratch
 /// path tie at 1 Ki f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
 const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
-/// Broadcasts, reduces and scans of 4 members and more go in slot-sized pieces up to this:
-/// each piece messages in the rings (`direct.rs`), the members that send running ahead,
-/// where the path through exported memory takes a round (or two) in which every member must
-/// run (a broadcast of 32 KiB at P = 8 on one cpu: 41 against 69 us; Open MPI 51). With 2
-/// or 3 members that path wins (32 KiB between two cores: 1.34 against 4.6 us in pieces).
+/// Reduces and scans of 4 members and more go in slot-sized pieces up to this: each piece
+/// messages in the rings (`direct.rs`), the members that send running ahead, where the path
+/// through exported memory takes a round (or two) in which every member must run (a scan of
+/// 1 Ki f64 at P = 8 on one cpu: 14 against 73 us; Open MPI 41-44). With 2 or 3 members
+/// that path wins (32 KiB between two cores: 1.34 against 4.6 us in pieces). Blocking
+/// broadcasts of more than a slot up to this, at any size of partition, are read by every
+/// member where the root keeps them (`Ni::bcast_read`).
 const RING_PIECES_MAX: usize = 16 * ni_abi::window::COLL_MAX as usize;
 const AM_SLOTS: u32 = 64;
 const BOUNCE: usize = 64 << 10;
@@ -956,6 +961,7 @@ impl Ni {
             am_queued,
             relax_spins: AtomicU32::new(0),
             scratch: Mutex::new(Default::default()),
+            rndv_bounce: Mutex::new(None),
         };
         // The first request sets up the completion ring; its completion lands in it.
         let (cq_iova, am_iova) = {
@@ -1198,9 +1204,9 @@ impl Ni {
 
     /// A blocking element-wise collective (broadcast, reduce, allreduce, scan) of a vector a
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
-    /// element order, instead of the fabric's path (broadcasts, reduces and scans as
-    /// consecutive collectives in the rings, up to [`RING_PIECES_MAX`] with 4 members or
-    /// more). Every member splits alike (same count and type), and each piece is combined
+    /// element order, instead of the fabric's path (reduces and scans as consecutive
+    /// collectives in the rings, up to [`RING_PIECES_MAX`] with 4 members or more;
+    /// broadcasts up to that read where the root keeps them, [`Ni::bcast_read`]). Every member splits alike (same count and type), and each piece is combined
     /// in rank order as the whole vector would be, so the bits are the same. Larger allreduces and reduces go
     /// through the members' exported scratch, larger broadcasts read the root's vector
     /// where it exports it, and in larger scans every member reads the earlier members'
@@ -1210,6 +1216,9 @@ impl Ni {
         let count = r.len as usize;
         if count <= per || !self.direct() {
             return self.request(r);
+        }
+        if r.flags == ni_abi::fastpath::coll::BCAST && count * esize <= RING_PIECES_MAX {
+            return self.bcast_read(r, count * esize);
         }
         let most = if direct::in_rings(r.flags) && self.size() >= 4 {
             RING_PIECES_MAX
@@ -1236,14 +1245,50 @@ impl Ni {
         last.ok_or_else(|| Error::BadArgument("an empty collective".into()))
     }
 
+    /// A blocking broadcast of more than a slot, up to [`RING_PIECES_MAX`]: every member
+    /// reads it where the root keeps it (`direct::Rndv`), the root returning once they did.
+    /// A root whose buffer is not exported copies the vector into an exported bounce first.
+    fn bcast_read(&self, mut r: Request, bytes: usize) -> Result<Done> {
+        let mut _bounce = None;
+        if r.rank == self.rank() {
+            let copy = {
+                let i = self.lock();
+                i.exports()
+                    && i.registered(r.addr, bytes as u64)
+                    && i.exported_at(r.addr, bytes as u64).is_none()
+            };
+            if copy {
+                let mut g = self.rndv_bounce.lock().unwrap_or_else(|e| e.into_inner());
+                if g.is_none() {
+                    *g = Some(self.alloc(RING_PIECES_MAX)?);
+                }
+                let b = g.as_ref().unwrap();
+                // SAFETY: `[r.addr, + bytes)` lies in a registered region (checked above)
+                // the caller holds through this call; the bounce holds `RING_PIECES_MAX`.
+                unsafe { std::ptr::copy_nonoverlapping(r.addr as *const u8, b.as_ptr(), bytes) };
+                r.addr = b.iova();
+                // Held until every member read it.
+                _bounce = Some(g);
+            }
+        }
+        let o = self.start_with(r, RING_PIECES_MAX as u64)?;
+        self.wait(o)
+    }
+
     /// Publish a request, waiting for ring space.
     fn start(&self, r: Request) -> Result<Op> {
+        self.start_with(r, 0)
+    }
+
+    /// [`Self::start`], a broadcast of up to `bcast_max` bytes in the window
+    /// (`Inner::w_collective`).
+    fn start_with(&self, r: Request, bcast_max: u64) -> Result<Op> {
         // When the wait for room began: read at the first look that finds none (most
         // requests find room at once, and a clock read is as dear as the rest of a post).
         let mut since = None;
         if r.opcode == op::COLLECTIVE {
             loop {
-                let s = self.lock().w_collective(&r)?;
+                let s = self.lock().w_collective(&r, bcast_max)?;
                 match s {
                     direct::CollStart::Started(user) => return Ok(Op::new(user, r.opcode, r.rank)),
                     direct::CollStart::Done(user, d) => {
@@ -1298,6 +1343,16 @@ impl Ni {
     #[doc(hidden)]
     pub fn window_inject(&self, dest: u32, raw: &[u8; ni_abi::window::SLOT as usize]) -> bool {
         self.window_inject_with(dest, raw, &[])
+    }
+
+    /// From now on map no peer's memory and offer none of this process's, as a guest's libni
+    /// does (its memory is the guest's): the paths members take toward and from a guest,
+    /// on the host (tests).
+    #[doc(hidden)]
+    pub fn act_as_guest(&self) {
+        let mut i = self.lock();
+        i.d.as_guest = true;
+        i.d.peer_maps.clear();
     }
 
     /// [`Ni::window_inject`] with `area` written into the ring's payload area where the
@@ -1681,9 +1736,11 @@ impl Ni {
             }
         }
         wait_event(&self.cq_event, Duration::from_millis(20));
-        if let Some(w) = self.lock().win.as_mut() {
+        let mut i = self.lock();
+        if let Some(w) = i.win.as_mut() {
             w.set_sleeping(false);
         }
+        i.w_ring_slept();
         Ok(None)
     }
 

@@ -182,6 +182,22 @@ impl Window {
         self.u32(w::regions_word(r)).load(Ordering::Acquire)
     }
 
+    /// The number of the last broadcast member `r` rooted, read where it keeps it, that
+    /// ended there ([`w::zone::RNDV_ENDED`]).
+    pub fn rndv_ended(&self, r: u32) -> u64 {
+        self.u64(w::rndv_ended_word(r)).load(Ordering::Acquire)
+    }
+
+    /// Say this rank's broadcast `seq` ended: a member that reads it from here on drops what
+    /// it read. The full fence keeps the application's next stores into the buffer behind
+    /// this one (a member checks this word after its copy: if it does not see it, its copy
+    /// saw none of them).
+    pub fn set_rndv_ended(&self, seq: u64) {
+        self.u64(w::rndv_ended_word(self.rank))
+            .store(seq, Ordering::Release);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
     pub fn all_up(&self) -> bool {
         (0..self.size).all(|r| self.up(r))
     }
@@ -386,6 +402,18 @@ impl Window {
     pub fn complete_last_with(&mut self, dst: u32, c: Completion) {
         if let Some(last) = self.backlog[dst as usize].back_mut() {
             last.2 = Some(c);
+        }
+    }
+
+    /// [`Self::complete_last_with`] if the last message waiting toward `dst` has no
+    /// completion yet; `c` back if it has one, or nothing waits.
+    pub fn complete_last_if_free(&mut self, dst: u32, c: Completion) -> Result<(), Completion> {
+        match self.backlog[dst as usize].back_mut() {
+            Some(last) if last.2.is_none() => {
+                last.2 = Some(c);
+                Ok(())
+            }
+            _ => Err(c),
         }
     }
 

@@ -67,15 +67,11 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
             direct,
             "{large} large allreduces in the window, P = {p}"
         );
-        // Broadcasts of 2100 u64 and up (fastpath.md, "Large broadcast in the window"): 5
-        // sizes from every root, the last in two pieces; with 4 members and more the 2100
-        // u64 go as messages in the rings (`RING_PIECES_MAX`).
+        // Broadcasts of 200000 u64 and up (fastpath.md, "Large broadcast in the window"):
+        // 3 sizes from every root, the last in two pieces; the 2100 u64 are read where the
+        // root keeps them, without a round ("Broadcasts read where the root keeps them").
         let bcasts = d.counter(0, "window_large_bcasts");
-        let want = match (direct, p >= 4) {
-            (false, _) => 0,
-            (true, false) => 6 * p as u64,
-            (true, true) => 4 * p as u64,
-        };
+        let want = if direct { 4 * p as u64 } else { 0 };
         assert_eq!(bcasts, want, "large broadcasts in the window, P = {p}");
         // Reduces of 2000 i64 (twice) and 200000 to every root, through the same exported
         // memory; with 4 members and more the 2000 i64 go as pieces in the rings.
@@ -152,6 +148,23 @@ fn small_broadcasts_from_a_root_that_runs_ahead_arrive_in_order() {
             );
         }
     }
+}
+
+/// Broadcasts of more than a slot read where the root keeps them (fastpath.md, "Broadcasts
+/// read where the root keeps them"): from `alloc` regions and from registered heap memory,
+/// with a member that maps nobody's memory (as a guest), a member in a different broadcast,
+/// and a member later than the collective timeout.
+#[test]
+fn broadcasts_past_a_slot_are_read_where_the_root_keeps_them() {
+    for p in [1, 2, 3, 5] {
+        let d = Daemon::start(p);
+        run(&d, p, "bcast-read");
+        if p >= 3 {
+            run(&d, p, "bcast-read-guest");
+        }
+    }
+    let d = Daemon::start_with(2, Some("collective_timeout_secs = 1.0\n"));
+    run(&d, 2, "bcast-read-late");
 }
 
 /// Reduces and scans as messages in the rings: the members that only send run ahead of

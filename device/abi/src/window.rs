@@ -74,7 +74,9 @@ pub mod hdr {
     /// `kind::FIN`).
     /// 13: small broadcasts as messages from the root in the rings (`kind::COLL`).
     /// 14: small reduces (to the root) and scans (member to next member) in the rings too.
-    pub const VERSION_VALUE: u32 = 14;
+    /// 15: broadcasts of up to 16 slots read where the root keeps them ([`super::coll_id`],
+    /// [`super::zone::RNDV_ENDED`]).
+    pub const VERSION_VALUE: u32 = 15;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -156,6 +158,11 @@ pub mod zone {
     /// spins before it yields only while no peer waits on its cpu (`fastpath.md`,
     /// "Waiting and waking").
     pub const CPU: u64 = 0x4;
+    /// u64: the number of the last broadcast this rank rooted that members read where it
+    /// keeps it ([`super::coll_id::RNDV`]) and that ended here: a member that read one of
+    /// that number or lower since may have read it rewritten, and drops what it read. Its
+    /// own line, apart from the words writers read on every message.
+    pub const RNDV_ENDED: u64 = 0x40;
     /// The rank's counters, [`super::stats`].
     pub const STATS: u64 = 0x100;
     /// Per destination `d`, at `+ 16·d`: T3E SENDs this rank stored into `d`'s queues
@@ -187,6 +194,10 @@ pub fn sleeping(rank: u32) -> u64 {
 
 pub fn cpu_word(rank: u32) -> u64 {
     zone(rank) + zone::CPU
+}
+
+pub fn rndv_ended_word(rank: u32) -> u64 {
+    zone(rank) + zone::RNDV_ENDED
 }
 
 /// Rank-written counters (u64) at [`stats_line`]: messages and bytes whose payload went
@@ -421,14 +432,46 @@ pub mod kind {
     /// bytes (`fastpath.md`, "Collectives in the rings"): `tag` the collective's
     /// [`super::coll_meta`], the vector as an eager message's payload. Its sender is done
     /// once it sent; its receiver takes the next from that sender when it calls the
-    /// collective. `tag` [`super::COLL_FAILED`], `len` 0: the scan this member's prefix
-    /// would have come in failed here, with the status in `id`.
+    /// collective. `tag` [`super::COLL_FAILED`], `len` 8: the scan this member's prefix
+    /// would have come in failed here, with the status as the payload (u64). With
+    /// [`super::coll_id::CTL`] in `tag`: a broadcast's words ([`super::coll_id`]).
     pub const COLL: u8 = 7;
 }
 
+/// A `COLL`'s `id`: its role in the low byte, and in a broadcast read where the root keeps
+/// it, the root's number for that broadcast above (`fastpath.md`, "Collectives in the
+/// rings"). A `COLL`'s header slot has no room for an id (its payload's first 16 bytes are
+/// there): a `COLL` that has one sets [`coll_id::CTL`] in its `tag` and carries the id as its
+/// payload's first 8 bytes (little-endian), the rest after.
+pub mod coll_id {
+    /// In a `COLL`'s `tag` (over the collective's `meta`, whose low byte, the collective's
+    /// kind, never has it): the payload starts with the id. [`super::COLL_FAILED`] has it.
+    pub const CTL: u64 = 0x80;
+    /// A vector (or a slot-sized piece of one), as the payload.
+    pub const VECTOR: u64 = 0;
+    /// From a broadcast's root: read the vector yourself, in my region, at the
+    /// [`super::GetFrom`] in the payload ([`super::GET_LEN`] bytes).
+    pub const RNDV: u64 = 1;
+    /// To the root: read (or not wanted: a member in another collective); the root may
+    /// return.
+    pub const ACK: u64 = 2;
+    /// To the root: I cannot map your region (a guest): send me the vector in pieces.
+    pub const NOMAP: u64 = 3;
+
+    pub const fn make(role: u64, seq: u64) -> u64 {
+        role | seq << 8
+    }
+    pub const fn role(id: u64) -> u64 {
+        id & 0xFF
+    }
+    pub const fn seq(id: u64) -> u64 {
+        id >> 8
+    }
+}
+
 /// A `COLL`'s `tag` in place of a scan's prefix that will not come: its sender's scan
-/// failed (status in `id`), and so does the next member's. No [`coll_meta`] is this (kind
-/// 0xFF).
+/// failed (its status as the id, [`coll_id::CTL`]), and so does the next member's. No
+/// [`coll_meta`] is this (kind 0xFF).
 pub const COLL_FAILED: u64 = 0xFF;
 
 /// A `FIN`'s status (@16).
@@ -825,6 +868,7 @@ mod tests {
             };
             mine(sleeping(r), 4);
             mine(cpu_word(r), 4);
+            mine(rndv_ended_word(r), 8);
             mine(stats_line(r), stats::LEN);
             for p in 0..MAX_RANKS {
                 mine(mq_stats(r, p), MQ_STATS_LEN);

@@ -364,12 +364,12 @@ fn vectors(ni: &Ni) {
         send.read_at(0, &mut got);
         assert!(got == data, "broadcast from {root}");
     }
-    // Broadcasts past two slots: every member reads the root's vector where the root keeps
-    // it (fastpath.md, "Large broadcast in the window") — in its `alloc` region as it is, or
-    // copied into its scratch from registered heap memory (odd roots) — or with
-    // NI_TEST_DIRECT=off the fabric's path. 12 MiB goes in two pieces; with 4 members and
-    // more 2100 u64 go as slot-sized messages in the rings. Twice each size,
-    // the second with the keys already agreed on; a member's buffer holds garbage before.
+    // Broadcasts past a slot: every member reads the root's vector where the root keeps it
+    // — in its `alloc` region as it is, or copied from registered heap memory (odd roots)
+    // into a bounce (2100 u64, fastpath.md "Broadcasts read where the root keeps them") or
+    // its scratch (larger, "Large broadcast in the window") — or with NI_TEST_DIRECT=off
+    // the fabric's path. 12 MiB goes in two pieces. Twice each size, the second with the
+    // keys already agreed on; a member's buffer holds garbage before.
     let heap = ni_tests::AppMemory::register(ni, 12 << 20, 0);
     for count in [2100usize, 2100, 200_000, 200_000, (12 << 20) / 8] {
         for root in 0..p {
@@ -1055,6 +1055,102 @@ fn reduce_scan_rings(ni: &Ni) {
     ni.barrier().unwrap();
 }
 
+/// Broadcasts of more than a slot, up to 16 (fastpath.md, "Broadcasts read where the root
+/// keeps them"): every member reads the root's vector where it keeps it — its `alloc`
+/// region, or a bounce it copied registered heap memory into — and the root returns only
+/// once every member did, so it may rewrite its buffer at once (a member that comes late
+/// still gets what was broadcast). With `guest`, member 1 maps nobody's memory and offers
+/// none of its own, as a guest's libni: it asks roots for pieces, and as the root sends
+/// them. With NI_TEST_DIRECT=off the fabric's path.
+fn bcast_read(ni: &Ni, guest: bool) {
+    let (p, me) = (ni.size() as usize, ni.rank() as usize);
+    let direct = ni.direct();
+    if guest && me == 1 {
+        ni.act_as_guest();
+    }
+    let buf = ni.alloc(1 << 16).unwrap();
+    let heap = ni_tests::AppMemory::register(ni, 1 << 16, 0);
+    // 4040 bytes (just past a slot), 8800, and 64512 (16 slots: the most).
+    for (k, count) in [505usize, 1100, 8064].into_iter().enumerate() {
+        for root in 0..p {
+            for on_heap in [false, true] {
+                let b: &ni::Region = if on_heap { &heap } else { &buf };
+                let data = bcast_data(root, k, count);
+                if me == root {
+                    b.write_at(0, &data);
+                } else {
+                    b.write_at(0, &vec![0xA5u8; data.len()]);
+                    if me == 1 {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+                ni.broadcast::<u64>(root as u32, b, 0, count)
+                    .unwrap_or_else(|e| panic!("broadcast of {count} u64 from {root}: {e}"));
+                if me == root {
+                    b.write_at(0, &vec![0x3Cu8; data.len()]);
+                    continue;
+                }
+                let mut got = vec![0u8; data.len()];
+                b.read_at(0, &mut got);
+                if let Some(i) = (0..got.len()).find(|&i| got[i] != data[i]) {
+                    panic!("broadcast of {count} u64 from {root} (heap {on_heap}): byte {i}");
+                }
+            }
+        }
+    }
+    // A member in a different broadcast (one element more): in the window it alone fails
+    // with collision, telling the root it will not read; in the fabric's round every member.
+    if p > 1 {
+        let n = if me == 1 { 1101 } else { 1100 };
+        let r = ni.broadcast::<u64>(0, &buf, 0, n);
+        if me == 1 || !direct {
+            expect_status(r, Status::Collision);
+        } else {
+            r.unwrap();
+        }
+        // And the next is everyone's again.
+        let data = bcast_data(0, 99, 1100);
+        buf.write_at(0, if me == 0 { &data[..] } else { &[0u8; 8800][..] });
+        ni.broadcast::<u64>(0, &buf, 0, 1100).unwrap();
+        let mut got = vec![0u8; data.len()];
+        buf.read_at(0, &mut got);
+        assert!(got == data, "broadcast after the collision");
+    }
+    ni.barrier().unwrap();
+}
+
+/// A member later than the collective timeout (1 s here) to a broadcast read where the root
+/// keeps it: the root stops waiting and fails with timeout, and the member, when it comes,
+/// fails too instead of reading a buffer the root may have rewritten since; the next
+/// broadcast is everyone's again. Two members, in the window only.
+fn bcast_read_late(ni: &Ni) {
+    const TAG: u64 = 0x6c61_7465;
+    let me = ni.rank();
+    let buf = ni.alloc(1 << 16).unwrap();
+    let ctl = ni.alloc(4096).unwrap();
+    let data = bcast_data(0, 7, 2000);
+    if !ni.direct() {
+        println!("no window: nothing to time out member to member");
+        return;
+    }
+    if me == 0 {
+        buf.write_at(0, &data);
+        expect_status(ni.broadcast::<u64>(0, &buf, 0, 2000), Status::Timeout);
+        buf.write_at(0, &[0x3Cu8; 16000]);
+        ni.recv(Some(1), &ctl, 0..8, TAG, u64::MAX).unwrap();
+        buf.write_at(0, &data);
+    } else {
+        std::thread::sleep(Duration::from_millis(1500));
+        buf.write_at(0, &[0xA5u8; 16000]);
+        expect_status(ni.broadcast::<u64>(0, &buf, 0, 2000), Status::Timeout);
+        ni.send(0, &ctl, 0..8, TAG).unwrap();
+    }
+    ni.broadcast::<u64>(0, &buf, 0, 2000).unwrap();
+    let mut got = vec![0u8; data.len()];
+    buf.read_at(0, &mut got);
+    assert!(got == data, "broadcast after the late one");
+}
+
 /// A root that broadcasts and leaves: what it sent in the rings before it left still comes
 /// to every member (its last broadcast is not lost); the next from it fails with peer down.
 fn bcast_root_leaves(ni: &Ni) {
@@ -1119,6 +1215,9 @@ fn main() {
         "rejoin" => rejoin(&ni),
         "bcast-rings" => bcast_rings(&ni),
         "bcast-root-leaves" => bcast_root_leaves(&ni),
+        "bcast-read" => bcast_read(&ni, false),
+        "bcast-read-guest" => bcast_read(&ni, true),
+        "bcast-read-late" => bcast_read_late(&ni),
         "reduce-scan-rings" => reduce_scan_rings(&ni),
         other => panic!("unknown scenario {other}"),
     }
