@@ -503,9 +503,16 @@ const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
 /// through exported memory takes a round (or two) in which every member must run (a scan of
 /// 1 Ki f64 at P = 8 on one cpu: 14 against 73 us; Open MPI 41-44). With 2 or 3 members
 /// that path wins (32 KiB between two cores: 1.34 against 4.6 us in pieces). Blocking
-/// broadcasts of more than a slot up to this, at any size of partition, are read by every
-/// member where the root keeps them (`Ni::bcast_read`).
+/// broadcasts up to this are read by every member where the root keeps them
+/// (`Ni::bcast_read`) past a slot — with 4 members or more, past [`BCAST_PIECES_MAX`].
 const RING_PIECES_MAX: usize = 16 * ni_abi::window::COLL_MAX as usize;
+/// With 4 members or more, blocking broadcasts up to this go as pieces in the rings still
+/// (`RING_PIECES_MAX`), larger ones read where the root keeps them: a root that runs ahead
+/// beats one that waits for every member's read up to 8 KiB (at P = 4 / 8 between two cpus
+/// 3.6-4.0 / 17-23 us against 9.2-10.6 / 20-25, on one cpu 6.3 / 25-27 against 13-20 /
+/// 44-60), not from 16 KiB (between two cpus 14-16 / 36-40 against 7-11 / 22-27, on one
+/// cpu the same).
+const BCAST_PIECES_MAX: usize = 3 * ni_abi::window::COLL_MAX as usize;
 const AM_SLOTS: u32 = 64;
 const BOUNCE: usize = 64 << 10;
 /// Spin this long, then yield this long, before blocking on the completion interrupt.
@@ -1205,8 +1212,9 @@ impl Ni {
     /// A blocking element-wise collective (broadcast, reduce, allreduce, scan) of a vector a
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
     /// element order, instead of the fabric's path (reduces and scans as consecutive
-    /// collectives in the rings, up to [`RING_PIECES_MAX`] with 4 members or more;
-    /// broadcasts up to that read where the root keeps them, [`Ni::bcast_read`]). Every member splits alike (same count and type), and each piece is combined
+    /// collectives in the rings, up to [`RING_PIECES_MAX`] with 4 members or more, and
+    /// broadcasts up to [`BCAST_PIECES_MAX`]; larger broadcasts up to that read where the
+    /// root keeps them, [`Ni::bcast_read`]). Every member splits alike (same count and type), and each piece is combined
     /// in rank order as the whole vector would be, so the bits are the same. Larger allreduces and reduces go
     /// through the members' exported scratch, larger broadcasts read the root's vector
     /// where it exports it, and in larger scans every member reads the earlier members'
@@ -1217,8 +1225,10 @@ impl Ni {
         if count <= per || !self.direct() {
             return self.request(r);
         }
-        if r.flags == ni_abi::fastpath::coll::BCAST && count * esize <= RING_PIECES_MAX {
-            return self.bcast_read(r, count * esize);
+        let bytes = count * esize;
+        let in_pieces = self.size() >= 4 && bytes <= BCAST_PIECES_MAX;
+        if r.flags == ni_abi::fastpath::coll::BCAST && bytes <= RING_PIECES_MAX && !in_pieces {
+            return self.bcast_read(r, bytes);
         }
         let most = if direct::in_rings(r.flags) && self.size() >= 4 {
             RING_PIECES_MAX
@@ -1245,8 +1255,10 @@ impl Ni {
         last.ok_or_else(|| Error::BadArgument("an empty collective".into()))
     }
 
-    /// A blocking broadcast of more than a slot, up to [`RING_PIECES_MAX`]: every member
-    /// reads it where the root keeps it (`direct::Rndv`), the root returning once they did.
+    /// A blocking broadcast of more than a slot (with 4 members or more, more than
+    /// [`BCAST_PIECES_MAX`]), up to [`RING_PIECES_MAX`]: every member reads it where the root keeps it
+    /// (`direct::Rndv`), the root returning once they did (32 KiB at P = 8 between two cpus:
+    /// 72 -> 23-30 us; Open MPI 54-59).
     /// A root whose buffer is not exported copies the vector into an exported bounce first.
     fn bcast_read(&self, mut r: Request, bytes: usize) -> Result<Done> {
         let mut _bounce = None;

@@ -1055,8 +1055,9 @@ fn reduce_scan_rings(ni: &Ni) {
     ni.barrier().unwrap();
 }
 
-/// Broadcasts of more than a slot, up to 16 (fastpath.md, "Broadcasts read where the root
-/// keeps them"): every member reads the root's vector where it keeps it — its `alloc`
+/// Broadcasts of more than a slot (with 4 members or more, three: 505 and 1100 u64 then go
+/// as pieces in the rings), up to 16 (fastpath.md, "Broadcasts read where the root keeps them"): every
+/// member reads the root's vector where it keeps it — its `alloc`
 /// region, or a bounce it copied registered heap memory into — and the root returns only
 /// once every member did, so it may rewrite its buffer at once (a member that comes late
 /// still gets what was broadcast). With `guest`, member 1 maps nobody's memory and offers
@@ -1070,8 +1071,8 @@ fn bcast_read(ni: &Ni, guest: bool) {
     }
     let buf = ni.alloc(1 << 16).unwrap();
     let heap = ni_tests::AppMemory::register(ni, 1 << 16, 0);
-    // 4040 bytes (just past a slot), 8800, and 64512 (16 slots: the most).
-    for (k, count) in [505usize, 1100, 8064].into_iter().enumerate() {
+    // 4040 bytes (just past a slot), 8800, 16392 and 64512 (16 slots: the most).
+    for (k, count) in [505usize, 1100, 2049, 8064].into_iter().enumerate() {
         for root in 0..p {
             for on_heap in [false, true] {
                 let b: &ni::Region = if on_heap { &heap } else { &buf };
@@ -1101,7 +1102,7 @@ fn bcast_read(ni: &Ni, guest: bool) {
     // A member in a different broadcast (one element more): in the window it alone fails
     // with collision, telling the root it will not read; in the fabric's round every member.
     if p > 1 {
-        let n = if me == 1 { 1101 } else { 1100 };
+        let n = if me == 1 { 2050 } else { 2049 };
         let r = ni.broadcast::<u64>(0, &buf, 0, n);
         if me == 1 || !direct {
             expect_status(r, Status::Collision);
@@ -1109,9 +1110,16 @@ fn bcast_read(ni: &Ni, guest: bool) {
             r.unwrap();
         }
         // And the next is everyone's again.
-        let data = bcast_data(0, 99, 1100);
-        buf.write_at(0, if me == 0 { &data[..] } else { &[0u8; 8800][..] });
-        ni.broadcast::<u64>(0, &buf, 0, 1100).unwrap();
+        let data = bcast_data(0, 99, 2049);
+        buf.write_at(
+            0,
+            if me == 0 {
+                &data[..]
+            } else {
+                &[0u8; 16392][..]
+            },
+        );
+        ni.broadcast::<u64>(0, &buf, 0, 2049).unwrap();
         let mut got = vec![0u8; data.len()];
         buf.read_at(0, &mut got);
         assert!(got == data, "broadcast after the collision");
