@@ -267,6 +267,23 @@ impl WRing {
     fn applies(&self) -> bool {
         self.kind() == coll::REDUCE && !self.acc.is_empty()
     }
+
+    /// Its completion, ending with `status` (`peer down` names the member it waited for).
+    fn completion(&self, status: Status) -> Completion {
+        let rank = if status == Status::PeerDown {
+            self.next
+        } else {
+            self.r.rank
+        };
+        completion(
+            op::COLLECTIVE,
+            self.r.user,
+            status,
+            rank,
+            self.r.len,
+            coll_recv(&self.r),
+        )
+    }
 }
 
 /// A reduction's datatype and operation, as a collective's request carries them.
@@ -2091,7 +2108,7 @@ impl Inner {
                     absorb(b, &data);
                 }
                 self.coll_recycle(data);
-                Some(coll_status(ok, m, id))
+                Some((ok, m, id))
             } else {
                 // Straight from the ring when the vector is the next message there (no pass
                 // took it first): one copy, no vector in between.
@@ -2108,19 +2125,35 @@ impl Inner {
                                 apply(d, o, &mut b.acc, &x[..bytes]);
                             }
                         }
-                        // A failure passed on says its status as its payload.
-                        let mut id = [0u8; 8];
-                        if h.tag == w::COLL_FAILED && h.len == 8 {
-                            win.payload(src, &h, &mut id);
+                        // A failure passed on, or a broadcast's word: the id first.
+                        let mut first = Vec::new();
+                        if h.tag & w::coll_id::CTL != 0 {
+                            first.resize(8.min(h.len as usize), 0);
+                            win.payload(src, &h, &mut first);
                         }
                         win.consume(src, &h);
                         if win.publish_head_if_far(src) {
                             self.d.wake.push(src);
                         }
-                        Some(coll_status(ok, h.tag, u64::from_le_bytes(id)))
+                        let (m, id) = coll_words(h.tag, &mut first);
+                        Some((ok, m, id))
                     }
                     _ => None,
                 }
+            };
+            let took = match took {
+                Some((false, m, id)) if m != w::COLL_FAILED => match w::coll_id::role(id) {
+                    // Answers to a broadcast this member rooted and gave up on.
+                    w::coll_id::ACK | w::coll_id::NOMAP => continue,
+                    w::coll_id::RNDV => {
+                        // Its root waits for this member's answer: it will not read.
+                        self.coll_ctl(src, m, w::coll_id::ACK, w::coll_id::seq(id), &[]);
+                        Some(Status::Collision)
+                    }
+                    _ => Some(coll_status(false, m, id)),
+                },
+                Some((ok, m, id)) => Some(coll_status(ok, m, id)),
+                None => None,
             };
             let b = self.d.wring.as_mut().unwrap();
             match took {
@@ -2138,19 +2171,7 @@ impl Inner {
             }
         };
         let mut b = self.d.wring.take().unwrap();
-        let rank = if status == Status::PeerDown {
-            b.next
-        } else {
-            b.r.rank
-        };
-        let c = completion(
-            op::COLLECTIVE,
-            b.r.user,
-            status,
-            rank,
-            b.r.len,
-            coll_recv(&b.r),
-        );
+        let c = b.completion(status);
         let scan = matches!(b.kind(), coll::SCAN | coll::EXSCAN);
         if status != Status::Ok && scan && me + 1 < size {
             // The next member waits for this one's prefix, which will not come: it fails
@@ -2268,19 +2289,7 @@ impl Inner {
         if status == Status::Ok {
             win.count_collective();
         }
-        let rank = if status == Status::PeerDown {
-            b.next
-        } else {
-            b.r.rank
-        };
-        let c = completion(
-            op::COLLECTIVE,
-            b.r.user,
-            status,
-            rank,
-            b.r.len,
-            coll_recv(&b.r),
-        );
+        let c = b.completion(status);
         if me == b.r.rank {
             return Some(c);
         }
