@@ -1272,15 +1272,19 @@ impl Ni {
             if copy {
                 let mut g = self.rndv_bounce.lock().unwrap_or_else(|e| e.into_inner());
                 if g.is_none() {
-                    *g = Some(self.alloc(RING_PIECES_MAX)?);
+                    // Without one (no memory to export) the root sends pieces instead.
+                    *g = self.alloc(RING_PIECES_MAX).ok();
                 }
-                let b = g.as_ref().unwrap();
-                // SAFETY: `[r.addr, + bytes)` lies in a registered region (checked above)
-                // the caller holds through this call; the bounce holds `RING_PIECES_MAX`.
-                unsafe { std::ptr::copy_nonoverlapping(r.addr as *const u8, b.as_ptr(), bytes) };
-                r.addr = b.iova();
-                // Held until every member read it.
-                _bounce = Some(g);
+                if let Some(b) = g.as_ref() {
+                    // SAFETY: `[r.addr, + bytes)` lies in a registered region (checked above)
+                    // the caller holds through this call; the bounce holds `RING_PIECES_MAX`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(r.addr as *const u8, b.as_ptr(), bytes)
+                    };
+                    r.addr = b.iova();
+                    // Held until every member read it.
+                    _bounce = Some(g);
+                }
             }
         }
         let o = self.start_with(r, RING_PIECES_MAX as u64)?;
