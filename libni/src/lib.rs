@@ -1213,12 +1213,13 @@ impl Ni {
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
     /// element order, instead of the fabric's path (reduces and scans as consecutive
     /// collectives in the rings, up to [`RING_PIECES_MAX`] with 4 members or more, and
-    /// broadcasts up to [`BCAST_PIECES_MAX`]; larger broadcasts up to that read where the
-    /// root keeps them, [`Ni::bcast_read`]). Every member splits alike (same count and type), and each piece is combined
-    /// in rank order as the whole vector would be, so the bits are the same. Larger allreduces and reduces go
-    /// through the members' exported scratch, larger broadcasts read the root's vector
-    /// where it exports it, and in larger scans every member reads the earlier members'
-    /// vectors where they are (`large.rs`, which does large allgathers too).
+    /// broadcasts up to [`BCAST_PIECES_MAX`]; larger broadcasts up to [`RING_PIECES_MAX`]
+    /// are read where the root keeps them, [`Ni::bcast_read`]). Every member splits alike
+    /// (same count and type), and each piece is combined in rank order as the whole vector
+    /// would be, so the bits are the same. Larger allreduces and reduces go through the
+    /// members' exported scratch, larger broadcasts read the root's vector where it exports
+    /// it, and in larger scans every member reads the earlier members' vectors where they
+    /// are (`large.rs`, which does large allgathers too).
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
         let per = (ni_abi::window::COLL_MAX as usize / esize).max(1);
         let count = r.len as usize;
@@ -1256,10 +1257,10 @@ impl Ni {
     }
 
     /// A blocking broadcast of more than a slot (with 4 members or more, more than
-    /// [`BCAST_PIECES_MAX`]), up to [`RING_PIECES_MAX`]: every member reads it where the root keeps it
-    /// (`direct::Rndv`), the root returning once they did (32 KiB at P = 8 between two cpus:
-    /// 72 -> 23-30 us; Open MPI 54-59).
-    /// A root whose buffer is not exported copies the vector into an exported bounce first.
+    /// [`BCAST_PIECES_MAX`]), up to [`RING_PIECES_MAX`]: every member reads it where the root
+    /// keeps it (`direct::Rndv`), the root returning once they did (32 KiB at P = 8 between
+    /// two cpus: 74-75 -> 25-27 us; Open MPI 42-59). A root whose buffer is not exported
+    /// copies the vector into an exported bounce first.
     fn bcast_read(&self, mut r: Request, bytes: usize) -> Result<Done> {
         let mut _bounce = None;
         if r.rank == self.rank() {
