@@ -1810,15 +1810,7 @@ impl Inner {
             _ => None,
         };
         if let Some(sent) = sent {
-            self.win.as_ref().unwrap().count_collective();
-            if !self.d.wake.is_empty() {
-                self.w_flush_and_wake()?;
-            }
-            return Ok(match sent {
-                Some(_) => CollStart::Done(user, ring_done(r)),
-                // Its completion rides with its vector, waiting for room.
-                None => CollStart::Started(user),
-            });
+            return self.w_ring_sent(r, user, sent);
         }
         let acc = std::mem::take(&mut self.d.ring_acc);
         self.w_ring_begin(WRing {
@@ -1835,6 +1827,25 @@ impl Inner {
             started: None,
             polls: 0,
             rndv: None,
+        })
+    }
+
+    /// A collective in the rings this member is done with once it sent: done now (`sent`
+    /// the completion back), or once its last vector enters a ring that lacks room now (its
+    /// completion rides with it).
+    fn w_ring_sent(
+        &mut self,
+        r: &Request,
+        user: u64,
+        sent: Option<Completion>,
+    ) -> Result<CollStart> {
+        self.win.as_ref().unwrap().count_collective();
+        if !self.d.wake.is_empty() {
+            self.w_flush_and_wake()?;
+        }
+        Ok(match sent {
+            Some(_) => CollStart::Done(user, ring_done(r)),
+            None => CollStart::Started(user),
         })
     }
 
@@ -1881,14 +1892,7 @@ impl Inner {
                 // vector in pieces, and the root is done as a smaller broadcast's is.
                 let done = completion(op::COLLECTIVE, user, Status::Ok, root, r.len, r.addr);
                 let sent = self.ring_send(0..size, meta, data, done);
-                self.win.as_ref().unwrap().count_collective();
-                if !self.d.wake.is_empty() {
-                    self.w_flush_and_wake()?;
-                }
-                return Ok(match sent {
-                    Some(_) => CollStart::Done(user, ring_done(r)),
-                    None => CollStart::Started(user),
-                });
+                return self.w_ring_sent(r, user, sent);
             };
             // Past the last that ended here (a client of this rank before this one may
             // have rooted some).
