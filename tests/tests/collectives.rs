@@ -156,9 +156,18 @@ fn small_broadcasts_from_a_root_that_runs_ahead_arrive_in_order() {
 /// and a member later than the collective timeout.
 #[test]
 fn broadcasts_past_a_slot_are_read_where_the_root_keeps_them() {
+    let direct = std::env::var("NI_TEST_DIRECT").as_deref() != Ok("off");
     for p in [1, 2, 3, 5] {
         let d = Daemon::start(p);
         run(&d, p, "bcast-read");
+        // Every one of the 4 sizes × 2 buffers from every root went member to member, none
+        // through the exported-memory rounds (or, without a window, the fabric).
+        let colls = d.counter(1 % p, "window_collectives");
+        assert!(
+            (colls >= 8 * p as u64) == direct,
+            "P = {p}: {colls} window collectives"
+        );
+        assert_eq!(d.counter(0, "window_large_bcasts"), 0, "P = {p}");
         if p >= 3 {
             run(&d, p, "bcast-read-guest");
         }
