@@ -1946,26 +1946,15 @@ impl Inner {
     /// pieces past a slot (a broadcast read where the root keeps it, [`Rndv`], toward who
     /// cannot). What finds no room waits for it; the member with the most waiting, if any.
     fn ring_put_all(&mut self, to: std::ops::Range<u32>, meta: u64, data: &[u8]) -> Option<u32> {
-        let win = self.win.as_mut().unwrap();
-        let me = win.rank;
+        let me = self.win.as_ref().unwrap().rank;
         let piece = w::COLL_MAX as usize;
         let pieces = data.len().div_ceil(piece).max(1);
         let mut behind: Option<(usize, u32)> = None;
         for m in to.filter(|&m| m != me) {
             for k in 0..pieces {
-                let x = &data[k * piece..data.len().min((k + 1) * piece)];
-                let h = Header {
-                    kind: kind::COLL,
-                    len: x.len() as u32,
-                    tag: meta,
-                    id: w::coll_id::VECTOR,
-                    full: x.len() as u64,
-                };
-                if let Ok(true) = win.put(m, h, x, || None) {
-                    self.d.wake.push(m);
-                }
+                self.coll_put(m, meta, &data[k * piece..data.len().min((k + 1) * piece)]);
             }
-            let n = win.backlog_len(m);
+            let n = self.win.as_ref().unwrap().backlog_len(m);
             if n > 0 && behind.is_none_or(|(most, _)| n > most) {
                 behind = Some((n, m));
             }
