@@ -9,6 +9,7 @@
 
 mod driver;
 mod ni_worker;
+mod parity;
 mod pin;
 mod plot;
 mod report;
@@ -206,6 +207,11 @@ fn sock_drive(args: &[String]) -> R<()> {
     })
 }
 
+/// The instruction counts `tests/bench/instr.sh` left in `dir` (run.sh runs it first).
+fn read_instr(dir: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("instr.json")).ok()?).ok()
+}
+
 /// Re-render a saved run: tables and targets on stdout, plots beside the JSON.
 fn report_cmd(args: &[String]) -> R<()> {
     let path = PathBuf::from(args.first().ok_or("report RESULTS.json")?);
@@ -244,8 +250,9 @@ fn report_cmd(args: &[String]) -> R<()> {
     }
     let mut text = report::tables(&recs, noise, &placements);
     text += &report::targets(&recs).0;
-    print!("{text}");
     let dir = path.parent().unwrap_or(Path::new("."));
+    text += &parity::targets(&recs, read_instr(dir).as_ref(), noise).0;
+    print!("{text}");
     for (pl, d) in &placements {
         let p = dir.join(format!("plot-{pl}.svg"));
         if plot::plot(&recs, pl, d, &p)? {
@@ -990,6 +997,8 @@ fn run(mut o: Opts) -> R<()> {
     let mut text = report::tables(&recs, o.noise, &placements);
     let (ttext, tjson) = report::targets(&recs);
     text += &ttext;
+    let (ptext, pjson) = parity::targets(&recs, read_instr(&o.out).as_ref(), o.noise);
+    text += &ptext;
     for n in &notes {
         text += &format!("# note: {n}\n");
     }
@@ -1024,6 +1033,7 @@ fn run(mut o: Opts) -> R<()> {
         "runs": runs,
         "points": recs.iter().map(|r| r.to_json(o.noise)).collect::<Vec<_>>(),
         "targets": tjson,
+        "targets_shm": pjson,
     });
     let jpath = o.out.join("results.json");
     std::fs::write(&jpath, serde_json::to_string_pretty(&doc).unwrap())

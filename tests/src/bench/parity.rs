@@ -1,0 +1,524 @@
+//! The issue-15 targets ("small messages at the speed of shared memory"): ni against Open MPI
+//! over its shared memory (`mpi`) at every point both measured, one verdict line per target.
+//!
+//! The issue's own table names nine points; it asks for ni×mpi ≥ 1 there and at every other
+//! point, on both placements at P = 2, 4 and 8; for no cliff between sizes; for P = 32 and 64
+//! measured; and for the instructions per message of ni and Open MPI in the report. A line
+//! says MET, MISSED, or n/a when the run did not measure what the target needs (a run of some
+//! modes judges what it measured and says what it did not).
+
+use std::fmt::Write as _;
+use std::ops::RangeInclusive;
+
+use serde_json::{json, Value};
+
+use super::report::Rec;
+use super::stats::Unit;
+
+/// A step between two sizes is a cliff when ni's time grows more than `CLIFF` times as much
+/// as the size does (a step of less than 2× counts as 2×) and, where Open MPI measured both
+/// sizes, more than `CLIFF` times as much as Open MPI's time over the same step: a cache
+/// boundary of the machine slows both.
+const CLIFF: f64 = 1.5;
+
+/// The points of the issue's table: name, metric, sizes (bytes; elements for collectives), P.
+const NAMED: &[(&str, &str, RangeInclusive<u64>, u32)] = &[
+    ("8 B half round trip", "latency", 8..=8, 2),
+    ("8 B message rate, P = 2", "msgrate", 8..=8, 2),
+    ("8 B message rate, P = 8", "msgrate", 8..=8, 8),
+    ("64 B T3E message-queue latency", "mq-latency", 64..=64, 2),
+    ("64 B T3E message-queue rate", "mq-rate", 64..=64, 2),
+    ("8 B put latency", "put-latency", 8..=8, 2),
+    ("allreduce 1 element, P = 2", "allreduce", 1..=1, 2),
+    ("allreduce 256 elements, P = 2", "allreduce", 256..=256, 2),
+    (
+        "allreduce 64 Ki-128 Ki elements, P = 2",
+        "allreduce",
+        65536..=131072,
+        2,
+    ),
+];
+
+/// Placements and rank counts "every point" must cover.
+const PLACEMENTS: &[&str] = &["split", "same"];
+const RANKS: &[u32] = &[2, 4, 8];
+
+/// One point both measured: ni's record, Open MPI's, and ni×mpi (> 1: ni wins).
+struct Pair<'a> {
+    ni: &'a Rec,
+    mpi: &'a Rec,
+    ratio: f64,
+}
+
+impl Pair<'_> {
+    fn label(&self) -> String {
+        let p = &self.ni.point;
+        let dtype = if p.dtype.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", p.dtype)
+        };
+        format!(
+            "{}{dtype} {} P={} {}",
+            p.metric, p.size, p.ranks, self.ni.placement
+        )
+    }
+}
+
+fn same_point(a: &Rec, b: &Rec) -> bool {
+    a.mode == b.mode
+        && a.placement == b.placement
+        && a.point.metric == b.point.metric
+        && a.point.dtype == b.point.dtype
+        && a.point.size == b.point.size
+        && a.point.ranks == b.point.ranks
+}
+
+fn pairs(recs: &[Rec]) -> Vec<Pair<'_>> {
+    let ok = |r: &&Rec| r.point.error.is_none() && r.value().is_some();
+    recs.iter()
+        .filter(|r| r.transport == "ni")
+        .filter(ok)
+        .filter_map(|ni| {
+            let mpi = recs
+                .iter()
+                .filter(|r| r.transport == "mpi")
+                .filter(ok)
+                .find(|r| same_point(ni, r))?;
+            let ratio = ni.unit().advantage(ni.value()?, mpi.value()?);
+            Some(Pair { ni, mpi, ratio })
+        })
+        .collect()
+}
+
+struct Verdicts {
+    text: String,
+    json: Vec<Value>,
+}
+
+impl Verdicts {
+    fn add(&mut self, name: &str, ok: Option<bool>, detail: String) {
+        let verdict = match ok {
+            Some(true) => "MET",
+            Some(false) => "MISSED",
+            None => "n/a",
+        };
+        let _ = writeln!(self.text, "  [{verdict:>6}] {name}: {detail}");
+        self.json
+            .push(json!({"target": name, "met": ok, "detail": detail}));
+    }
+}
+
+/// MET when every ratio is at least 1, MISSED when one is below, n/a when there are none.
+fn judge<'a>(ratios: impl IntoIterator<Item = &'a f64>) -> Option<bool> {
+    let mut any = None;
+    for r in ratios {
+        any = Some(any.unwrap_or(true) && *r >= 1.0);
+    }
+    any
+}
+
+/// The issue-15 verdicts for `recs` (pooled), `instr` the run's `instr.json` if it made one;
+/// `noise` marks disturbed points as the tables do.
+pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Value) {
+    let mut v = Verdicts {
+        text: String::from("\n# targets (issue 15: ni×mpi, ni against Open MPI's shared memory)\n"),
+        json: Vec::new(),
+    };
+    let all = pairs(recs);
+    let mark = |p: &Pair| {
+        if p.ni.disturbed(noise) || p.mpi.disturbed(noise) {
+            "!"
+        } else {
+            ""
+        }
+    };
+    let fmt = |u: Unit, x: f64| {
+        let digits = if x >= 100.0 {
+            0
+        } else if x >= 1.0 {
+            2
+        } else {
+            3
+        };
+        format!("{x:.digits$} {}", u.label())
+    };
+
+    for (name, metric, sizes, ranks) in NAMED {
+        let at: Vec<&Pair> = all
+            .iter()
+            .filter(|p| {
+                p.ni.point.metric == *metric
+                    && sizes.contains(&p.ni.point.size)
+                    && p.ni.point.ranks == *ranks
+            })
+            .collect();
+        let detail = if at.is_empty() {
+            "not measured".to_string()
+        } else {
+            at.iter()
+                .map(|p| {
+                    let u = p.ni.unit();
+                    let what = if sizes.start() == sizes.end() && p.ni.point.dtype.is_empty() {
+                        p.ni.placement.clone()
+                    } else {
+                        format!(
+                            "{} {} {}",
+                            p.ni.placement, p.ni.point.dtype, p.ni.point.size
+                        )
+                    };
+                    format!(
+                        "{what} ×{:.2}{} (ni {} / mpi {})",
+                        p.ratio,
+                        mark(p),
+                        fmt(u, p.ni.value().unwrap_or(f64::NAN)),
+                        fmt(u, p.mpi.value().unwrap_or(f64::NAN))
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        v.add(name, judge(at.iter().map(|p| &p.ratio)), detail);
+    }
+
+    // Every point, and whether the run covered both placements at P = 2, 4, 8.
+    let name = "every point at ni×mpi >= 1 (placements split and same, P = 2, 4, 8)";
+    if all.is_empty() {
+        v.add(
+            name,
+            None,
+            "no point measured by both ni and Open MPI".into(),
+        );
+    } else {
+        let mut below: Vec<&Pair> = all.iter().filter(|p| p.ratio < 1.0).collect();
+        below.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        let mut missing: Vec<String> = PLACEMENTS
+            .iter()
+            .filter(|pl| !all.iter().any(|p| p.ni.placement == **pl))
+            .map(|pl| format!("placement {pl}"))
+            .collect();
+        missing.extend(
+            RANKS
+                .iter()
+                .filter(|r| !all.iter().any(|p| p.ni.point.ranks == **r))
+                .map(|r| format!("P = {r}")),
+        );
+        let mut detail = format!("{} of {} points >= 1", all.len() - below.len(), all.len());
+        if !below.is_empty() {
+            let shown: Vec<String> = below
+                .iter()
+                .take(8)
+                .map(|p| format!("{} ×{:.2}{}", p.label(), p.ratio, mark(p)))
+                .collect();
+            let _ = write!(
+                detail,
+                "; below ({} disturbed '!'): {}{}",
+                below.iter().filter(|p| !mark(p).is_empty()).count(),
+                shown.join(", "),
+                if below.len() > shown.len() {
+                    format!(", and {} more", below.len() - shown.len())
+                } else {
+                    String::new()
+                }
+            );
+        }
+        if !missing.is_empty() {
+            let _ = write!(detail, "; not measured: {}", missing.join(", "));
+        }
+        let ok = if !below.is_empty() {
+            Some(false)
+        } else if missing.is_empty() {
+            Some(true)
+        } else {
+            None
+        };
+        v.add(name, ok, detail);
+    }
+
+    let (steps, found) = cliffs(recs, noise);
+    let name = "no cliff between sizes (latency and collectives)";
+    if steps == 0 {
+        v.add(name, None, "no series of two sizes or more measured".into());
+    } else if found.is_empty() {
+        v.add(
+            name,
+            Some(true),
+            format!("none in {steps} steps between neighbouring sizes"),
+        );
+    } else {
+        v.add(
+            name,
+            Some(false),
+            format!(
+                "{} of {steps} steps (ni's time grows > {CLIFF}× the size's, and > {CLIFF}× Open MPI's over the step): {}",
+                found.len(),
+                found.join(", ")
+            ),
+        );
+    }
+
+    let big: Vec<&Pair> = all.iter().filter(|p| p.ni.point.ranks >= 32).collect();
+    let name = "P = 32 and 64 measured, ni×mpi >= 1";
+    let has = |r: u32| big.iter().any(|p| p.ni.point.ranks == r);
+    let detail = big
+        .iter()
+        .map(|p| format!("{} ×{:.2}{}", p.label(), p.ratio, mark(p)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match judge(big.iter().map(|p| &p.ratio)) {
+        None => v.add(name, None, "not measured (--ranks 32,64)".into()),
+        Some(true) if !(has(32) && has(64)) => v.add(
+            name,
+            None,
+            format!(
+                "{detail}; P = {} not measured",
+                if has(32) { 64 } else { 32 }
+            ),
+        ),
+        ok => v.add(name, ok, detail),
+    }
+
+    let name = "instructions per 8 B round trip, ni's beside Open MPI's (callgrind)";
+    let count = |s: &str| instr.and_then(|i| i["per_round_trip"][s].as_u64());
+    match (count("ni"), count("mpi")) {
+        (Some(ni), Some(mpi)) if instr.is_some_and(|i| i["pattern"] == "pingpong") => v.add(
+            name,
+            Some(true),
+            format!(
+                "ni {ni}, Open MPI {mpi} (ni×mpi {:.2}){} at rank 0 (instr.txt)",
+                mpi as f64 / ni.max(1) as f64,
+                count("mpi-ni")
+                    .map(|m| format!(", Open MPI over ni {m}"))
+                    .unwrap_or_default()
+            ),
+        ),
+        _ => v.add(
+            name,
+            None,
+            "not counted (tests/bench/instr.sh; a full run.sh or run.sh --instr)".into(),
+        ),
+    }
+    (v.text, Value::Array(v.json))
+}
+
+/// Steps between neighbouring sizes of ni's time series (every metric in µs, per metric,
+/// type, placement and P) judged, and the cliffs among them, described ('!': either of ni's
+/// two points disturbed).
+fn cliffs(recs: &[Rec], noise: f64) -> (usize, Vec<String>) {
+    let timed = |r: &&Rec| {
+        r.unit() == Unit::Micros
+            && r.point.error.is_none()
+            && r.value().is_some_and(|v| v > 0.0)
+            && r.point.size > 0
+    };
+    let series_of = |r: &Rec| {
+        (
+            r.point.metric.clone(),
+            r.point.dtype.clone(),
+            r.placement.clone(),
+            r.point.ranks,
+        )
+    };
+    let mut keys: Vec<_> = recs
+        .iter()
+        .filter(|r| r.transport == "ni")
+        .filter(timed)
+        .map(series_of)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let (mut steps, mut found) = (0, Vec::new());
+    for key in keys {
+        let series = |t: &str| {
+            let mut s: Vec<(u64, f64, bool)> = recs
+                .iter()
+                .filter(|r| r.transport == t)
+                .filter(timed)
+                .filter(|r| series_of(r) == key)
+                .map(|r| {
+                    let v = r.value().unwrap_or(f64::NAN);
+                    (r.point.size, v, r.disturbed(noise))
+                })
+                .collect();
+            s.sort_by_key(|x| x.0);
+            s
+        };
+        let (ni, mpi) = (series("ni"), series("mpi"));
+        for w in ni.windows(2) {
+            let ((s1, t1, d1), (s2, t2, d2)) = (w[0], w[1]);
+            steps += 1;
+            let grew = t2 / t1;
+            let by_size = (s2 as f64 / s1 as f64).max(2.0);
+            let theirs = match (
+                mpi.iter().find(|x| x.0 == s1),
+                mpi.iter().find(|x| x.0 == s2),
+            ) {
+                (Some(a), Some(b)) => Some(b.1 / a.1),
+                _ => None,
+            };
+            if grew > CLIFF * by_size && theirs.is_none_or(|m| grew > CLIFF * m) {
+                let (metric, dtype, placement, ranks) = &key;
+                found.push(format!(
+                    "{metric}{}{} P={ranks} {placement} {s1} -> {s2}: ×{grew:.1}{}{}",
+                    if dtype.is_empty() { "" } else { " " },
+                    dtype,
+                    if d1 || d2 { "!" } else { "" },
+                    theirs
+                        .map(|m| format!(" (Open MPI ×{m:.1})"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+    }
+    (steps, found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::driver::Point;
+    use super::*;
+
+    fn rec(t: &str, metric: &str, placement: &str, ranks: u32, size: u64, secs: f64) -> Rec {
+        Rec {
+            mode: metric.split('-').next().unwrap().into(),
+            transport: t.into(),
+            placement: placement.into(),
+            point: Point {
+                metric: metric.into(),
+                size,
+                bytes: size,
+                ranks,
+                iters: 10,
+                batches: vec![secs; 3],
+                ..Default::default()
+            },
+            foreign: 0.0,
+        }
+    }
+
+    fn line<'a>(j: &'a Value, prefix: &str) -> &'a Value {
+        j.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["target"].as_str().unwrap().starts_with(prefix))
+            .unwrap()
+    }
+
+    #[test]
+    fn named_points_judge_every_placement_measured() {
+        let recs = vec![
+            rec("ni", "latency", "split", 2, 8, 0.2e-6),
+            rec("mpi", "latency", "split", 2, 8, 0.3e-6),
+            rec("ni", "latency", "same", 2, 8, 3.0e-6),
+            rec("mpi", "latency", "same", 2, 8, 2.5e-6),
+            // Higher is better for a rate: ni's 10 against 8 Mmsg/s wins.
+            rec("ni", "msgrate", "split", 2, 8, 1e-7),
+            rec("mpi", "msgrate", "split", 2, 8, 1.25e-7),
+        ];
+        let (txt, j) = targets(&recs, None, 0.25);
+        let lat = line(&j, "8 B half round trip");
+        assert_eq!(lat["met"], false, "{txt}");
+        let d = lat["detail"].as_str().unwrap();
+        assert!(d.contains("split ×1.50") && d.contains("same ×0.83"), "{d}");
+        assert_eq!(line(&j, "8 B message rate, P = 2")["met"], true, "{txt}");
+        assert_eq!(
+            line(&j, "8 B message rate, P = 8")["met"],
+            Value::Null,
+            "{txt}"
+        );
+        // One point below 1: every-point is missed, and names it.
+        let every = line(&j, "every point");
+        assert_eq!(every["met"], false, "{txt}");
+        let d = every["detail"].as_str().unwrap();
+        assert!(d.starts_with("2 of 3 points >= 1"), "{d}");
+        assert!(d.contains("latency 8 P=2 same ×0.83"), "{d}");
+        assert!(d.contains("not measured: P = 4, P = 8"), "{d}");
+    }
+
+    #[test]
+    fn every_point_met_needs_both_placements_and_p_2_4_8() {
+        let mut recs = Vec::new();
+        for pl in ["split", "same"] {
+            for p in [2, 4, 8] {
+                recs.push(rec("ni", "msgrate", pl, p, 8, 1e-7));
+                recs.push(rec("mpi", "msgrate", pl, p, 8, 2e-7));
+            }
+        }
+        let (txt, j) = targets(&recs[..6], None, 0.25);
+        assert_eq!(line(&j, "every point")["met"], Value::Null, "{txt}");
+        let (txt, j) = targets(&recs, None, 0.25);
+        assert_eq!(line(&j, "every point")["met"], true, "{txt}");
+    }
+
+    #[test]
+    fn a_cliff_is_a_step_faster_than_the_size_and_than_open_mpi() {
+        let mut recs = vec![
+            // 64 -> 256 elements: ×7 for ×4 the size, Open MPI ×1.2: a cliff.
+            rec("ni", "allreduce", "split", 2, 64, 0.5e-6),
+            rec("ni", "allreduce", "split", 2, 256, 3.5e-6),
+            rec("mpi", "allreduce", "split", 2, 64, 1.0e-6),
+            rec("mpi", "allreduce", "split", 2, 256, 1.2e-6),
+            // 256 K -> 1 M: ×14 for ×4, but Open MPI ×12 over the same step: the machine.
+            rec("ni", "bcast", "split", 4, 262144, 100e-6),
+            rec("ni", "bcast", "split", 4, 1048576, 1400e-6),
+            rec("mpi", "bcast", "split", 4, 262144, 200e-6),
+            rec("mpi", "bcast", "split", 4, 1048576, 2400e-6),
+            // Linear growth is no cliff; rates are not judged.
+            rec("ni", "latency", "split", 2, 1024, 1e-6),
+            rec("ni", "latency", "split", 2, 4096, 4e-6),
+            rec("ni", "msgrate", "split", 2, 8, 1e-7),
+            rec("ni", "msgrate", "split", 2, 1024, 1e-5),
+        ];
+        let (txt, j) = targets(&recs, None, 0.25);
+        let c = line(&j, "no cliff");
+        assert_eq!(c["met"], false, "{txt}");
+        let d = c["detail"].as_str().unwrap();
+        assert!(d.starts_with("1 of 3 steps"), "{d}");
+        assert!(
+            d.contains("allreduce P=2 split 64 -> 256: ×7.0 (Open MPI ×1.2)"),
+            "{d}"
+        );
+        // Without Open MPI's series the bcast step is judged against the size alone.
+        recs.retain(|r| !(r.transport == "mpi" && r.point.metric == "bcast"));
+        let (txt, j) = targets(&recs, None, 0.25);
+        let d = line(&j, "no cliff")["detail"].as_str().unwrap().to_string();
+        assert!(
+            d.starts_with("2 of 3 steps") && d.contains("bcast P=4"),
+            "{txt}"
+        );
+    }
+
+    #[test]
+    fn large_partitions_and_instructions() {
+        let recs = vec![
+            rec("ni", "allreduce", "split", 32, 1, 60e-6),
+            rec("mpi", "allreduce", "split", 32, 1, 150e-6),
+        ];
+        let instr = json!({"pattern": "pingpong", "per_round_trip": {"ni": 1236, "mpi": 1317}});
+        let (txt, j) = targets(&recs, Some(&instr), 0.25);
+        let big = line(&j, "P = 32 and 64");
+        assert_eq!(big["met"], Value::Null, "{txt}");
+        assert!(
+            big["detail"]
+                .as_str()
+                .unwrap()
+                .contains("P = 64 not measured"),
+            "{txt}"
+        );
+        let i = line(&j, "instructions");
+        assert_eq!(i["met"], true, "{txt}");
+        assert!(
+            i["detail"]
+                .as_str()
+                .unwrap()
+                .contains("ni 1236, Open MPI 1317 (ni×mpi 1.07)"),
+            "{txt}"
+        );
+        // A count of another pattern (e.g. NIB_INSTR_PATTERN=am) is not the 8 B round trip.
+        let am = json!({"pattern": "am", "per_round_trip": {"ni": 1542, "mpi": 1231}});
+        let (_, j) = targets(&recs, Some(&am), 0.25);
+        assert_eq!(line(&j, "instructions")["met"], Value::Null);
+        let (_, j) = targets(&recs, None, 0.25);
+        assert_eq!(line(&j, "every point")["met"], Value::Null);
+    }
+}
