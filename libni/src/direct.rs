@@ -925,6 +925,32 @@ impl Inner {
         self.w_put_buffered(op::ROP, kind::AM, dest, payload, handler)
     }
 
+    /// An eager message straight from `payload` into the ring toward `dest` if it can go
+    /// there now (`Ni::send_now`): false, and nothing done, if not.
+    pub(crate) fn w_send_now(&mut self, dest: u32, payload: &[u8], tag: u64) -> Result<bool> {
+        self.w_sync()?;
+        let len = payload.len() as u64;
+        if len > w::EAGER_MAX || self.w_unreachable_why(dest).is_some() {
+            return Ok(false);
+        }
+        let h = Header {
+            kind: kind::EAGER,
+            len: len as u32,
+            tag,
+            id: 0,
+            full: len,
+        };
+        match self.win.as_mut().unwrap().put_now(dest, &h, payload) {
+            Some(wake) => {
+                if wake {
+                    self.wake(&[dest])?;
+                }
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// A message whose payload travels in the ring (`kind` EAGER or AM), buffered: the
     /// operation is done once the message is in the ring (now, or when the receiver made
     /// room), so a sender that waits for it never leaves it behind.

@@ -1795,6 +1795,22 @@ impl Ni {
         })
     }
 
+    /// Send `payload` to `dest` with `tag` straight into the partition window's ring toward
+    /// it, if it can go there now: `Ok(true)`, and it is sent (as by an `isend` that
+    /// completed at once: a receive matches it in order with this process's other sends).
+    /// `Ok(false)`, and nothing done: no window, more than the window's eager size, the
+    /// ring full or messages waiting for room in it, `dest` down or out of reach — send it
+    /// as usual ([`Ni::isend`] from registered memory), which also reports why it failed.
+    /// It spares a caller that copies small messages anyway (the libfabric provider's
+    /// inject) the registered buffer and the [`Op`].
+    pub fn send_now(&self, dest: u32, payload: &[u8], tag: u64) -> Result<bool> {
+        let mut i = self.lock();
+        if !i.direct() {
+            return Ok(false);
+        }
+        i.w_send_now(dest, payload, tag)
+    }
+
     pub fn send(&self, dest: u32, buf: &Region, range: Range<usize>, tag: u64) -> Result<()> {
         let o = self.isend(dest, buf, range, tag)?;
         // In the ring already (most eager sends): done without a wait.

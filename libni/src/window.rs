@@ -383,13 +383,25 @@ impl Window {
         payload: &[u8],
         done: impl FnOnce() -> Option<Completion>,
     ) -> Result<bool, ()> {
-        if !self.backlog[dst as usize].is_empty() || !self.try_put(dst, &h, payload) {
-            self.backlog[dst as usize].push_back((h, payload.to_vec(), done()));
-            self.backlogged += 1;
-            return Err(());
+        match self.put_now(dst, &h, payload) {
+            Some(wake) => Ok(wake),
+            None => {
+                self.backlog[dst as usize].push_back((h, payload.to_vec(), done()));
+                self.backlogged += 1;
+                Err(())
+            }
         }
-        self.count_put(&h);
-        Ok(self.sleeping_after_store(dst))
+    }
+
+    /// [`Self::put`] if the message goes into the ring now (nothing waits toward `dst` and
+    /// it has room): whether `dst` must be woken; `None`, and nothing done, if not.
+    #[inline]
+    pub fn put_now(&mut self, dst: u32, h: &Header, payload: &[u8]) -> Option<bool> {
+        if !self.backlog[dst as usize].is_empty() || !self.try_put(dst, h, payload) {
+            return None;
+        }
+        self.count_put(h);
+        Some(self.sleeping_after_store(dst))
     }
 
     /// How many messages wait for room toward `dst`.
@@ -666,7 +678,21 @@ impl Window {
 
     /// Whether any ring toward this rank holds a message we have not taken.
     pub fn has_arrivals(&self) -> bool {
-        (0..self.size).any(|src| self.arrived(src))
+        // `arrived` for every source, without its per-source bounds checks: every waiter's
+        // look that finds nothing runs this over all the members (68 instructions at P = 2
+        // -> 40).
+        let (base, mask) = (self.mem.ptr(), self.ring_slots - 1);
+        self.in_head
+            .iter()
+            .zip(&self.in_ring)
+            .any(|(&head, &ring)| {
+                let off = ring + (head & mask) as u64 * w::SLOT + w::SEQ;
+                debug_assert!(off + 4 <= w::WINDOW_SIZE && off.is_multiple_of(4));
+                // SAFETY: as `Window::u32`: a slot's SEQ word of a ring inside the mapping,
+                // which lives as long as `self`; peers write it atomically.
+                let seq = unsafe { &*(base.add(off as usize) as *const AtomicU32) };
+                seq.load(Ordering::Acquire) == w::seq_for(head)
+            })
     }
 
     /// Whether the ring from `src` holds a message we have not taken.

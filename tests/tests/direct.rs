@@ -357,6 +357,76 @@ fn messages_taken_from_the_rings_keep_their_order_behind_those_already_taken() {
     assert!(taken.is_empty(), "each taken once");
 }
 
+/// `Ni::send_now` (the provider's inject): a message from plain bytes goes into the ring at
+/// once, counted as any send, or nothing happens — too large, a member outside the
+/// partition, the ring full, or (order) while a send waits for room — and the caller sends
+/// it as usual. The receiver gets every message in the order sent, whichever way it went.
+#[test]
+fn send_now_goes_into_the_ring_at_once_or_does_nothing() {
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let msg = |k: usize| -> Vec<u8> { (0..8 + k % 40).map(|j| (k * 13 + j) as u8).collect() };
+    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+        assert!(
+            !a.send_now(1, &msg(0), 5).unwrap(),
+            "no window: nothing sent"
+        );
+        return;
+    }
+    let sends = d.counter(0, "sends");
+    let too_big = vec![0u8; ni_abi::window::EAGER_MAX as usize + 1];
+    assert!(!a.send_now(1, &too_big, 5).unwrap());
+    assert!(
+        !a.send_now(7, &msg(0), 5).unwrap(),
+        "rank 7 is outside the partition"
+    );
+    // Until the ring toward rank 1 is full (it takes nothing meanwhile).
+    let mut sent = vec![];
+    while a.send_now(1, &msg(sent.len()), 5).unwrap() {
+        sent.push(msg(sent.len()));
+        assert!(sent.len() < 100_000, "the ring never filled");
+    }
+    assert!(sent.len() > 1, "{} went in at once", sent.len());
+    // One through the usual path waits for room; none may pass it.
+    let sbuf = a.alloc(4096).unwrap();
+    let waiting = msg(sent.len());
+    sbuf.write_at(0, &waiting);
+    let op = a.isend(1, &sbuf, 0..waiting.len(), 5).unwrap();
+    sent.push(waiting);
+    assert!(
+        !a.send_now(1, &msg(sent.len()), 5).unwrap(),
+        "behind a waiting send"
+    );
+    let n = sent.len();
+    let t = std::thread::spawn(move || {
+        let rbuf = b.alloc(4096).unwrap();
+        let mut got = vec![];
+        for _ in 0..n {
+            let dn = b.recv(Some(0), &rbuf, 0..4096, 5, u64::MAX).unwrap();
+            let mut v = vec![0u8; dn.len as usize];
+            rbuf.read_at(0, &mut v);
+            got.push(v);
+        }
+        (b, got)
+    });
+    a.wait(op).unwrap();
+    let (b, got) = t.join().unwrap();
+    assert_eq!(got.len(), sent.len());
+    for (k, (g, s)) in got.iter().zip(&sent).enumerate() {
+        assert!(g == s, "message {k} in its place");
+    }
+    // Room again: straight in, and received.
+    assert!(a.send_now(1, &msg(1), 6).unwrap());
+    let rbuf = b.alloc(4096).unwrap();
+    let dn = b.recv(Some(0), &rbuf, 0..4096, 6, u64::MAX).unwrap();
+    assert_eq!(dn.len as usize, msg(1).len());
+    assert_eq!(
+        d.counter(0, "sends"),
+        sends + sent.len() as u64 + 1,
+        "each counted as a send"
+    );
+}
+
 /// `Ni::recv_in_place`: a message waiting to be read in its sender's region is copied by the
 /// caller straight into memory libni does not know (a plain vector here; the provider's
 /// MPI receive buffers), and the send ends as for any receive. Only that: with nothing

@@ -53,10 +53,12 @@ pub struct Cq {
 /// how long reads have found nothing.
 #[derive(Default)]
 pub struct Bound {
-    /// Engines of the endpoints bound (progressed by reads). A read locks each while it
-    /// holds this: an endpoint binds with its engine unlocked (`fi_ep_bind`), so the two
-    /// are always taken in this order.
-    engines: NiLock<Vec<Weak<NiLock<Engine>>>>,
+    /// Engines of the endpoints bound (progressed by reads), held until the endpoint closes
+    /// (`unbind`): a weak reference would cost every read two atomic read-modify-writes to
+    /// upgrade and drop. A read locks each while it holds this: an endpoint binds and
+    /// unbinds with its engine unlocked (`fi_ep_bind`, `fi_close`), so the two are always
+    /// taken in this order.
+    engines: NiLock<Vec<Arc<NiLock<Engine>>>>,
     /// The NI of the first bound endpoint, for `idle` (one NI per process).
     ni: std::sync::OnceLock<Weak<ni::Ni>>,
     /// How long reads have found nothing (`note`).
@@ -72,13 +74,20 @@ impl Bound {
     /// Called with the engine unlocked (`fi_ep_bind`): a read locks this, then the engine.
     pub fn bind(&self, engine: &Arc<NiLock<Engine>>, ni: &Arc<ni::Ni>) {
         let mut g = self.engines.lock();
-        g.retain(|e| e.strong_count() > 0);
-        g.push(Arc::downgrade(engine));
+        if !g.iter().any(|e| Arc::ptr_eq(e, engine)) {
+            g.push(engine.clone());
+        }
         let _ = self.ni.set(Arc::downgrade(ni));
     }
 
+    /// The endpoint of `engine` closes: reads no longer progress it (and the engine, which
+    /// holds this CQ or counter, is freed with its endpoint). Called with it unlocked.
+    pub fn unbind(&self, engine: &Arc<NiLock<Engine>>) {
+        self.engines.lock().retain(|e| !Arc::ptr_eq(e, engine));
+    }
+
     pub fn progress(&self) {
-        for e in self.engines.lock().iter().filter_map(Weak::upgrade) {
+        for e in self.engines.lock().iter() {
             e.lock().progress();
         }
     }

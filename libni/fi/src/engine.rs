@@ -530,6 +530,9 @@ pub struct Counters {
     pub bad_headers: u64,
     pub out_of_order: u64,
     pub eager_sent: u64,
+    /// Of `eager_sent`, those put straight into the window's ring (`Ni::send_now`); the
+    /// rest went from a transmit slot.
+    pub sent_now: u64,
     pub rndv_sent: u64,
     /// Of `rndv_sent`, those sent on request (RTS with `F_CTS`).
     pub rndv_on_request: u64,
@@ -603,6 +606,8 @@ pub struct Engine {
     arrivals: Vec<Arrival>,
     /// Eager messages libni took from the window for `progress` (`Ni::drain_taking`).
     taken: ni::Taken,
+    /// Where `send_now` gathers a header and payload: [`HEADER_MAX`] + [`EAGER_MAX`] bytes.
+    now_buf: Vec<u8>,
     pub counters: Counters,
 }
 
@@ -695,6 +700,7 @@ impl Engine {
             early: Vec::new(),
             arrivals: Vec::new(),
             taken: ni::Taken::default(),
+            now_buf: vec![0; HEADER_MAX + EAGER_MAX],
             counters: Counters::default(),
         }
     }
@@ -1364,6 +1370,44 @@ impl Engine {
         self.report_tx(u, 0, r, what);
     }
 
+    /// An eager message straight into the window's ring toward `dest`, header and payload
+    /// gathered into `now_buf` (no transmit slot, no libni operation), if libni can put it
+    /// there now (`Ni::send_now`); false, and nothing sent, if not.
+    fn send_now(
+        &mut self,
+        dest: u32,
+        iov: &Iov,
+        tagged: bool,
+        tag: u64,
+        data: Option<u64>,
+    ) -> Result<bool, (i32, String)> {
+        let len = iov.len();
+        let seq = self.tx_seq[dest as usize];
+        let h = Header {
+            kind: KIND_EAGER,
+            flags: if tagged { F_TAGGED } else { 0 } | if data.is_some() { F_DATA } else { 0 },
+            seq,
+            tag,
+            data: data.unwrap_or(0),
+            len: len as u64,
+            id: 0,
+        };
+        let b = &mut self.now_buf;
+        let (word, n) = h.encode(b);
+        // SAFETY: the caller's buffer is readable for `len` bytes (fi_tsend's contract).
+        unsafe { iov.gather(&mut b[n..n + len]) };
+        let sent = self
+            .ni
+            .send_now(dest, &b[..n + len], word)
+            .map_err(|e| (fi_err(&e), format!("send to rank {dest}: {e}")))?;
+        if sent {
+            self.tx_seq[dest as usize] = next_seq(seq);
+            self.counters.eager_sent += 1;
+            self.counters.sent_now += 1;
+        }
+        Ok(sent)
+    }
+
     fn complete_send(&mut self, u: SendDone, r: Result<(), NiError>) {
         crate::cntr::count(&self.cntrs.send, r.is_ok());
         let (len, dest) = (u.len, u.dest);
@@ -1541,13 +1585,24 @@ impl Engine {
                 format!("{len} bytes: more than max_msg_size {MAX_MSG}"),
             ));
         }
+        let report = !inject && (!self.tx_selective || flags & FI_COMPLETION != 0);
+        if len <= EAGER_MAX && self.send_now(dest, iov, tagged, tag, data)? {
+            let u = SendDone {
+                report,
+                context,
+                flags: FI_SEND | if tagged { FI_TAGGED } else { FI_MSG },
+                len,
+                dest,
+            };
+            self.complete_send(u, Ok(()));
+            return Ok(());
+        }
         if self.tx_free.is_empty() {
             self.progress();
             if self.tx_free.is_empty() {
                 return Err((FI_EAGAIN, String::new()));
             }
         }
-        let report = !inject && (!self.tx_selective || flags & FI_COMPLETION != 0);
         let user = Some(SendDone {
             report,
             context: if inject { 0 } else { context },

@@ -173,6 +173,30 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
                 ),
             );
         }
+        // The CQs and counters it is bound to hold its engine until now: unlocked, as a read
+        // of them takes their bindings before the engine.
+        let cntrs: Vec<Arc<crate::cntr::Cntr>> = {
+            let g = e.engine.lock();
+            let b = &g.cntrs;
+            [
+                &b.send,
+                &b.recv,
+                &b.read,
+                &b.write,
+                &b.remote_read,
+                &b.remote_write,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+        };
+        for c in &cntrs {
+            c.bound.unbind(&e.engine);
+        }
+        for c in e.cqs.lock().unwrap().iter() {
+            c.bound.unbind(&e.engine);
+        }
         e.att.ep_open.store(false, Ordering::Release);
         // What peers did wrong and how messages went, for FI_LOG_LEVEL=info.
         let c = e.engine.lock().counters;
