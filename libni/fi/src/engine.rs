@@ -9,8 +9,10 @@
 //!   (bit 63 set: [`EAGER_TAG`]) and whose bytes are the header's few (the tag, wide CQ data)
 //!   and the payload, into one of the receiver's [`RX_SLOTS`] pre-posted libni receives (any
 //!   source, any tag with bit 63 set). With a partition window that is libni's own eager
-//!   path (≤ 4 KiB, no device thread; an 8-byte MPI message is 16 bytes, one ring slot);
-//!   without one the fabric copies it.
+//!   path (≤ 4 KiB, no device thread; an 8-byte MPI message is 16 bytes, one ring slot),
+//!   gathered and put straight into the ring when it can go there at once
+//!   (`Ni::send_now`: no transmit slot, no libni operation to wait for); otherwise from one
+//!   of [`TX_SLOTS`] registered transmit slots, and without a window the fabric copies it.
 //! - **rendezvous** (larger): the sender stages the payload in registered memory — the next
 //!   piece of its send ring ([`crate::ring`]), or a pooled region — and posts a libni send
 //!   with tag `RNDV_TAG | id`, plus an eager `RTS` header naming `id`. A receiver that
