@@ -411,7 +411,10 @@ int ni_wait_mq_interrupt(ni_t *ni, uint64_t timeout_ns, int *fired);
  * elements of `dtype`; send and receive ranges may be the same place. The non-blocking
  * variants return a pending op (finish it with ni_test/ni_wait; the regions must stay
  * allocated and the send data unchanged until then); of its ni_status_t only `error` is
- * meaningful.
+ * meaningful. Where the partition has a window, a blocking collective of a vector larger
+ * than a window slot runs member to member (in pieces, or through the members' exported
+ * memory, as libni's Rust API runs it); a non-blocking one of that size is one operation
+ * of the device's.
  *
  * Errors common to them: NI_EINVAL (NULL, a range outside a region, an unknown dtype or
  * op), NI_EBADDESCRIPTOR (a bitwise op on floats), NI_EBADLENGTH (too much data),

@@ -1380,19 +1380,22 @@ impl Coll {
     /// # Safety
     /// `op` is NULL or writable.
     unsafe fn run(&self, ni: &Ni, op: *mut *mut ni_op_t) -> Result<()> {
-        let o = self.start(ni)?;
         if op.is_null() {
-            ni.wait(o).map(|_| ())
-        } else {
-            let peer = if matches!(self.kind, coll::BCAST | coll::REDUCE) {
-                self.root
-            } else {
-                u32::MAX
-            };
-            // SAFETY: non-NULL and writable (the caller's contract).
-            unsafe { op.write(new_op(o, peer)) };
-            Ok(())
+            // Blocking: as the Rust API's typed calls run it (a vector past a window slot in
+            // pieces or through exported memory, not as one operation of the device's).
+            return ni.collective_raw(
+                self.kind, self.dtype, self.op, self.root, self.send, self.recv, self.count,
+            );
         }
+        let o = self.start(ni)?;
+        let peer = if matches!(self.kind, coll::BCAST | coll::REDUCE) {
+            self.root
+        } else {
+            u32::MAX
+        };
+        // SAFETY: non-NULL and writable (the caller's contract).
+        unsafe { op.write(new_op(o, peer)) };
+        Ok(())
     }
 }
 

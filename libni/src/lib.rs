@@ -2474,17 +2474,54 @@ impl Ni {
             r,
             count,
         );
-        // Past a slot, every member copies the others' vectors from their exported memory
-        // (`large.rs`), in one piece: the receive buffer's layout does not split by element.
-        let bytes = count * T::SIZE;
+        self.allgather_request(req, T::SIZE)
+    }
+
+    /// An allgather of `esize`-byte elements, to the end. Past a slot, every member copies
+    /// the others' vectors from their exported memory (`large.rs`), in one piece: the receive
+    /// buffer's layout does not split by element.
+    fn allgather_request(&self, req: Request, esize: usize) -> Result<()> {
+        let bytes = req.len as usize * esize;
         if bytes > ni_abi::window::COLL_MAX as usize
             && bytes <= large::HALF_MAX
             && self.direct()
-            && self.collective_shared(req, T::SIZE)?.is_some()
+            && large::applies(&req)
+            && self.collective_shared(req, esize)?.is_some()
         {
             return Ok(());
         }
         self.request(req).map(|_| ())
+    }
+
+    /// Run a collective on raw addresses to the end, the way the typed blocking calls do
+    /// (in window slots, in pieces, in exported memory: whatever its size and the partition
+    /// allow), where [`Ni::icollective_raw`] starts it as one operation. The C ABI's blocking
+    /// collectives use it.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn collective_raw(
+        &self,
+        kind: u8,
+        dtype: u32,
+        op: ReduceOp,
+        root: u32,
+        send: u64,
+        recv: u64,
+        count: usize,
+    ) -> Result<()> {
+        use ni_abi::fastpath::coll;
+        let r = coll_request(kind, dtype, op, root, send, recv, count);
+        // A type the NI does not know: the device fails it with its status.
+        let Some(esize) = ni_abi::fastpath::dtype::size(dtype) else {
+            return self.request(r).map(|_| ());
+        };
+        match kind {
+            coll::ALLGATHER => self.allgather_request(r, esize as usize),
+            coll::BCAST | coll::REDUCE | coll::ALLREDUCE | coll::SCAN | coll::EXSCAN => {
+                self.collective_pieces(r, esize as usize).map(|_| ())
+            }
+            _ => self.request(r).map(|_| ()),
+        }
     }
 
     /// Start a collective on raw addresses (the C ABI and tests use it).

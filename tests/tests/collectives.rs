@@ -53,6 +53,26 @@ fn sync_and_async_globals() {
     }
 }
 
+/// The C ABI's blocking vector collectives run as the Rust API's typed calls do: vectors
+/// past a window slot in the window's pieces or through the members' exported memory, not
+/// as one operation through the device's thread (which they were until stop 49).
+#[test]
+fn c_abi_blocking_collectives_take_the_window_past_a_slot() {
+    let direct = std::env::var("NI_TEST_DIRECT").as_deref() != Ok("off");
+    for p in [2, 3] {
+        let d = Daemon::start(p);
+        run(&d, p, "c-abi");
+        let count = |name: &str| d.counter(0, name);
+        let on = |n: u64| if direct { n } else { 0 };
+        assert_eq!(count("window_large_allreduces"), on(1), "P = {p}");
+        // The 100 000 u64 from every root; the 3000 are read without a round.
+        assert_eq!(count("window_large_bcasts"), on(p as u64), "P = {p}");
+        assert_eq!(count("window_large_reduces"), on(p as u64), "P = {p}");
+        assert_eq!(count("window_large_scans"), on(1), "P = {p}");
+        assert_eq!(count("window_large_allgathers"), on(1), "P = {p}");
+    }
+}
+
 #[test]
 fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
     let direct = std::env::var("NI_TEST_DIRECT").as_deref() != Ok("off");

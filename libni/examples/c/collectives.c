@@ -31,6 +31,7 @@
 #define RECV_AT 16384
 #define REGION_LEN 65536
 #define COUNT 4
+#define BIG_COUNT 1000
 
 static uint32_t me, n;
 
@@ -123,6 +124,19 @@ int main(void) {
             for (uint32_t r = 0; r < n; r++)
                 want += contribution(r, i);
             EXPECT(recv[i] == want, "allreduce sum [%d] = %.17g, expected %.17g", i, recv[i], want);
+        }
+        /* 1000 doubles: past a window slot, run in pieces as the Rust API's allreduce does. */
+        for (int i = 0; i < BIG_COUNT; i++) {
+            send[i] = contribution(me, i);
+            recv[i] = -1.0;
+        }
+        CHECK(ni_allreduce(ni, NI_F64, NI_SUM, buf, SEND_AT, buf, RECV_AT, BIG_COUNT));
+        for (int i = 0; i < BIG_COUNT; i++) {
+            double want = 0.0;
+            for (uint32_t r = 0; r < n; r++)
+                want += contribution(r, i);
+            EXPECT(recv[i] == want, "allreduce sum of %d [%d] = %.17g, expected %.17g", BIG_COUNT,
+                   i, recv[i], want);
         }
         printf("allreduce of doubles ok: sum[0] = %g\n", recv[0]);
         CHECK(ni_iallreduce(ni, NI_F64, NI_MAX, buf, SEND_AT, buf, RECV_AT, COUNT, &op));

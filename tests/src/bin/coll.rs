@@ -1203,10 +1203,174 @@ fn rejoin(ni: &Ni) {
     assert_eq!(i64::from_le_bytes(g), 5 * ni.size() as i64);
 }
 
+/// The C ABI's blocking vector collectives (`ni.h`, called as a C program would) on vectors
+/// past a window slot: each result checked, the test counting which took the window's
+/// paths. Rank `r` contributes `r + 1 + i` (or `(r + 1) * 0.5 + i * 0.25`, exact in binary)
+/// at element `i`.
+fn c_abi() {
+    use ni::capi::*;
+    use ni_abi::fastpath::{dtype, redop};
+    use std::ffi::{c_int, c_void, CStr};
+    let ok = |what: &str, rc: c_int| {
+        // SAFETY: ni_last_error returns a NUL-terminated string owned by the library.
+        let why = unsafe { CStr::from_ptr(ni_last_error()) };
+        assert_eq!(rc, NI_OK, "{what}: {why:?}");
+    };
+    const LEN: usize = 8 << 20;
+    const RECV: usize = LEN / 2;
+    let (mut ni, mut buf, mut ptr) = (
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut::<c_void>(),
+    );
+    let (mut me, mut n) = (0u32, 0u32);
+    // SAFETY: every pointer passed is a live handle from these calls or a writable local;
+    // the region is LEN bytes, and every access below stays inside it.
+    unsafe {
+        ok("ni_attach", ni_attach(&mut ni));
+        ok("ni_rank", ni_rank(ni, &mut me));
+        ok("ni_size", ni_size(ni, &mut n));
+        ok("ni_alloc", ni_alloc(ni, LEN, &mut buf));
+        ok("ni_region_ptr", ni_region_ptr(buf, &mut ptr));
+    }
+    let p = ptr as *mut u8;
+    // SAFETY: `at` + `count` elements lie inside the region (RECV and LEN bound them).
+    let f64s = |at: usize, count: usize| unsafe {
+        std::slice::from_raw_parts_mut(p.add(at) as *mut f64, count)
+    };
+    let u64s = |at: usize, count: usize| unsafe {
+        std::slice::from_raw_parts_mut(p.add(at) as *mut u64, count)
+    };
+    let contribution = |r: u32, i: usize| (r + 1) as f64 * 0.5 + i as f64 * 0.25;
+    let d = |t: u32| t as c_int;
+
+    // Allreduce: 64 Ki doubles (exported memory) and 1000 (window pieces).
+    for count in [65536, 1000] {
+        for (i, x) in f64s(0, count).iter_mut().enumerate() {
+            *x = contribution(me, i);
+        }
+        f64s(RECV, count).fill(-1.0);
+        // SAFETY: as above.
+        ok("ni_allreduce", unsafe {
+            ni_allreduce(ni, d(dtype::F64), d(redop::SUM), buf, 0, buf, RECV, count)
+        });
+        for (i, x) in f64s(RECV, count).iter().enumerate() {
+            let want: f64 = (0..n).map(|r| contribution(r, i)).sum();
+            assert_eq!(*x, want, "allreduce of {count}: [{i}]");
+        }
+    }
+    // Broadcast from every root: 3000 u64 (read where the root keeps them) and 100 000
+    // (exported memory).
+    for count in [3000, 100_000] {
+        for root in 0..n {
+            for (i, x) in u64s(0, count).iter_mut().enumerate() {
+                *x = if me == root {
+                    (root as u64) << 40 | i as u64
+                } else {
+                    0
+                };
+            }
+            // SAFETY: as above.
+            ok("ni_broadcast", unsafe {
+                ni_broadcast(ni, root, d(dtype::U64), buf, 0, count)
+            });
+            for (i, x) in u64s(0, count).iter().enumerate() {
+                assert_eq!(
+                    *x,
+                    (root as u64) << 40 | i as u64,
+                    "broadcast of {count} from {root}: [{i}]"
+                );
+            }
+        }
+    }
+    // Reduce of 50 000 u64 to every root, only the root passing a result buffer.
+    let count = 50_000;
+    for root in 0..n {
+        for (i, x) in u64s(0, count).iter_mut().enumerate() {
+            *x = (me + 1) as u64 + i as u64;
+        }
+        u64s(RECV, count).fill(0);
+        let recv = if me == root {
+            buf
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: as above; a NULL result buffer away from the root is the header's contract.
+        ok("ni_reduce", unsafe {
+            ni_reduce(
+                ni,
+                root,
+                d(dtype::U64),
+                d(redop::SUM),
+                buf,
+                0,
+                recv,
+                RECV,
+                count,
+            )
+        });
+        for (i, x) in u64s(RECV, count).iter().enumerate() {
+            let want = if me == root {
+                (0..n as u64).map(|r| r + 1 + i as u64).sum()
+            } else {
+                0
+            };
+            assert_eq!(*x, want, "reduce of {count} to {root}: [{i}] (rank {me})");
+        }
+    }
+    // Inclusive scan of 20 000 u64.
+    let count = 20_000;
+    for (i, x) in u64s(0, count).iter_mut().enumerate() {
+        *x = (me + 1) as u64 + i as u64;
+    }
+    // SAFETY: as above.
+    ok("ni_scan", unsafe {
+        ni_scan(
+            ni,
+            d(dtype::U64),
+            d(redop::SUM),
+            1,
+            buf,
+            0,
+            buf,
+            RECV,
+            count,
+        )
+    });
+    for (i, x) in u64s(RECV, count).iter().enumerate() {
+        let want: u64 = (0..=me as u64).map(|r| r + 1 + i as u64).sum();
+        assert_eq!(*x, want, "scan of {count}: [{i}]");
+    }
+    // Allgather of 1000 u64 a member (past a slot: exported memory).
+    let count = 1000;
+    for (i, x) in u64s(0, count).iter_mut().enumerate() {
+        *x = (me as u64) << 32 | i as u64;
+    }
+    // SAFETY: as above.
+    ok("ni_allgather", unsafe {
+        ni_allgather(ni, d(dtype::U64), buf, 0, buf, RECV, count)
+    });
+    for (k, x) in u64s(RECV, count * n as usize).iter().enumerate() {
+        let (q, i) = (k / count, k % count);
+        assert_eq!(*x, (q as u64) << 32 | i as u64, "allgather: [{k}]");
+    }
+    // SAFETY: live handles, freed once.
+    unsafe {
+        ok("ni_region_free", ni_region_free(buf));
+        ok("ni_detach", ni_detach(ni));
+    }
+}
+
 fn main() {
     let scenario = std::env::args()
         .nth(1)
         .expect("usage: ni-test-coll SCENARIO");
+    if scenario == "c-abi" {
+        // Attaches through the C ABI itself.
+        c_abi();
+        println!("ok {scenario}");
+        return;
+    }
     let ni = if scenario == "rejoin" {
         // A replacement attaches alone: its peers are already up.
         let path = std::env::var("NI_SOCKET").unwrap();
