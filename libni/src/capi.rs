@@ -1357,7 +1357,7 @@ fn elems(region: &Region, offset: usize, count: usize, size: usize, what: &str) 
     Ok(region.iova() + offset as u64)
 }
 
-/// A vector collective's arguments, checked: what `icollective_raw` takes.
+/// A vector collective's arguments, checked: a [`crate::coll_request`]'s.
 struct Coll {
     kind: u8,
     dtype: u32,
@@ -1369,8 +1369,8 @@ struct Coll {
 }
 
 impl Coll {
-    fn start(&self, ni: &Ni) -> Result<Op> {
-        ni.icollective_raw(
+    fn request(&self) -> ni_abi::fastpath::Request {
+        crate::coll_request(
             self.kind, self.dtype, self.op, self.root, self.send, self.recv, self.count,
         )
     }
@@ -1383,11 +1383,9 @@ impl Coll {
         if op.is_null() {
             // Blocking: as the Rust API's typed calls run it (a vector past a window slot in
             // pieces or through exported memory, not as one operation of the device's).
-            return ni.collective_raw(
-                self.kind, self.dtype, self.op, self.root, self.send, self.recv, self.count,
-            );
+            return ni.collective_blocking(self.request());
         }
-        let o = self.start(ni)?;
+        let o = ni.start(self.request())?;
         let peer = if matches!(self.kind, coll::BCAST | coll::REDUCE) {
             self.root
         } else {

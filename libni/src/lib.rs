@@ -2493,29 +2493,17 @@ impl Ni {
         self.request(req).map(|_| ())
     }
 
-    /// Run a collective on raw addresses to the end, the way the typed blocking calls do
-    /// (in window slots, in pieces, in exported memory: whatever its size and the partition
-    /// allow), where [`Ni::icollective_raw`] starts it as one operation. The C ABI's blocking
-    /// collectives use it.
-    #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn collective_raw(
-        &self,
-        kind: u8,
-        dtype: u32,
-        op: ReduceOp,
-        root: u32,
-        send: u64,
-        recv: u64,
-        count: usize,
-    ) -> Result<()> {
+    /// Run the vector collective `r` (a [`coll_request`]) to the end, the way the typed
+    /// blocking calls do (in window slots, in pieces, in exported memory: whatever its size
+    /// and the partition allow), where [`Ni::icollective_raw`] starts it as one operation.
+    /// The C ABI's blocking collectives use it.
+    pub(crate) fn collective_blocking(&self, r: Request) -> Result<()> {
         use ni_abi::fastpath::coll;
-        let r = coll_request(kind, dtype, op, root, send, recv, count);
         // A type the NI does not know: the device fails it with its status.
-        let Some(esize) = ni_abi::fastpath::dtype::size(dtype) else {
+        let Some(esize) = ni_abi::fastpath::dtype::size(direct::dtype_op(&r).0) else {
             return self.request(r).map(|_| ());
         };
-        match kind {
+        match r.flags {
             coll::ALLGATHER => self.allgather_request(r, esize as usize),
             coll::BCAST | coll::REDUCE | coll::ALLREDUCE | coll::SCAN | coll::EXSCAN => {
                 self.collective_pieces(r, esize as usize).map(|_| ())
@@ -2524,7 +2512,8 @@ impl Ni {
         }
     }
 
-    /// Start a collective on raw addresses (the C ABI and tests use it).
+    /// Start a collective on raw addresses, as one operation (what the C ABI's non-blocking
+    /// collectives do).
     #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
     pub fn icollective_raw(

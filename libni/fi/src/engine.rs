@@ -1372,28 +1372,11 @@ impl Engine {
         self.report_tx(u, 0, r, what);
     }
 
-    /// An eager message straight into the window's ring toward `dest`, header and payload
-    /// gathered into `now_buf` (no transmit slot, no libni operation), if libni can put it
-    /// there now (`Ni::send_now`); false, and nothing sent, if not.
-    fn send_now(
-        &mut self,
-        dest: u32,
-        iov: &Iov,
-        tagged: bool,
-        tag: u64,
-        data: Option<u64>,
-    ) -> Result<bool, (i32, String)> {
+    /// The eager message `h` of `iov` straight into the window's ring toward `dest`, header
+    /// and payload gathered into `now_buf` (no transmit slot, no libni operation), if libni
+    /// can put it there now (`Ni::send_now`); false, and nothing sent, if not.
+    fn send_now(&mut self, dest: u32, iov: &Iov, h: &Header) -> Result<bool, (i32, String)> {
         let len = iov.len();
-        let seq = self.tx_seq[dest as usize];
-        let h = Header {
-            kind: KIND_EAGER,
-            flags: if tagged { F_TAGGED } else { 0 } | if data.is_some() { F_DATA } else { 0 },
-            seq,
-            tag,
-            data: data.unwrap_or(0),
-            len: len as u64,
-            id: 0,
-        };
         let b = &mut self.now_buf;
         let (word, n) = h.encode(b);
         // SAFETY: the caller's buffer is readable for `len` bytes (fi_tsend's contract).
@@ -1403,7 +1386,7 @@ impl Engine {
             .send_now(dest, &b[..n + len], word)
             .map_err(|e| (fi_err(&e), format!("send to rank {dest}: {e}")))?;
         if sent {
-            self.tx_seq[dest as usize] = next_seq(seq);
+            self.tx_seq[dest as usize] = next_seq(h.seq);
             self.counters.eager_sent += 1;
             self.counters.sent_now += 1;
         }
@@ -1588,30 +1571,13 @@ impl Engine {
             ));
         }
         let report = !inject && (!self.tx_selective || flags & FI_COMPLETION != 0);
-        if len <= EAGER_MAX && self.send_now(dest, iov, tagged, tag, data)? {
-            let u = SendDone {
-                report,
-                context,
-                flags: FI_SEND | if tagged { FI_TAGGED } else { FI_MSG },
-                len,
-                dest,
-            };
-            self.complete_send(u, Ok(()));
-            return Ok(());
-        }
-        if self.tx_free.is_empty() {
-            self.progress();
-            if self.tx_free.is_empty() {
-                return Err((FI_EAGAIN, String::new()));
-            }
-        }
-        let user = Some(SendDone {
+        let done = SendDone {
             report,
             context: if inject { 0 } else { context },
             flags: FI_SEND | if tagged { FI_TAGGED } else { FI_MSG },
             len,
             dest,
-        });
+        };
         let seq = self.tx_seq[dest as usize];
         let mut h = Header {
             kind: KIND_EAGER,
@@ -1622,6 +1588,17 @@ impl Engine {
             len: len as u64,
             id: 0,
         };
+        if len <= EAGER_MAX && self.send_now(dest, iov, &h)? {
+            self.complete_send(done, Ok(()));
+            return Ok(());
+        }
+        if self.tx_free.is_empty() {
+            self.progress();
+            if self.tx_free.is_empty() {
+                return Err((FI_EAGAIN, String::new()));
+            }
+        }
+        let user = Some(done);
         let slot = *self.tx_free.last().unwrap();
         let tx = self.tx.as_ref().expect("enabled");
         let at = slot * SLOT;
