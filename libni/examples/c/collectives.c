@@ -114,29 +114,22 @@ int main(void) {
         ni_status_t st;
         int done = 0;
         uint64_t t0;
-        for (int i = 0; i < COUNT; i++) {
-            send[i] = contribution(me, i);
-            recv[i] = -1.0;
-        }
-        CHECK(ni_allreduce(ni, NI_F64, NI_SUM, buf, SEND_AT, buf, RECV_AT, COUNT));
-        for (int i = 0; i < COUNT; i++) {
-            double want = 0.0;
-            for (uint32_t r = 0; r < n; r++)
-                want += contribution(r, i);
-            EXPECT(recv[i] == want, "allreduce sum [%d] = %.17g, expected %.17g", i, recv[i], want);
-        }
-        /* 1000 doubles: past a window slot, run in pieces as the Rust API's allreduce does. */
-        for (int i = 0; i < BIG_COUNT; i++) {
-            send[i] = contribution(me, i);
-            recv[i] = -1.0;
-        }
-        CHECK(ni_allreduce(ni, NI_F64, NI_SUM, buf, SEND_AT, buf, RECV_AT, BIG_COUNT));
-        for (int i = 0; i < BIG_COUNT; i++) {
-            double want = 0.0;
-            for (uint32_t r = 0; r < n; r++)
-                want += contribution(r, i);
-            EXPECT(recv[i] == want, "allreduce sum of %d [%d] = %.17g, expected %.17g", BIG_COUNT,
-                   i, recv[i], want);
+        /* BIG_COUNT doubles: past a window slot, run in pieces as the Rust API's allreduce
+         * does. */
+        const int counts[] = {COUNT, BIG_COUNT};
+        for (int c = 0; c < 2; c++) {
+            for (int i = 0; i < counts[c]; i++) {
+                send[i] = contribution(me, i);
+                recv[i] = -1.0;
+            }
+            CHECK(ni_allreduce(ni, NI_F64, NI_SUM, buf, SEND_AT, buf, RECV_AT, counts[c]));
+            for (int i = 0; i < counts[c]; i++) {
+                double want = 0.0;
+                for (uint32_t r = 0; r < n; r++)
+                    want += contribution(r, i);
+                EXPECT(recv[i] == want, "allreduce sum of %d [%d] = %.17g, expected %.17g",
+                       counts[c], i, recv[i], want);
+            }
         }
         printf("allreduce of doubles ok: sum[0] = %g\n", recv[0]);
         CHECK(ni_iallreduce(ni, NI_F64, NI_MAX, buf, SEND_AT, buf, RECV_AT, COUNT, &op));
