@@ -1283,9 +1283,12 @@ fn c_abi() {
             }
         }
     }
-    // Reduce of 50 000 u64 to every root, only the root passing a result buffer.
-    let count = 50_000;
-    for root in 0..n {
+    // Reduce of 1000 u64 (window pieces) and 50 000 (exported memory) to every root, only
+    // the root passing a result buffer.
+    for (count, root) in [1000, 50_000]
+        .into_iter()
+        .flat_map(|c| (0..n).map(move |r| (c, r)))
+    {
         for (i, x) in u64s(0, count).iter_mut().enumerate() {
             *x = (me + 1) as u64 + i as u64;
         }
