@@ -2335,6 +2335,10 @@ impl Ni {
         self.collective_pieces(r, T::SIZE).map(|_| ())
     }
 
+    /// Start the broadcast of [`Ni::broadcast`]; finish it with [`Ni::test`] or
+    /// [`Ni::wait`]. Up to a window slot it runs member to member as the blocking call does;
+    /// past one it is a single operation of the device's (no pieces, no exported memory), so
+    /// the blocking call is the faster there.
     pub fn ibroadcast<T: Elem>(
         &self,
         root: u32,
@@ -2408,6 +2412,8 @@ impl Ni {
         self.collective_pieces(req, T::SIZE).map(|_| ())
     }
 
+    /// Start the allreduce of [`Ni::allreduce`]; finish it with [`Ni::test`] or [`Ni::wait`].
+    /// As [`Ni::ibroadcast`]: past a window slot one operation of the device's.
     pub fn iallreduce<T: Elem>(
         &self,
         op: ReduceOp,
