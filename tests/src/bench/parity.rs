@@ -10,9 +10,9 @@
 use std::fmt::Write as _;
 use std::ops::RangeInclusive;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::report::Rec;
+use super::report::{fmt_val, Rec, Verdicts};
 use super::stats::Unit;
 
 /// A step between two sizes is a cliff when ni's time grows more than `CLIFF` times as much
@@ -91,24 +91,6 @@ fn pairs(recs: &[Rec]) -> Vec<Pair<'_>> {
         .collect()
 }
 
-struct Verdicts {
-    text: String,
-    json: Vec<Value>,
-}
-
-impl Verdicts {
-    fn add(&mut self, name: &str, ok: Option<bool>, detail: String) {
-        let verdict = match ok {
-            Some(true) => "MET",
-            Some(false) => "MISSED",
-            None => "n/a",
-        };
-        let _ = writeln!(self.text, "  [{verdict:>6}] {name}: {detail}");
-        self.json
-            .push(json!({"target": name, "met": ok, "detail": detail}));
-    }
-}
-
 /// MET when every ratio is at least 1, MISSED when one is below, n/a when there are none.
 fn judge<'a>(ratios: impl IntoIterator<Item = &'a f64>) -> Option<bool> {
     let mut any = None;
@@ -121,10 +103,7 @@ fn judge<'a>(ratios: impl IntoIterator<Item = &'a f64>) -> Option<bool> {
 /// The issue-15 verdicts for `recs` (pooled), `instr` the run's `instr.json` if it made one;
 /// `noise` marks disturbed points as the tables do.
 pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Value) {
-    let mut v = Verdicts {
-        text: String::from("\n# targets (issue 15: ni×mpi, ni against Open MPI's shared memory)\n"),
-        json: Vec::new(),
-    };
+    let mut v = Verdicts::new("issue 15: ni×mpi, ni against Open MPI's shared memory");
     let all = pairs(recs);
     let mark = |p: &Pair| {
         if p.ni.disturbed(noise) || p.mpi.disturbed(noise) {
@@ -133,16 +112,7 @@ pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Valu
             ""
         }
     };
-    let fmt = |u: Unit, x: f64| {
-        let digits = if x >= 100.0 {
-            0
-        } else if x >= 1.0 {
-            2
-        } else {
-            3
-        };
-        format!("{x:.digits$} {}", u.label())
-    };
+    let fmt = |u: Unit, x: f64| format!("{} {}", fmt_val(x), u.label());
 
     for (name, metric, sizes, ranks) in NAMED {
         let at: Vec<&Pair> = all
@@ -377,6 +347,7 @@ fn cliffs(recs: &[Rec], noise: f64) -> (usize, Vec<String>) {
 mod tests {
     use super::super::driver::Point;
     use super::*;
+    use serde_json::json;
 
     fn rec(t: &str, metric: &str, placement: &str, ranks: u32, size: u64, secs: f64) -> Rec {
         Rec {

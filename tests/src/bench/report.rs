@@ -138,7 +138,7 @@ fn describe(metric: &str) -> &'static str {
     }
 }
 
-fn fmt_val(v: f64) -> String {
+pub(super) fn fmt_val(v: f64) -> String {
     if !v.is_finite() {
         "-".into()
     } else if v >= 1000.0 {
@@ -289,19 +289,37 @@ fn find<'a>(recs: &'a [Rec], t: &str, metric: &str, placement: &str, size: u64) 
     })
 }
 
-/// The issue-7 targets, judged on the `split` placement (where the baselines get two cores).
-pub fn targets(recs: &[Rec]) -> (String, Value) {
-    let mut out = String::from("\n# targets (issue 7)\n");
-    let mut j = Vec::new();
-    let mut add = |name: &str, ok: Option<bool>, detail: String| {
+/// A block of target verdicts: a `# targets (…)` heading, then a `[MET]`, `[MISSED]` or
+/// `[n/a]` line per target, and the same as JSON.
+pub(super) struct Verdicts {
+    pub text: String,
+    pub json: Vec<Value>,
+}
+
+impl Verdicts {
+    pub fn new(heading: &str) -> Verdicts {
+        Verdicts {
+            text: format!("\n# targets ({heading})\n"),
+            json: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, name: &str, ok: Option<bool>, detail: String) {
         let verdict = match ok {
             Some(true) => "MET",
             Some(false) => "MISSED",
             None => "n/a",
         };
-        let _ = writeln!(out, "  [{verdict:>6}] {name}: {detail}");
-        j.push(json!({"target": name, "met": ok, "detail": detail}));
-    };
+        let _ = writeln!(self.text, "  [{verdict:>6}] {name}: {detail}");
+        self.json
+            .push(json!({"target": name, "met": ok, "detail": detail}));
+    }
+}
+
+/// The issue-7 targets, judged on the `split` placement (where the baselines get two cores).
+pub fn targets(recs: &[Rec]) -> (String, Value) {
+    let mut v = Verdicts::new("issue 7");
+    let mut add = |name: &str, ok: Option<bool>, detail: String| v.add(name, ok, detail);
     let lat = |t: &str| find(recs, t, "latency", "split", 8).and_then(Rec::value);
     match lat("ni") {
         Some(ni) => add(
@@ -403,7 +421,7 @@ pub fn targets(recs: &[Rec]) -> (String, Value) {
             detail(worst.as_ref()),
         );
     }
-    (out, Value::Array(j))
+    (v.text, Value::Array(v.json))
 }
 
 #[cfg(test)]
