@@ -51,8 +51,9 @@ MODE: latency bw msgrate mq am put get barrier bcast allreduce reduce allgather 
   --mpi-dir DIR       where the MPI programs are built (default OUT/mpi)
   --batches N         batches per point (default 11; quick 3)
   --rounds N          launches per point and transport, ni's and its baselines' taking
-                      turns, the batches shared out among them and pooled (default 2;
-                      quick 1): what the machine does meanwhile falls on both sides
+                      turns, the batches shared out among them and pooled (default 4;
+                      quick 1): what the machine does meanwhile falls on both sides; with
+                      3 or more, ni×X compares each transport's best round ('b')
   --target-ms X       time per batch (default 20; quick 2)
   --warm-ms X         warm-up per point (default 10; quick 1)
   --cap-ms X          at most this long per point, fewer batches past it (default 4000)
@@ -383,7 +384,7 @@ fn parse(args: &[String]) -> R<Opts> {
             batches: batches.unwrap_or(if quick { 3 } else { 11 }).max(1),
             cap: ms(cap, 4000.0, 500.0),
         },
-        rounds: rounds.unwrap_or(if quick { 1 } else { 2 }).max(1),
+        rounds: rounds.unwrap_or(if quick { 1 } else { 4 }).max(1),
         noise,
         sizes: Sizes {
             max,
@@ -922,21 +923,23 @@ fn run(mut o: Opts) -> R<()> {
     let mut recs: Vec<Rec> = Vec::new();
     let mut runs = Vec::new();
     let mut failed = 0;
-    let mut keep = |mode: &str, t: &str, pl: Placement, l: Launch, recs: &mut Vec<Rec>| {
-        if !l.ok {
-            failed += 1;
-        }
-        runs.push(l.info);
-        for p in l.points {
-            recs.push(Rec {
-                mode: mode.into(),
-                transport: t.into(),
-                placement: pl.name().into(),
-                point: p,
-                foreign: l.foreign,
-            });
-        }
-    };
+    let mut keep =
+        |mode: &str, t: &str, pl: Placement, l: Launch, round: u32, recs: &mut Vec<Rec>| {
+            if !l.ok {
+                failed += 1;
+            }
+            runs.push(l.info);
+            for p in l.points {
+                recs.push(Rec {
+                    mode: mode.into(),
+                    transport: t.into(),
+                    placement: pl.name().into(),
+                    rounds: vec![(round, p.batches.len())],
+                    point: p,
+                    foreign: l.foreign,
+                });
+            }
+        };
     for &pl in &o.placements {
         eprintln!("[ni-bench] placement {}", pl.describe(maxp));
         for mode in &o.modes {
@@ -951,7 +954,7 @@ fn run(mut o: Opts) -> R<()> {
                     if o.ni && !specs.is_empty() {
                         let what = format!("{mode} ni P={p} {}{nth}", pl.name());
                         let l = run_ni(&o, &specs, p, pl, &what);
-                        keep(mode, "ni", pl, l, &mut recs);
+                        keep(mode, "ni", pl, l, round as u32, &mut recs);
                     }
                     if spec::socket_mode(mode, p) {
                         for kind in [sock::Kind::Tcp, sock::Kind::Unix] {
@@ -961,7 +964,7 @@ fn run(mut o: Opts) -> R<()> {
                                 let what =
                                     format!("{mode} {} P={p} {}{nth}", kind.name(), pl.name());
                                 let l = run_sock(&o, kind, &specs, pl, &what);
-                                keep(mode, kind.name(), pl, l, &mut recs);
+                                keep(mode, kind.name(), pl, l, round as u32, &mut recs);
                             }
                         }
                     }
@@ -970,7 +973,7 @@ fn run(mut o: Opts) -> R<()> {
                             let what = format!("{mode} mpi {} P={p} {}{nth}", r.args[1], pl.name());
                             let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, false);
                             let t = if hosts().is_some() { "mpi-tcp" } else { "mpi" };
-                            keep(mode, t, pl, l, &mut recs);
+                            keep(mode, t, pl, l, round as u32, &mut recs);
                         }
                     }
                     if mpi_ni {
@@ -978,7 +981,7 @@ fn run(mut o: Opts) -> R<()> {
                             let what =
                                 format!("{mode} mpi-ni {} P={p} {}{nth}", r.args[1], pl.name());
                             let l = run_mpi(&o, &mpi_dir, &r, p, pl, &what, true);
-                            keep(mode, "mpi-ni", pl, l, &mut recs);
+                            keep(mode, "mpi-ni", pl, l, round as u32, &mut recs);
                         }
                     }
                 }
@@ -1027,7 +1030,7 @@ fn run(mut o: Opts) -> R<()> {
             "cap_ms": asked.cap.as_secs_f64() * 1e3,
             "noise_threshold": o.noise,
             "window": spec::WINDOW,
-            "statistic": "value = median of batch means (every round's batches pooled); spread = IQR/median of batch means; min/max = worst/best batch",
+            "statistic": "value = median of batch means (every round's batches pooled); spread = IQR/median of batch means; min/max = worst/best batch; ni×X = ratio of each transport's best round (a launch; its value the median of its batches) with 3 rounds or more, else of the values",
         },
         "notes": notes,
         "runs": runs,
