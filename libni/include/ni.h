@@ -414,7 +414,9 @@ int ni_wait_mq_interrupt(ni_t *ni, uint64_t timeout_ns, int *fired);
  * meaningful. Where the partition has a window, a blocking collective of a vector larger
  * than a window slot runs member to member (in pieces, or through the members' exported
  * memory, as libni's Rust API runs it); a non-blocking one of that size is one operation
- * of the device's.
+ * of the device's, which moves it while the program computes: pieces would move only when
+ * the program called into the NI, and a member that computed longer than the partition's
+ * collective timeout between start and wait would make the others fail.
  *
  * Errors common to them: NI_EINVAL (NULL, a range outside a region, an unknown dtype or
  * op), NI_EBADDESCRIPTOR (a bitwise op on floats), NI_EBADLENGTH (too much data),

@@ -2338,7 +2338,11 @@ impl Ni {
     /// Start the broadcast of [`Ni::broadcast`]; finish it with [`Ni::test`] or
     /// [`Ni::wait`]. Up to a window slot it runs member to member as the blocking call does;
     /// past one it is a single operation of the device's (no pieces, no exported memory), so
-    /// the blocking call is the faster there.
+    /// the blocking call is the faster there. The device moves it while this process
+    /// computes, which is what a non-blocking collective is for: pieces or reads of exported
+    /// memory move only when the process calls into the NI, and a member that computed
+    /// longer than the partition's collective timeout (`ni-device --collective-timeout`)
+    /// between start and wait would make the others fail.
     pub fn ibroadcast<T: Elem>(
         &self,
         root: u32,
