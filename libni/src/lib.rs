@@ -1549,6 +1549,7 @@ impl Ni {
     /// from a ring into a receive (a `wait`'s); such a message completes in `out` or
     /// earlier. Those such a pass left waiting for a receive come first into `taken`: a
     /// sender's messages keep their order across the two ways.
+    #[inline]
     pub fn drain_taking(
         &self,
         out: &mut Vec<(u64, Result<Done>)>,
@@ -1559,6 +1560,9 @@ impl Ni {
         self.drain_inner(out, Some((tag, mask, taken)))
     }
 
+    /// The look that finds nothing (most of a polling loop's) inlined into its caller, the
+    /// pass out of line.
+    #[inline]
     fn drain_inner(
         &self,
         out: &mut Vec<(u64, Result<Done>)>,
@@ -1569,32 +1573,41 @@ impl Ni {
             if i.quiet_pass() {
                 Ok(0)
             } else {
-                let r = match taking {
-                    None => i.progress(),
-                    Some((tag, mask, taken)) => {
-                        i.d.taking = Some(Taking {
-                            tag,
-                            mask,
-                            taken: std::mem::take(taken),
-                        });
-                        if !i.d.unexpected.is_empty() {
-                            i.w_unexpected_to_taken();
-                        }
-                        let r = i.progress();
-                        *taken = i.d.taking.take().unwrap().taken;
-                        r
-                    }
-                };
-                r.map(|_| {
-                    let n = i.done.len();
-                    i.done
-                        .drain(|user, c| out.push((user, finish_as(c.opcode, c.rank, c))));
-                    n
-                })
+                Self::drain_pass(&mut i, out, taking)
             }
         };
         self.run_handlers();
         r
+    }
+
+    #[inline(never)]
+    fn drain_pass(
+        i: &mut Inner,
+        out: &mut Vec<(u64, Result<Done>)>,
+        taking: Option<(u64, u64, &mut Taken)>,
+    ) -> Result<usize> {
+        let r = match taking {
+            None => i.progress(),
+            Some((tag, mask, taken)) => {
+                i.d.taking = Some(Taking {
+                    tag,
+                    mask,
+                    taken: std::mem::take(taken),
+                });
+                if !i.d.unexpected.is_empty() {
+                    i.w_unexpected_to_taken();
+                }
+                let r = i.progress();
+                *taken = i.d.taking.take().unwrap().taken;
+                r
+            }
+        };
+        r.map(|_| {
+            let n = i.done.len();
+            i.done
+                .drain(|user, c| out.push((user, finish_as(c.opcode, c.rank, c))));
+            n
+        })
     }
 
     /// One idle turn of a caller's own polling loop, taken as libni's waits take theirs:

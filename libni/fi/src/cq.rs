@@ -53,16 +53,23 @@ pub struct Cq {
 /// how long reads have found nothing.
 #[derive(Default)]
 pub struct Bound {
+    /// Under one lock, which a read takes once ([`Bound::poll`]): each lock is a call and a
+    /// dozen instructions of an empty read's few hundred.
+    state: NiLock<BoundState>,
+    /// The NI of the first bound endpoint, for `idle` (one NI per process).
+    ni: std::sync::OnceLock<Weak<ni::Ni>>,
+}
+
+#[derive(Default)]
+struct BoundState {
     /// Engines of the endpoints bound (progressed by reads), held until the endpoint closes
     /// (`unbind`): a weak reference would cost every read two atomic read-modify-writes to
     /// upgrade and drop. A read locks each while it holds this: an endpoint binds and
     /// unbinds with its engine unlocked (`fi_ep_bind`, `fi_close`), so the two are always
     /// taken in this order.
-    engines: NiLock<Vec<Arc<NiLock<Engine>>>>,
-    /// The NI of the first bound endpoint, for `idle` (one NI per process).
-    ni: std::sync::OnceLock<Weak<ni::Ni>>,
+    engines: Vec<Arc<NiLock<Engine>>>,
     /// How long reads have found nothing (`note`).
-    idle: NiLock<Idle>,
+    idle: Idle,
 }
 
 /// How long an application may poll an empty CQ before each further empty read gives the
@@ -73,7 +80,7 @@ const SPIN: Duration = Duration::from_micros(2);
 impl Bound {
     /// Called with the engine unlocked (`fi_ep_bind`): a read locks this, then the engine.
     pub fn bind(&self, engine: &Arc<NiLock<Engine>>, ni: &Arc<ni::Ni>) {
-        let mut g = self.engines.lock();
+        let g = &mut self.state.lock().engines;
         if !g.iter().any(|e| Arc::ptr_eq(e, engine)) {
             g.push(engine.clone());
         }
@@ -83,11 +90,14 @@ impl Bound {
     /// The endpoint of `engine` closes: reads no longer progress it (and the engine, which
     /// holds this CQ or counter, is freed with its endpoint). Called with it unlocked.
     pub fn unbind(&self, engine: &Arc<NiLock<Engine>>) {
-        self.engines.lock().retain(|e| !Arc::ptr_eq(e, engine));
+        self.state
+            .lock()
+            .engines
+            .retain(|e| !Arc::ptr_eq(e, engine));
     }
 
     pub fn progress(&self) {
-        for e in self.engines.lock().iter() {
+        for e in self.state.lock().engines.iter() {
             e.lock().progress();
         }
     }
@@ -97,12 +107,46 @@ impl Bound {
     /// fabric path) and a peer on the same core run. Applications poll an empty CQ in a
     /// tight loop (Open MPI's progress does).
     pub fn note(&self, empty: bool) {
-        let ni = || self.ni.get().and_then(Weak::upgrade);
-        let shared = || ni().is_some_and(|n| n.cpu_shared());
-        if self.idle.lock().note(empty, Instant::now, shared) {
-            if let Some(ni) = ni() {
-                ni.idle();
+        let give = self
+            .state
+            .lock()
+            .idle
+            .note(empty, Instant::now, || self.shared());
+        if give {
+            self.give_way();
+        }
+    }
+
+    /// [`Bound::progress`], then `read` (which says whether it found nothing, if that is
+    /// to be noted), then [`Bound::note`], under one lock; the CPU is given away after it.
+    pub fn poll<R>(&self, read: impl FnOnce() -> (R, Option<bool>)) -> R {
+        let (r, give) = {
+            let mut g = self.state.lock();
+            for e in g.engines.iter() {
+                e.lock().progress();
             }
+            let (r, empty) = read();
+            let give =
+                empty.is_some_and(|empty| g.idle.note(empty, Instant::now, || self.shared()));
+            (r, give)
+        };
+        if give {
+            self.give_way();
+        }
+        r
+    }
+
+    /// Whether a peer waits on this cpu (`Ni::cpu_shared`).
+    fn shared(&self) -> bool {
+        self.ni
+            .get()
+            .and_then(Weak::upgrade)
+            .is_some_and(|n| n.cpu_shared())
+    }
+
+    fn give_way(&self) {
+        if let Some(ni) = self.ni.get().and_then(Weak::upgrade) {
+            ni.idle();
         }
     }
 }
@@ -209,47 +253,46 @@ impl Cq {
         src: *mut fi_addr_t,
         av: Option<&Av>,
     ) -> isize {
-        self.bound.progress();
-        let mut items = self.items.lock();
-        let size = self.entry_size();
-        let mut n = 0;
-        while n < count {
-            match items.front() {
-                Some(Item::Ok(e)) => {
-                    let t = fi_cq_tagged_entry {
-                        op_context: e.context as *mut c_void,
-                        flags: e.flags,
-                        len: e.len,
-                        buf: e.buf as *mut c_void,
-                        data: e.data,
-                        tag: e.tag,
-                    };
-                    // SAFETY: entry `n` of the caller's array has `size` bytes, a prefix of
-                    // the tagged entry in every format.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            &t as *const _ as *const u8,
-                            (buf as *mut u8).add(n * size),
-                            size,
-                        );
-                        if !src.is_null() {
-                            *src.add(n) = av.map_or(e.src as u64, |a| a.fi_addr_of(e.src));
+        self.bound.poll(|| {
+            let mut items = self.items.lock();
+            let size = self.entry_size();
+            let mut n = 0;
+            while n < count {
+                match items.front() {
+                    Some(Item::Ok(e)) => {
+                        let t = fi_cq_tagged_entry {
+                            op_context: e.context as *mut c_void,
+                            flags: e.flags,
+                            len: e.len,
+                            buf: e.buf as *mut c_void,
+                            data: e.data,
+                            tag: e.tag,
+                        };
+                        // SAFETY: entry `n` of the caller's array has `size` bytes, a prefix
+                        // of the tagged entry in every format.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                &t as *const _ as *const u8,
+                                (buf as *mut u8).add(n * size),
+                                size,
+                            );
+                            if !src.is_null() {
+                                *src.add(n) = av.map_or(e.src as u64, |a| a.fi_addr_of(e.src));
+                            }
                         }
+                        items.pop_front();
+                        n += 1;
                     }
-                    items.pop_front();
-                    n += 1;
+                    Some(Item::Err { .. }) if n == 0 => return (-(FI_EAVAIL as isize), None),
+                    _ => break,
                 }
-                Some(Item::Err { .. }) if n == 0 => return -(FI_EAVAIL as isize),
-                _ => break,
             }
-        }
-        drop(items);
-        self.bound.note(n == 0);
-        if n == 0 {
-            -(FI_EAGAIN as isize)
-        } else {
-            n as isize
-        }
+            if n == 0 {
+                (-(FI_EAGAIN as isize), Some(true))
+            } else {
+                (n as isize, Some(false))
+            }
+        })
     }
 
     /// # Safety

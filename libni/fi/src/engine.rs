@@ -782,6 +782,7 @@ impl Engine {
     }
 
     /// Take what the NI finished and move every message and send along.
+    #[inline]
     pub fn progress(&mut self) {
         if !self.enabled {
             return;
@@ -790,12 +791,31 @@ impl Engine {
             .ni
             .drain_taking(&mut self.batch, EAGER_TAG, EAGER_TAG, &mut self.taken)
         {
-            warn(FI_LOG_EP_DATA, &format!("ni: progress: {e}"));
+            self.progress_failed(e);
         }
+        // Most polls find nothing new, and nothing waits for what the last one freed: this
+        // much stays small enough to inline into a read, the rest is out of line.
+        if self.batch.is_empty()
+            && self.taken.is_empty()
+            && self.early.is_empty()
+            && self.nothing_waits()
+        {
+            return;
+        }
+        self.progress_found();
+    }
+
+    #[cold]
+    fn progress_failed(&self, e: ni::Error) {
+        warn(FI_LOG_EP_DATA, &format!("ni: progress: {e}"));
+    }
+
+    /// [`Engine::progress`] once the NI gave it something, or something waits.
+    #[inline(never)]
+    fn progress_found(&mut self) {
         if !self.early.is_empty() {
             self.batch.append(&mut self.early);
         }
-        // Most polls find nothing new, and nothing waits for what the last one freed.
         if self.batch.is_empty() && self.taken.is_empty() && self.nothing_waits() {
             return;
         }
