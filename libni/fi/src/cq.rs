@@ -119,6 +119,8 @@ impl Bound {
 
     /// [`Bound::progress`], then `read` (which says whether it found nothing, if that is
     /// to be noted), then [`Bound::note`], under one lock; the CPU is given away after it.
+    /// Locks are taken in one order: this, an engine, a CQ's entries (`read`'s, and those
+    /// an engine's progress pushes to), the NI.
     pub fn poll<R>(&self, read: impl FnOnce() -> (R, Option<bool>)) -> R {
         let (r, give) = {
             let mut g = self.state.lock();

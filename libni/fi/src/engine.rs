@@ -816,9 +816,6 @@ impl Engine {
         if !self.early.is_empty() {
             self.batch.append(&mut self.early);
         }
-        if self.batch.is_empty() && self.taken.is_empty() && self.nothing_waits() {
-            return;
-        }
         let mut batch = std::mem::take(&mut self.batch);
         let mut taken = std::mem::take(&mut self.taken);
         // Most of the rest find only eager messages libni took from the rings, in ring

@@ -321,7 +321,9 @@ fn cliffs(recs: &[Rec], noise: f64) -> (usize, Vec<String>) {
                 .filter(timed)
                 .filter(|r| series_of(r) == key)
                 .map(|r| {
-                    let v = r.value().unwrap_or(f64::NAN);
+                    // A launch measures every size in one of the machine's states: its best
+                    // rounds' are neighbours from one state where pooled medians may not be.
+                    let v = r.best_round().or_else(|| r.value()).unwrap_or(f64::NAN);
                     (r.point.size, v, r.disturbed(noise))
                 })
                 .collect();
