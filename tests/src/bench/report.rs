@@ -554,12 +554,17 @@ mod tests {
         );
     }
 
-    /// One launch's record of round `round`: three batches of `secs`.
-    fn launch(t: &str, round: u32, secs: f64) -> Rec {
-        Rec {
-            rounds: vec![(round, 3)],
-            ..rec(t, "latency", 8, secs)
-        }
+    /// The records of launches `(transport, round, seconds)` of one 8-byte point of
+    /// `metric`, three batches each, pooled.
+    fn launches(metric: &str, runs: &[(&str, u32, f64)]) -> Vec<Rec> {
+        pool(
+            runs.iter()
+                .map(|&(t, round, secs)| Rec {
+                    rounds: vec![(round, 3)],
+                    ..rec(t, metric, 8, secs)
+                })
+                .collect(),
+        )
     }
 
     /// Launches where ni landed in the machine's slow cluster and Open MPI in its fast one
@@ -567,14 +572,17 @@ mod tests {
     #[test]
     fn ratios_compare_the_best_rounds() {
         let (fast, slow) = (0.2e-6, 0.5e-6);
-        let recs = pool(vec![
-            launch("ni", 1, slow),
-            launch("mpi", 1, fast),
-            launch("ni", 2, fast),
-            launch("mpi", 2, slow),
-            launch("ni", 3, slow),
-            launch("mpi", 3, fast),
-        ]);
+        let recs = launches(
+            "latency",
+            &[
+                ("ni", 1, slow),
+                ("mpi", 1, fast),
+                ("ni", 2, fast),
+                ("mpi", 2, slow),
+                ("ni", 3, slow),
+                ("mpi", 3, fast),
+            ],
+        );
         let ni = find(&recs, "ni", "latency", "split", 8).unwrap();
         let mpi = find(&recs, "mpi", "latency", "split", 8).unwrap();
         assert_eq!(ni.rounds, vec![(1, 3), (2, 3), (3, 3)]);
@@ -601,18 +609,17 @@ mod tests {
     /// For a rate the best round is the fastest too: ratios stay "> 1: ni wins".
     #[test]
     fn the_best_round_of_a_rate_is_its_highest() {
-        let rate = |t: &str, k: u32, secs: f64| Rec {
-            rounds: vec![(k, 3)],
-            ..rec(t, "msgrate", 8, secs)
-        };
-        let recs = pool(vec![
-            rate("ni", 1, 1e-7),
-            rate("mpi", 1, 2e-7),
-            rate("ni", 2, 3e-7),
-            rate("mpi", 2, 2e-7),
-            rate("ni", 3, 3e-7),
-            rate("mpi", 3, 2e-7),
-        ]);
+        let recs = launches(
+            "msgrate",
+            &[
+                ("ni", 1, 1e-7),
+                ("mpi", 1, 2e-7),
+                ("ni", 2, 3e-7),
+                ("mpi", 2, 2e-7),
+                ("ni", 3, 3e-7),
+                ("mpi", 3, 2e-7),
+            ],
+        );
         let ni = find(&recs, "ni", "msgrate", "split", 8).unwrap();
         let mpi = find(&recs, "mpi", "msgrate", "split", 8).unwrap();
         // ni's best: 10 Mmsg/s against Open MPI's 5.
@@ -624,13 +631,16 @@ mod tests {
     #[test]
     fn too_few_rounds_fall_back_to_the_pooled_ratio() {
         let (fast, slow) = (0.2e-6, 0.5e-6);
-        let recs = pool(vec![
-            launch("ni", 1, slow),
-            launch("mpi", 1, fast),
-            launch("ni", 2, slow),
-            launch("mpi", 2, fast),
-            launch("ni", 3, fast),
-        ]);
+        let recs = launches(
+            "latency",
+            &[
+                ("ni", 1, slow),
+                ("mpi", 1, fast),
+                ("ni", 2, slow),
+                ("mpi", 2, fast),
+                ("ni", 3, fast),
+            ],
+        );
         let ni = find(&recs, "ni", "latency", "split", 8).unwrap();
         let mpi = find(&recs, "mpi", "latency", "split", 8).unwrap();
         assert!(!best_of_rounds(ni, mpi));
