@@ -12,7 +12,7 @@ use std::ops::RangeInclusive;
 
 use serde_json::Value;
 
-use super::report::{best_of_rounds, fmt_val, ratio, Rec, Verdicts};
+use super::report::{fmt_val, ratio, Ratio, Rec, Verdicts};
 use super::stats::Unit;
 
 /// A step between two sizes is a cliff when ni's time grows more than `CLIFF` times as much
@@ -43,23 +43,15 @@ const NAMED: &[(&str, &str, RangeInclusive<u64>, u32)] = &[
 const PLACEMENTS: &[&str] = &["split", "same"];
 const RANKS: &[u32] = &[2, 4, 8];
 
-/// One point both measured: ni's record, Open MPI's, and ni×mpi (> 1: ni wins), of their best
-/// rounds or not (`report::ratio`).
+/// One point both measured: ni's record, Open MPI's, and ni×mpi (> 1: ni wins) with what it
+/// compared (`report::ratio`).
 struct Pair<'a> {
     ni: &'a Rec,
     mpi: &'a Rec,
-    ratio: f64,
-    best: bool,
+    r: Ratio,
 }
 
 impl Pair<'_> {
-    /// What the ratio compared of `r`, one of the pair: its best round's median, or its
-    /// pooled one.
-    fn value(&self, r: &Rec) -> f64 {
-        let best = if self.best { r.best_round() } else { None };
-        best.or_else(|| r.value()).unwrap_or(f64::NAN)
-    }
-
     fn label(&self) -> String {
         let p = &self.ni.point;
         let dtype = if p.dtype.is_empty() {
@@ -97,8 +89,7 @@ fn pairs(recs: &[Rec]) -> Vec<Pair<'_>> {
             Some(Pair {
                 ni,
                 mpi,
-                ratio: ratio(ni, mpi)?,
-                best: best_of_rounds(ni, mpi),
+                r: ratio(ni, mpi)?,
             })
         })
         .collect()
@@ -125,7 +116,7 @@ pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Valu
         } else {
             ""
         };
-        format!("{}{d}", if p.best { "b" } else { "" })
+        format!("{}{d}", if p.r.best { "b" } else { "" })
     };
     let fmt = |u: Unit, x: f64| format!("{} {}", fmt_val(x), u.label());
 
@@ -154,16 +145,16 @@ pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Valu
                     };
                     format!(
                         "{what} ×{:.2}{} (ni {} / mpi {})",
-                        p.ratio,
+                        p.r.x,
                         mark(p),
-                        fmt(u, p.value(p.ni)),
-                        fmt(u, p.value(p.mpi))
+                        fmt(u, p.r.ni),
+                        fmt(u, p.r.other)
                     )
                 })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        v.add(name, judge(at.iter().map(|p| &p.ratio)), detail);
+        v.add(name, judge(at.iter().map(|p| &p.r.x)), detail);
     }
 
     // Every point, and whether the run covered both placements at P = 2, 4, 8.
@@ -175,8 +166,8 @@ pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Valu
             "no point measured by both ni and Open MPI".into(),
         );
     } else {
-        let mut below: Vec<&Pair> = all.iter().filter(|p| p.ratio < 1.0).collect();
-        below.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        let mut below: Vec<&Pair> = all.iter().filter(|p| p.r.x < 1.0).collect();
+        below.sort_by(|a, b| a.r.x.total_cmp(&b.r.x));
         let mut missing: Vec<String> = PLACEMENTS
             .iter()
             .filter(|pl| !all.iter().any(|p| p.ni.placement == **pl))
@@ -193,7 +184,7 @@ pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Valu
             let shown: Vec<String> = below
                 .iter()
                 .take(8)
-                .map(|p| format!("{} ×{:.2}{}", p.label(), p.ratio, mark(p)))
+                .map(|p| format!("{} ×{:.2}{}", p.label(), p.r.x, mark(p)))
                 .collect();
             let _ = write!(
                 detail,
@@ -247,10 +238,10 @@ pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Valu
     let has = |r: u32| big.iter().any(|p| p.ni.point.ranks == r);
     let detail = big
         .iter()
-        .map(|p| format!("{} ×{:.2}{}", p.label(), p.ratio, mark(p)))
+        .map(|p| format!("{} ×{:.2}{}", p.label(), p.r.x, mark(p)))
         .collect::<Vec<_>>()
         .join(", ");
-    match judge(big.iter().map(|p| &p.ratio)) {
+    match judge(big.iter().map(|p| &p.r.x)) {
         None => v.add(name, None, "not measured (--ranks 32,64)".into()),
         Some(true) if !(has(32) && has(64)) => v.add(
             name,

@@ -152,17 +152,27 @@ pub fn pool(recs: Vec<Rec>) -> Vec<Rec> {
 /// by 2× whatever its speed (eight rounds each: ni slow in four launches, Open MPI in one,
 /// pooled ×0.61, best rounds ×0.97; the same build again, slow in none: ×1.00 and ×0.99).
 /// Each best round is what its transport does undisturbed.
-pub fn ratio(ni: &Rec, other: &Rec) -> Option<f64> {
-    let unit = ni.unit();
-    match (ni.best_round(), other.best_round()) {
-        (Some(a), Some(b)) => Some(unit.advantage(a, b)),
-        _ => Some(unit.advantage(ni.value()?, other.value()?)),
-    }
+pub fn ratio(ni: &Rec, other: &Rec) -> Option<Ratio> {
+    let (a, b, best) = match (ni.best_round(), other.best_round()) {
+        (Some(a), Some(b)) => (a, b, true),
+        _ => (ni.value()?, other.value()?, false),
+    };
+    Some(Ratio {
+        x: ni.unit().advantage(a, b),
+        ni: a,
+        other: b,
+        best,
+    })
 }
 
-/// Whether [`ratio`] compares `ni` and `other` by their best rounds.
-pub fn best_of_rounds(ni: &Rec, other: &Rec) -> bool {
-    ni.best_round().is_some() && other.best_round().is_some()
+/// What [`ratio`] compared: ni×X (`x`), the two values (display units), and whether they
+/// are best rounds' medians (else pooled ones).
+#[derive(Clone, Copy, Debug)]
+pub struct Ratio {
+    pub x: f64,
+    pub ni: f64,
+    pub other: f64,
+    pub best: bool,
 }
 
 /// The width of the `ni×T` column: 9, or its title and a space.
@@ -328,8 +338,8 @@ pub fn tables(recs: &[Rec], threshold: f64, placements: &[(String, String)]) -> 
                 for t in present.iter().filter(|t| **t != "ni") {
                     let cell = by
                         .get(t)
-                        .and_then(|r| Some((ratio(ni, r)?, best_of_rounds(ni, r))))
-                        .map(|(x, b)| format!("{x:.2}{}", if b { "b" } else { "" }))
+                        .and_then(|r| ratio(ni, r))
+                        .map(|r| format!("{:.2}{}", r.x, if r.best { "b" } else { "" }))
                         .unwrap_or_default();
                     line += &format!("{cell:>w$}", w = ratio_width(t));
                 }
@@ -593,8 +603,13 @@ mod tests {
             .unit()
             .advantage(ni.value().unwrap(), mpi.value().unwrap());
         assert!((pooled - 0.4).abs() < 1e-9, "{pooled}");
-        assert!(best_of_rounds(ni, mpi));
-        assert!((ratio(ni, mpi).unwrap() - 1.0).abs() < 1e-9);
+        let r = ratio(ni, mpi).unwrap();
+        assert!(r.best);
+        assert!((r.x - 1.0).abs() < 1e-9);
+        assert!(
+            (r.ni - 0.2).abs() < 1e-9 && (r.other - 0.2).abs() < 1e-9,
+            "{r:?}"
+        );
         let t = tables(&recs, 0.25, &[]);
         assert!(t.contains("1.00b"), "{t}");
         // Saved and read back, the rounds are still there.
@@ -603,7 +618,7 @@ mod tests {
             .map(|r| Rec::from_json(&r.to_json(0.25)).unwrap())
             .collect();
         assert_eq!(back[0].rounds, vec![(1, 3), (2, 3), (3, 3)]);
-        assert!((ratio(&back[0], &back[1]).unwrap() - 1.0).abs() < 1e-9);
+        assert!((ratio(&back[0], &back[1]).unwrap().x - 1.0).abs() < 1e-9);
     }
 
     /// For a rate the best round is the fastest too: ratios stay "> 1: ni wins".
@@ -623,7 +638,7 @@ mod tests {
         let ni = find(&recs, "ni", "msgrate", "split", 8).unwrap();
         let mpi = find(&recs, "mpi", "msgrate", "split", 8).unwrap();
         // ni's best: 10 Mmsg/s against Open MPI's 5.
-        assert!((ratio(ni, mpi).unwrap() - 2.0).abs() < 1e-9);
+        assert!((ratio(ni, mpi).unwrap().x - 2.0).abs() < 1e-9);
     }
 
     /// Fewer than three rounds (--rounds 2, or a launch failed): the ratio of the pooled
@@ -643,8 +658,9 @@ mod tests {
         );
         let ni = find(&recs, "ni", "latency", "split", 8).unwrap();
         let mpi = find(&recs, "mpi", "latency", "split", 8).unwrap();
-        assert!(!best_of_rounds(ni, mpi));
-        assert!((ratio(ni, mpi).unwrap() - 0.4).abs() < 1e-9);
+        let r = ratio(ni, mpi).unwrap();
+        assert!(!r.best);
+        assert!((r.x - 0.4).abs() < 1e-9);
         assert!(!tables(&recs, 0.25, &[]).contains("0.40b"));
     }
 
