@@ -695,6 +695,12 @@ impl Window {
             })
     }
 
+    /// Whether the next slot of ring (`src` → this rank) starts a cache line.
+    #[inline]
+    pub fn next_starts_line(&self, src: u32) -> bool {
+        (self.in_head[src as usize] as u64 * w::SLOT).is_multiple_of(w::LINE)
+    }
+
     /// Whether the ring from `src` holds a message we have not taken.
     #[inline]
     pub fn arrived(&self, src: u32) -> bool {

@@ -1752,6 +1752,68 @@ fn a_receiver_asleep_is_woken_by_a_sender_that_skipped_its_fence() {
 /// dropped under it, the region's drop would lock the NI again inside its own lock (a
 /// deadlock with a mutex; two guards at once with the NI's lock biased to its thread, which
 /// debug builds assert against). Also when it is replaced while it runs.
+/// Active messages queued in a ring behind each other, with eager ones among them, all
+/// arrive, in order, each once: a progress pass that took an active message whose next
+/// slot starts a cache line leaves the rest to the next pass (the handler first,
+/// `Inner::w_progress`), and no later call loses or reorders them — a pass, a receive, a
+/// wait. MLINK ROP (MIT METRO §11.3): each queued for its target, one handler run a message.
+#[test]
+fn active_messages_queued_in_a_ring_all_run_in_order_with_the_messages_among_them() {
+    use std::sync::{Arc, Mutex};
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let seen = Arc::new(Mutex::new(Vec::<u32>::new()));
+    let s = seen.clone();
+    b.am_register(4, move |src, payload| {
+        assert_eq!(src, 0);
+        s.lock()
+            .unwrap()
+            .push(u32::from_le_bytes(payload[..4].try_into().unwrap()));
+    });
+    let sbuf = a.alloc(64).unwrap();
+    let rbuf = b.alloc(64).unwrap();
+    const N: u32 = 45;
+    let mut sends = vec![];
+    for k in 0..N {
+        // Payloads of 4 and 40 bytes: one slot each, inline or in the payload area.
+        let mut m = vec![0u8; if k % 2 == 0 { 4 } else { 40 }];
+        m[..4].copy_from_slice(&k.to_le_bytes());
+        a.am_send(1, 4, &m).unwrap();
+        if k % 10 == 9 {
+            // Its own bytes: on the fabric's path the NI reads them when the receive comes.
+            let at = k as usize / 10 * 4;
+            sbuf.write_at(at, &k.to_le_bytes());
+            sends.push(a.isend(1, &sbuf, at..at + 4, 100 + k as u64).unwrap());
+        }
+    }
+    // The tagged messages, each behind ten active messages (on the fabric's path their
+    // sends end once the receives took them).
+    for k in (9..N).step_by(10) {
+        b.recv(Some(0), &rbuf, 0..4, 100 + k as u64, u64::MAX)
+            .unwrap();
+        let mut got = [0u8; 4];
+        rbuf.read_at(0, &mut got);
+        assert_eq!(u32::from_le_bytes(got), k);
+    }
+    for o in sends {
+        a.wait(o).unwrap();
+    }
+    let t = std::time::Instant::now();
+    while seen.lock().unwrap().len() < N as usize {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "active messages left in the ring: {} of {N} ran",
+            seen.lock().unwrap().len()
+        );
+        b.progress().unwrap();
+    }
+    assert_eq!(*seen.lock().unwrap(), (0..N).collect::<Vec<_>>());
+    for _ in 0..10 {
+        b.progress().unwrap();
+    }
+    assert_eq!(seen.lock().unwrap().len(), N as usize, "each ran once");
+}
+
 /// A handler that panics ends the dispatcher it ran in, not later ones: the panic reaches
 /// the caller of `progress`, and the next message's handler (the same handler, put back
 /// by the next registration) runs at the next `progress`, as do messages that were queued
