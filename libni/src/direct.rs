@@ -29,8 +29,9 @@ pub(crate) type PeerMem = (std::sync::Arc<crate::mem::Mem>, u64);
 
 use crate::{Done, Error, Inner, Result};
 
-/// A send started on the direct path: its id, and how it ended if it ended inside the call
-/// (in the ring at once) — then its `Op` holds that, and nothing goes through `done`.
+/// An operation started on the direct path: its id, and how it ended if it ended inside the
+/// call (a send in the ring at once, a receive that took its message from the ring) — then
+/// its `Op` holds that, and nothing goes through `done`.
 pub(crate) struct Sent {
     pub user: u64,
     pub now: Option<Done>,
@@ -993,7 +994,7 @@ impl Inner {
         }
     }
 
-    /// A tagged receive on the direct path. Returns the operation's id.
+    /// A tagged receive on the direct path: its id, and its end if it took its message now.
     pub(crate) fn w_recv(
         &mut self,
         src: u32,
@@ -1001,13 +1002,20 @@ impl Inner {
         cap: u64,
         tag: u64,
         mask: u64,
-    ) -> Result<u64> {
+    ) -> Result<Sent> {
         self.w_sync()?;
         let size = self.win.as_ref().unwrap().size;
         if src != ANY_RANK && src >= size {
-            return Ok(self.fail_now(op::RECV, Status::OutOfPartition, src, 0, tag));
+            return Ok(Sent::later(self.fail_now(
+                op::RECV,
+                Status::OutOfPartition,
+                src,
+                0,
+                tag,
+            )));
         }
         let user = self.lib_user();
+        let mut now = None;
         let p = Posted {
             user,
             src,
@@ -1041,8 +1049,10 @@ impl Inner {
                         .iter()
                         .all(|q| q.src != src && q.src != ANY_RANK)) =>
             {
-                if let Some(p) = self.w_take_wanted(src, p)? {
-                    self.d.posted.push_back(p);
+                match self.w_take_wanted(src, p)? {
+                    Wanted::Waiting(p) => self.d.posted.push_back(p),
+                    Wanted::Now(c) => now = Some(c),
+                    Wanted::Finished => {}
                 }
                 if self.win.as_mut().unwrap().publish_head_if_far(src) {
                     self.wake(&[src])?;
@@ -1050,7 +1060,20 @@ impl Inner {
             }
             None => self.d.posted.push_back(p),
         }
-        Ok(user)
+        Ok(match now {
+            // Its `Op` holds how it ended: nothing goes through `done` (a tenth of a
+            // receive's instructions, taking its message from the ring included).
+            Some(c) => {
+                if c.status != Status::Ok as u16 {
+                    self.count_failure(c.status);
+                }
+                Sent {
+                    user,
+                    now: Some(crate::done_of(&c)),
+                }
+            }
+            None => Sent::later(user),
+        })
     }
 
     /// Finish a matched eager receive of a `len`-byte message: `copy` fills the receive
@@ -1577,16 +1600,17 @@ impl Inner {
     /// `w_take(src, Some(want))`, the common case first: the next message is an eager one
     /// `want` matches.
     #[inline]
-    fn w_take_wanted(&mut self, src: u32, want: Posted) -> Result<Option<Posted>> {
+    fn w_take_wanted(&mut self, src: u32, want: Posted) -> Result<Wanted> {
         match self.win.as_ref().unwrap().next_eager(src) {
             Some(e) if !e.am && want.matches(src, e.tag) => {
-                let c = self.take_eager(want, src, &e);
-                self.finish_lib(c);
-                Ok(None)
+                Ok(Wanted::Now(self.take_eager(want, src, &e)))
             }
             // Most receives are posted before their message comes.
-            None if !self.win.as_ref().unwrap().arrived(src) => Ok(Some(want)),
-            _ => self.w_take(src, Some(want)),
+            None if !self.win.as_ref().unwrap().arrived(src) => Ok(Wanted::Waiting(want)),
+            _ => Ok(match self.w_take(src, Some(want))? {
+                Some(want) => Wanted::Waiting(want),
+                None => Wanted::Finished,
+            }),
         }
     }
 
@@ -2543,6 +2567,16 @@ pub(crate) fn prefetch(p: *const u8) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+/// What [`Inner::w_take_wanted`] did with a receive.
+enum Wanted {
+    /// Its message has not come: it waits, posted.
+    Waiting(Posted),
+    /// It took its message: its completion, for the caller.
+    Now(Completion),
+    /// It ended (took its message, or failed) with its completion in `done`.
+    Finished,
 }
 
 /// What [`Inner::w_take_inline`] took from a ring.

@@ -238,17 +238,12 @@ impl Op {
     /// out of the finished ones, so that nothing needs the lock again to finish it.
     fn started(i: &mut Inner, user: u64, opcode: u8, rank: u32) -> Op {
         let op = Op::new(user, opcode, rank);
-        op.early.set(i.done.remove(user).map(|c| Done {
-            status: Status::from_u16(c.status).unwrap_or(Status::BadDescriptor),
-            rank: c.rank,
-            len: c.len,
-            tag: c.tag,
-            aux: c.aux,
-        }));
+        op.early.set(i.done.remove(user).map(|c| done_of(&c)));
         op
     }
 
-    /// A send started on the direct path (`Sent`): done already, or as [`Op::started`].
+    /// An operation started on the direct path (`Sent`): done already, or as
+    /// [`Op::started`].
     fn sent(i: &mut Inner, s: direct::Sent, opcode: u8, rank: u32) -> Op {
         match s.now {
             Some(d) => {
@@ -1848,8 +1843,8 @@ impl Ni {
             let mut i = self.lock();
             if i.direct() {
                 let src = src.unwrap_or(ANY_RANK);
-                let user = i.w_recv(src, addr, len, tag, mask)?;
-                let op = Op::started(&mut i, user, op::RECV, src);
+                let sent = i.w_recv(src, addr, len, tag, mask)?;
+                let op = Op::sent(&mut i, sent, op::RECV, src);
                 drop(i);
                 // Active messages it found in the ring before its own are queued: whoever
                 // queues one runs the handlers.
@@ -2872,6 +2867,18 @@ fn failed_early(op: &Op, d: Done) -> Error {
         rank: if d.rank == ANY_RANK { op.rank } else { d.rank },
         len: d.len,
         tag: d.tag,
+    }
+}
+
+/// How an operation ended, from its completion as it stands.
+#[inline]
+fn done_of(c: &Completion) -> Done {
+    Done {
+        status: Status::from_u16(c.status).unwrap_or(Status::BadDescriptor),
+        rank: c.rank,
+        len: c.len,
+        tag: c.tag,
+        aux: c.aux,
     }
 }
 

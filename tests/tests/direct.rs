@@ -289,6 +289,41 @@ fn large_messages_are_read_by_the_receiver_and_the_send_ends_when_it_did() {
     }
 }
 
+/// A receive whose message is already next in its ring ends inside `irecv` (`Op::ready`),
+/// its result held by the `Op` itself: the bytes are there, and one too long for its
+/// buffer fails `Truncated` with its first bytes delivered and the failure counted by the
+/// daemon (`err_truncated`), as one taken by a wait does.
+#[test]
+fn a_receive_that_finds_its_message_in_the_ring_ends_in_the_call_even_truncated() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let sbuf = a.alloc(64).unwrap();
+    let rbuf = b.alloc(64).unwrap();
+    sbuf.write_at(0, b"0123456789abcdef");
+    a.send(1, &sbuf, 0..16, 1).unwrap();
+    a.send(1, &sbuf, 0..16, 2).unwrap();
+    let o = b.irecv(Some(0), &rbuf, 0..16, 1, u64::MAX).unwrap();
+    assert!(o.ready(), "taken from the ring by irecv");
+    let got = b.wait(o).unwrap();
+    assert_eq!((got.len, got.tag, got.rank), (16, 1, 0));
+    let mut m = [0u8; 16];
+    rbuf.read_at(0, &mut m);
+    assert_eq!(&m, b"0123456789abcdef");
+    rbuf.write_at(0, &[0u8; 16]);
+    let o = b.irecv(Some(0), &rbuf, 0..4, 2, u64::MAX).unwrap();
+    assert!(o.ready(), "taken from the ring by irecv");
+    let e = b.wait(o).unwrap_err();
+    assert_eq!(status(&e), Some(Status::Truncated), "{e}");
+    rbuf.read_at(0, &mut m);
+    assert_eq!(&m[..4], b"0123", "the first bytes delivered");
+    assert_eq!(&m[4..], &[0u8; 12], "nothing past the buffer");
+    assert_eq!(d.counter(1, "recvs"), 2);
+    assert_eq!(d.counter(1, "err_truncated"), 1);
+}
+
 /// `Ni::drain_taking` (the libfabric provider's eager path): messages of its tags (equal on
 /// its mask's bits) come out of the rings with their own tags, in sending order, after those
 /// a pass without it had already taken (and left waiting for a receive), and other tags'
