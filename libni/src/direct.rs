@@ -32,15 +32,15 @@ use crate::{Done, Error, Inner, Result};
 /// An operation started on the direct path: its id, and how it ended if it ended inside the
 /// call (a send in the ring at once, a receive that took its message from the ring) — then
 /// its `Op` holds that, and nothing goes through `done`.
-pub(crate) struct Sent {
+pub(crate) struct Started {
     pub user: u64,
     pub now: Option<Done>,
 }
 
-impl Sent {
+impl Started {
     /// One that ends later, or ended already with its completion in `done` (a failure).
-    fn later(user: u64) -> Sent {
-        Sent { user, now: None }
+    fn later(user: u64) -> Started {
+        Started { user, now: None }
     }
 }
 
@@ -520,13 +520,13 @@ impl Inner {
     }
 
     /// A tagged send on the direct path. Returns the operation's id.
-    pub(crate) fn w_send(&mut self, dest: u32, addr: u64, len: u64, tag: u64) -> Result<Sent> {
+    pub(crate) fn w_send(&mut self, dest: u32, addr: u64, len: u64, tag: u64) -> Result<Started> {
         self.w_sync()?;
         if let Some(failed) = self.w_unreachable(op::SEND, dest, len, tag) {
-            return Ok(Sent::later(failed));
+            return Ok(Started::later(failed));
         }
         if !self.registered(addr, len) {
-            return Ok(Sent::later(self.fail_now(
+            return Ok(Started::later(self.fail_now(
                 op::SEND,
                 Status::NotRegistered,
                 dest,
@@ -584,7 +584,7 @@ impl Inner {
             {
                 self.wake(&[dest])?;
             }
-            return Ok(Sent::later(user));
+            return Ok(Started::later(user));
         }
         let user = self.post(Request {
             opcode: op::SEND,
@@ -605,7 +605,7 @@ impl Inner {
         if let Ok(true) = self.win.as_mut().unwrap().put(dest, h, &[], || None) {
             self.wake(&[dest])?;
         }
-        Ok(Sent::later(user))
+        Ok(Started::later(user))
     }
 
     /// Whether peers may read this process's exported regions where they are: a host
@@ -917,11 +917,11 @@ impl Inner {
     /// An active message on the direct path: into the (me → dest) ring, for `dest`'s libni
     /// to hand to `handler` when it takes it. Completes once it is in the ring, as the
     /// fabric's completes once it is in the target's active-message ring.
-    pub(crate) fn w_am_send(&mut self, dest: u32, handler: u64, payload: &[u8]) -> Result<Sent> {
+    pub(crate) fn w_am_send(&mut self, dest: u32, handler: u64, payload: &[u8]) -> Result<Started> {
         self.w_sync()?;
         let len = payload.len() as u64;
         if let Some(failed) = self.w_unreachable(op::ROP, dest, len, handler) {
-            return Ok(Sent::later(failed));
+            return Ok(Started::later(failed));
         }
         self.w_put_buffered(op::ROP, kind::AM, dest, payload, handler)
     }
@@ -962,7 +962,7 @@ impl Inner {
         dest: u32,
         payload: &[u8],
         tag: u64,
-    ) -> Result<Sent> {
+    ) -> Result<Started> {
         let len = payload.len() as u64;
         let h = Header {
             kind,
@@ -979,7 +979,7 @@ impl Inner {
                     self.wake(&[dest])?;
                 }
                 // Done now: its `Op` holds the result, nothing goes through `done`.
-                Ok(Sent {
+                Ok(Started {
                     user,
                     now: Some(Done {
                         status: Status::Ok,
@@ -990,7 +990,7 @@ impl Inner {
                     }),
                 })
             }
-            Err(()) => Ok(Sent::later(user)),
+            Err(()) => Ok(Started::later(user)),
         }
     }
 
@@ -1002,11 +1002,11 @@ impl Inner {
         cap: u64,
         tag: u64,
         mask: u64,
-    ) -> Result<Sent> {
+    ) -> Result<Started> {
         self.w_sync()?;
         let size = self.win.as_ref().unwrap().size;
         if src != ANY_RANK && src >= size {
-            return Ok(Sent::later(self.fail_now(
+            return Ok(Started::later(self.fail_now(
                 op::RECV,
                 Status::OutOfPartition,
                 src,
@@ -1067,12 +1067,12 @@ impl Inner {
                 if c.status != Status::Ok as u16 {
                     self.count_failure(c.status);
                 }
-                Sent {
+                Started {
                     user,
                     now: Some(crate::done_of(&c)),
                 }
             }
-            None => Sent::later(user),
+            None => Started::later(user),
         })
     }
 

@@ -242,9 +242,9 @@ impl Op {
         op
     }
 
-    /// An operation started on the direct path (`Sent`): done already, or as
+    /// An operation started on the direct path (`Started`): done already, or as
     /// [`Op::started`].
-    fn sent(i: &mut Inner, s: direct::Sent, opcode: u8, rank: u32) -> Op {
+    fn from_direct(i: &mut Inner, s: direct::Started, opcode: u8, rank: u32) -> Op {
         match s.now {
             Some(d) => {
                 let op = Op::new(s.user, opcode, rank);
@@ -1789,8 +1789,8 @@ impl Ni {
         {
             let mut i = self.lock();
             if i.direct() {
-                let sent = i.w_send(dest, addr, len, tag)?;
-                return Ok(Op::sent(&mut i, sent, op::SEND, dest));
+                let started = i.w_send(dest, addr, len, tag)?;
+                return Ok(Op::from_direct(&mut i, started, op::SEND, dest));
             }
         }
         self.start(Request {
@@ -1843,8 +1843,8 @@ impl Ni {
             let mut i = self.lock();
             if i.direct() {
                 let src = src.unwrap_or(ANY_RANK);
-                let sent = i.w_recv(src, addr, len, tag, mask)?;
-                let op = Op::sent(&mut i, sent, op::RECV, src);
+                let started = i.w_recv(src, addr, len, tag, mask)?;
+                let op = Op::from_direct(&mut i, started, op::RECV, src);
                 drop(i);
                 // Active messages it found in the ring before its own are queued: whoever
                 // queues one runs the handlers.
@@ -2072,8 +2072,8 @@ impl Ni {
             // whose libni hands it to the handler when it takes it (`direct.rs`).
             let mut i = self.lock();
             if i.direct() {
-                let sent = i.w_am_send(dest, handler, payload)?;
-                let o = Op::sent(&mut i, sent, op::ROP, dest);
+                let started = i.w_am_send(dest, handler, payload)?;
+                let o = Op::from_direct(&mut i, started, op::ROP, dest);
                 drop(i);
                 // As below: no handler runs inside, so a handler's own reply never nests.
                 return self.wait_quiet(o).map(|_| ());

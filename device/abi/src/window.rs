@@ -88,7 +88,8 @@ pub mod hdr {
     pub const COLL_TIMEOUT_MS: u64 = 0x14;
 }
 
-/// Device-page lines, `+ rank * LINE`.
+/// A cache line: the device page gives each rank one (`+ rank * LINE`), and a ring's lines
+/// hold two slots each.
 pub const LINE: u64 = 64;
 /// Device-written: [`state`] of the rank's NI.
 pub const STATE: u64 = 0x1000;
