@@ -415,11 +415,17 @@ impl Inner {
     }
 
     fn finish_lib(&mut self, c: Completion) {
-        if c.status != Status::Ok as u16 {
-            self.count_failure(c.status);
-        }
+        self.count_if_failed(&c);
         if self.ignored.is_empty() || !self.ignored.remove(&c.user) {
             self.done.insert(c.user, c);
+        }
+    }
+
+    /// Count `c` in the window's counter of its failure, if it failed.
+    #[inline]
+    fn count_if_failed(&self, c: &Completion) {
+        if c.status != Status::Ok as u16 {
+            self.count_failure(c.status);
         }
     }
 
@@ -1064,9 +1070,7 @@ impl Inner {
             // Its `Op` holds how it ended: nothing goes through `done` (a tenth of a
             // receive's instructions, taking its message from the ring included).
             Some(c) => {
-                if c.status != Status::Ok as u16 {
-                    self.count_failure(c.status);
-                }
+                self.count_if_failed(&c);
                 Started {
                     user,
                     now: Some(crate::done_of(&c)),
@@ -1144,9 +1148,7 @@ impl Inner {
         if self.win.as_mut().unwrap().publish_head_if_far(src) {
             self.wake(&[src])?;
         }
-        if c.status != Status::Ok as u16 {
-            self.count_failure(c.status);
-        }
+        self.count_if_failed(&c);
         Ok(Some(c))
     }
 
@@ -2580,7 +2582,6 @@ enum Wanted {
 }
 
 /// What [`Inner::w_take_inline`] took from a ring.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Took {
     Nothing,
     Eager,
