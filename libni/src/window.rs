@@ -17,6 +17,11 @@ use ni_abi::window::{self as w, hdr, state, Header};
 use crate::direct::{prefetch, prefetch_for_write};
 use crate::mem::Mem;
 
+/// The most members of a partition whose waiters' looks ask for the next payload line of
+/// every ring ([`Window::has_arrivals`]): beyond, the look's own cost grows past what the
+/// line saves.
+const AHEAD_MEMBERS: u32 = 8;
+
 /// A message waiting for room in a ring: header, payload, the send's completion.
 pub(crate) type Waiting = (Header, Vec<u8>, Option<Completion>);
 
@@ -677,16 +682,27 @@ impl Window {
     }
 
     /// Whether any ring toward this rank holds a message we have not taken.
+    ///
+    /// In a partition of at most [`AHEAD_MEMBERS`] it also asks for the line where the next
+    /// message from each member keeps a payload longer than its header slot holds: while
+    /// the waiter polls, that line comes over as soon as the sender wrote it, alongside the
+    /// header's, instead of after it (64 B ping-pong between two cores, by turns in one
+    /// launch: 5 ns less in fast launches, 85 in slow ones; 8 B unchanged).
     pub fn has_arrivals(&self) -> bool {
         // `arrived` for every source, without its per-source bounds checks: every waiter's
         // look that finds nothing runs this over all the members (68 instructions at P = 2
         // -> 40).
         let (base, mask) = (self.mem.ptr(), self.ring_slots - 1);
+        let (ahead, area) = (self.size <= AHEAD_MEMBERS, w::payload_area(self.ring_bytes));
         self.in_head
             .iter()
             .zip(&self.in_ring)
             .any(|(&head, &ring)| {
-                let off = ring + (head & mask) as u64 * w::SLOT + w::SEQ;
+                let slot = ring + (head & mask) as u64 * w::SLOT;
+                if ahead {
+                    prefetch(base.wrapping_add((slot + area) as usize));
+                }
+                let off = slot + w::SEQ;
                 debug_assert!(off + 4 <= w::WINDOW_SIZE && off.is_multiple_of(4));
                 // SAFETY: as `Window::u32`: a slot's SEQ word of a ring inside the mapping,
                 // which lives as long as `self`; peers write it atomically.
