@@ -673,6 +673,18 @@ impl Inner {
     /// active message 0.158 → 0.164 µs).
     #[inline(never)]
     fn quiet_pass(&mut self) -> bool {
+        self.quiet_pass_but(false)
+    }
+
+    /// [`Inner::quiet_pass`], but a `HEAD` to publish counts as nothing to do when
+    /// `heads_wait` (they wait for the next pass).
+    #[inline(never)]
+    fn quiet_pass_but_heads(&mut self) -> bool {
+        self.quiet_pass_but(true)
+    }
+
+    #[inline(always)]
+    fn quiet_pass_but(&mut self, heads_wait: bool) -> bool {
         if self.check_epoch().is_err() || self.alive.calls >= 255 || self.cq_ready() {
             return false;
         }
@@ -685,7 +697,14 @@ impl Inner {
             return false;
         }
         let quiet = match self.win.as_mut() {
-            Some(w) => !w.live() || w.quiet(),
+            Some(w) => {
+                !w.live()
+                    || (if heads_wait {
+                        w.quiet_but_heads()
+                    } else {
+                        w.quiet()
+                    })
+            }
             None => true,
         };
         if quiet {
@@ -1699,7 +1718,14 @@ impl Ni {
                 }
             }
             let queued = i.am_arrived.len();
-            i.progress()?;
+            // A wait's first look that finds nothing to take skips the pass, which would only
+            // publish `HEAD`s (a receive publishes its own once it lags a quarter ring): an
+            // answer from a member that shares this cpu cannot have come yet, and the yield
+            // that follows is all this look is for (8 B ping-pong on one core, by turns in
+            // one launch: see `tests/bench/README.md`, stop 52).
+            if t.since.is_some() || !i.quiet_pass_but_heads() {
+                i.progress()?;
+            }
             // Handlers to run now: do not sleep first.
             let arrived = handlers && i.am_arrived.len() > queued;
             if let Some(c) = i.done.remove(op.user) {
