@@ -687,7 +687,7 @@ impl Window {
     /// message from each member keeps a payload longer than its header slot holds: while
     /// the waiter polls, that line comes over as soon as the sender wrote it, alongside the
     /// header's, instead of after it (64 B ping-pong between two cores, by turns in one
-    /// launch: 5 ns less in fast launches, 85 in slow ones; 8 B unchanged).
+    /// launch: 10 ns less in fast launches, 85-95 in slow ones; 8 B unchanged).
     pub fn has_arrivals(&self) -> bool {
         // `arrived` for every source, without its per-source bounds checks: every waiter's
         // look that finds nothing runs this over all the members (68 instructions at P = 2
