@@ -35,6 +35,7 @@ mod large;
 mod lock;
 mod mem;
 mod membarrier;
+mod tick;
 mod transport;
 mod vfio;
 mod vfio_user;
@@ -65,6 +66,7 @@ use ni_abi::pci;
 use mem::Mem;
 pub use ni_abi::fastpath::op as opcode;
 pub use ni_abi::fastpath::{Request, Status};
+use tick::Tick;
 use transport::Transport;
 
 #[derive(Debug, thiserror::Error)]
@@ -1424,14 +1426,14 @@ impl Ni {
     }
 
     /// Pause once in a loop that polls memory the network writes — a message queue's MQCW,
-    /// a count a handler keeps — the way libni's own waits pause: poll on while `since` (when
-    /// the loop started) is recent and no other member of the partition waits on this cpu,
-    /// else give the cpu away (yield; sleep in a guest).
+    /// a count a handler keeps — the way libni's own waits pause: poll on while the wait
+    /// (`wait`, which its first pause starts) is young and no other member of the partition
+    /// waits on this cpu, else give the cpu away (yield; sleep in a guest).
     ///
     /// A look that says spin, early in the wait, stands for the next [`RELAX_SPINS`] pauses:
     /// the look (a clock read, the lock, `sched_getcpu` and the peers' `CPU` words) took
     /// longer than the poll it paces, so a message that landed waited for it.
-    pub fn relax(&self, since: Instant) {
+    pub fn relax(&self, wait: &mut Relax) {
         let left = self.relax_spins.load(Ordering::Relaxed);
         if left > 0 {
             // Shared by the `Ni`'s threads: another thread's pauses spend it too (a few
@@ -1440,8 +1442,8 @@ impl Ni {
             std::hint::spin_loop();
             return;
         }
-        let now = Instant::now();
-        let idle = now.duration_since(since);
+        let now = Tick::now();
+        let idle = now.since(*wait.since.get_or_insert(now));
         let (spin, sharers) = {
             let mut i = self.lock();
             let sharers = i.cpu_sharers(self.backoff);
@@ -1459,13 +1461,13 @@ impl Ni {
     /// (`spin`), or yield, or sleep. Returns, when it yielded, the clock read after the yield
     /// and how long the yield took, for the caller's `Contention::yielded` (with the members
     /// waiting on this cpu it yielded to).
-    fn give_way(&self, spin: bool, now: Instant, idle: Duration) -> Option<(Instant, Duration)> {
+    fn give_way(&self, spin: bool, now: Tick, idle: Duration) -> Option<(Tick, Duration)> {
         if spin {
             std::hint::spin_loop();
         } else if idle >= SPIN && self.backoff == Backoff::Yield {
             std::thread::yield_now();
-            let back = Instant::now();
-            return Some((back, back.duration_since(now)));
+            let back = Tick::now();
+            return Some((back, back.since(now)));
         } else {
             pause(idle, self.backoff);
         }
@@ -1725,8 +1727,8 @@ impl Ni {
             if let Some(c) = i.done.remove(op.user) {
                 return Ok(Some(finish(op, c)));
             }
-            let now = t.now.take().unwrap_or_else(Instant::now);
-            let idle = now.duration_since(*t.since.get_or_insert(now));
+            let now = t.now.take().unwrap_or_else(Tick::now);
+            let idle = now.since(*t.since.get_or_insert(now));
             if let Some(limit) = timeout {
                 if idle > limit {
                     // Nobody will collect it now.
@@ -2943,14 +2945,21 @@ const SPIN_ALONE: Duration = Duration::from_micros(2);
 const RELAX_SPINS: u32 = 8;
 const RELAX_FRESH: Duration = Duration::from_micros(1);
 
+/// A polling loop's wait, for [`Ni::relax`]: a fresh one (`Relax::default()`) each time the
+/// loop starts to wait for something new. Its first pause reads when the wait began.
+#[derive(Debug, Default)]
+pub struct Relax {
+    since: Option<Tick>,
+}
+
 /// What a wait's steps tell the next (`Ni::wait_step`).
 #[derive(Default)]
 struct WaitClock {
     /// When the wait began: taken at the first look that finds the operation unfinished.
-    since: Option<Instant>,
+    since: Option<Tick>,
     /// The clock read when the last step's yield returned: the next step's `now`, which
     /// comes right after it (a clock read fewer a yield).
-    now: Option<Instant>,
+    now: Option<Tick>,
     /// That yield's length and the waiters it was among, for
     /// [`ni_abi::fastpath::Contention::yielded`] under the next step's lock (a lock fewer a
     /// yield).
