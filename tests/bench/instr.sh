@@ -12,6 +12,8 @@
 #   tests/bench/instr.sh OUT_DIR [SIZE]      writes OUT_DIR/instr.json and OUT_DIR/instr.txt
 #
 # NIB_INSTR_KEEP=1 keeps the callgrind outputs (for callgrind_annotate --tree=caller).
+# Under `taskset -c 0` every rank shares one cpu (ni-bench's placement `same`): the counts
+# then include each wait's path to its yield.
 # NIB_INSTR_PATTERN=send|recv|posted: the message-rate pattern instead (`msgrate`: windows of 64
 # messages, the sender waits for all of them, a 0-byte answer closes the window), rank 0 the
 # sender (send) or the receiver (recv); counts are then per message (per window / 64).
@@ -183,6 +185,13 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     [ -z "${MPI_ONLY:-}" ] || mpi_pattern=pingpong
     ompi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 -x NIB_CG_OUT
         -x "NIB_INSTR_PATTERN=$mpi_pattern")
+    # Run on one cpu (`taskset -c 0 tests/bench/instr.sh`), Open MPI's ranks would spin
+    # through each other's time slices (hundreds of thousands of instructions a round trip):
+    # ask them to yield, as ni-bench does for its placement `same`.
+    if [ "$(nproc)" = 1 ]; then
+        ompi+=(--mca mpi_yield_when_idle 1)
+        say "one cpu: Open MPI with mpi_yield_when_idle 1"
+    fi
     say "mpi: Open MPI ob1 + vader, rank 0 under callgrind"
     if measure mpi "${ompi[@]}" --mca pml ob1 --mca btl self,vader \
         "$WORK/rank0-under-callgrind" "$WORK/instr"; then STACKS+=(mpi); fi
