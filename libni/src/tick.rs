@@ -3,7 +3,7 @@
 //! A waiter whose peer shares its cpu reads the clock twice a turn (the look before its yield,
 //! the return from it: how long the yield took tells a free core from a taken one), and the
 //! turn is what one message costs there. `Instant::now` and `Instant::duration_since` checked
-//! what the kernel returned and subtracted seconds and nanoseconds apart: ≈ 170 of the ≈ 1900
+//! what the kernel returned and subtracted seconds and nanoseconds apart: ≈ 160 of the ≈ 1900
 //! instructions a one-core 8 B round trip cost rank 0 (`taskset -c 0 tests/bench/instr.sh`).
 //! The same vDSO call, kept as nanoseconds, leaves a subtraction.
 
