@@ -61,6 +61,93 @@ impl Posted {
     }
 }
 
+/// The receives posted on the direct path, in the order they were posted, and per source
+/// how many name it: whether an earlier receive could claim a source's next message is a
+/// load, where it was a walk of all of them (with a window of 64 receives posted before
+/// their messages came, a sixth of each receive's instructions).
+#[derive(Default)]
+pub(crate) struct PostedQueue {
+    q: VecDeque<Posted>,
+    /// Receives naming each source, by rank (ranks are below the partition's size).
+    named: Vec<u32>,
+    /// Receives from any source.
+    any: u32,
+}
+
+impl PostedQueue {
+    #[inline]
+    fn push_back(&mut self, p: Posted) {
+        match self.named.get_mut(p.src as usize) {
+            Some(n) => *n += 1,
+            None if p.src == ANY_RANK => self.any += 1,
+            None => self.first_from(p.src),
+        }
+        self.q.push_back(p);
+    }
+
+    /// The first receive naming a rank above all named so far.
+    #[cold]
+    #[inline(never)]
+    fn first_from(&mut self, src: u32) {
+        self.named.resize(src as usize + 1, 0);
+        self.named[src as usize] = 1;
+    }
+
+    /// A receive left the queue.
+    #[inline]
+    fn gone(&mut self, src: u32) {
+        match self.named.get_mut(src as usize) {
+            Some(n) => *n -= 1,
+            None => self.any -= 1,
+        }
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> Option<Posted> {
+        let p = self.q.pop_front()?;
+        self.gone(p.src);
+        Some(p)
+    }
+
+    fn remove(&mut self, i: usize) -> Option<Posted> {
+        let p = self.q.remove(i)?;
+        self.gone(p.src);
+        Some(p)
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Posted> {
+        self.q.front()
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    fn position(&self, f: impl FnMut(&Posted) -> bool) -> Option<usize> {
+        self.q.iter().position(f)
+    }
+
+    /// Whether a posted receive could take `src`'s next message: one names it, or any.
+    #[inline]
+    fn claims(&self, src: u32) -> bool {
+        self.any > 0 || self.named.get(src as usize).is_some_and(|&n| n > 0)
+    }
+
+    /// Take out the receives naming `src`, in order.
+    fn take_named(&mut self, src: u32) -> Vec<Posted> {
+        let (dead, keep): (Vec<Posted>, Vec<Posted>) = std::mem::take(&mut self.q)
+            .into_iter()
+            .partition(|p| p.src == src);
+        self.q = keep.into();
+        if let Some(n) = self.named.get_mut(src as usize) {
+            *n = 0;
+        }
+        dead
+    }
+}
+
 /// The fabric's rule for a tag: equal to `want` on the bits of `mask`.
 #[inline]
 pub(crate) fn tag_matches(tag: u64, want: u64, mask: u64) -> bool {
@@ -347,7 +434,7 @@ pub(crate) enum CollStart {
 
 #[derive(Default)]
 pub(crate) struct DirectState {
-    pub posted: VecDeque<Posted>,
+    pub posted: PostedQueue,
     pub unexpected: VecDeque<Unexpected>,
     /// Fabric requests to post once the submission ring has room, with the alias their
     /// completion takes (`Inner::alias`).
@@ -1048,12 +1135,7 @@ impl Inner {
             // matches may already be in the ring, taken now (it then ends in this call).
             None if src != ANY_RANK
                 && self.win.as_mut().unwrap().live()
-                && (self.d.posted.is_empty()
-                    || self
-                        .d
-                        .posted
-                        .iter()
-                        .all(|q| q.src != src && q.src != ANY_RANK)) =>
+                && !self.d.posted.claims(src) =>
             {
                 match self.w_take_wanted(src, p)? {
                     Wanted::Waiting(p) => self.d.posted.push_back(p),
@@ -1124,7 +1206,7 @@ impl Inner {
         // The only posted receive (a window of receives takes its messages in one progress
         // pass, each for the receive it matches, as it always did), for one source.
         if self.d.posted.len() != 1
-            || self.d.posted[0].user != user
+            || self.d.posted.front().is_some_and(|p| p.user != user)
             || src == ANY_RANK
             || !self.direct()
         {
@@ -1296,10 +1378,7 @@ impl Inner {
                 }
                 // Receives named for the client that left fail; messages it sent before
                 // leaving were taken from its ring already and still match.
-                let (dead, keep): (Vec<Posted>, Vec<Posted>) = std::mem::take(&mut self.d.posted)
-                    .into_iter()
-                    .partition(|p| p.src == ch.rank);
-                self.d.posted = keep.into();
+                let dead = self.d.posted.take_named(ch.rank);
                 for p in dead {
                     self.finish_lib(completion(
                         op::RECV,
@@ -1683,7 +1762,7 @@ impl Inner {
             // The common case, receives posted in the order their messages come.
             Some(p) if p.matches(src, tag) => posted.pop_front(),
             _ => {
-                let i = posted.iter().position(|p| p.matches(src, tag))?;
+                let i = posted.position(|p| p.matches(src, tag))?;
                 posted.remove(i)
             }
         }
@@ -2586,4 +2665,49 @@ enum Took {
     Nothing,
     Eager,
     Am,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posted(user: u64, src: u32) -> Posted {
+        Posted {
+            user,
+            src,
+            tag: 0,
+            mask: u64::MAX,
+            addr: 0,
+            cap: 0,
+        }
+    }
+
+    /// The per-source counts follow every way a receive enters or leaves the queue: a
+    /// wrong count would let a receive overtake an earlier one for its source, or keep one
+    /// from its message.
+    #[test]
+    fn claims_follow_the_queue() {
+        let mut q = PostedQueue::default();
+        assert!(!q.claims(0) && !q.claims(3));
+        q.push_back(posted(1, 3));
+        q.push_back(posted(2, 3));
+        q.push_back(posted(3, 1));
+        assert!(q.claims(3) && q.claims(1) && !q.claims(0) && !q.claims(7));
+        assert_eq!(q.pop_front().map(|p| p.user), Some(1));
+        assert!(q.claims(3), "one receive for 3 is still posted");
+        let i = q.position(|p| p.src == 3).unwrap();
+        assert_eq!(q.remove(i).map(|p| p.user), Some(2));
+        assert!(!q.claims(3) && q.claims(1));
+        q.push_back(posted(4, ANY_RANK));
+        assert!(
+            q.claims(0) && q.claims(3),
+            "a receive from any source claims all"
+        );
+        q.push_back(posted(5, 1));
+        let dead = q.take_named(1);
+        assert_eq!(dead.iter().map(|p| p.user).collect::<Vec<_>>(), [3, 5]);
+        assert!(q.claims(1), "the receive from any source is still posted");
+        assert_eq!(q.pop_front().map(|p| p.user), Some(4));
+        assert!(!q.claims(1) && q.len() == 0 && q.front().is_none());
+    }
 }
