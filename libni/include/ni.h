@@ -143,9 +143,9 @@ typedef struct ni_op ni_op_t;
 /* A T3E message queue in this process's memory. */
 typedef struct ni_mq ni_mq_t;
 
-/* How an operation ended (ni_test/ni_wait/ni_wait_timeout). On failure only `error` and
- * `rank` are meaningful (the other fields are 0), except NI_ETRUNCATED: then `len` is the
- * message's full length (more than the buffer took) and `tag` its tag. */
+/* How an operation ended (ni_test/ni_wait/ni_wait_all/ni_wait_timeout). On failure only
+ * `error` and `rank` are meaningful (the other fields are 0), except NI_ETRUNCATED: then
+ * `len` is the message's full length (more than the buffer took) and `tag` its tag. */
 typedef struct ni_status {
     int32_t error; /* NI_OK or the NI_E* code the operation failed with */
     uint32_t rank; /* the peer: destination of a send, source of a received message */
@@ -282,6 +282,14 @@ int ni_test(ni_t *ni, ni_op_t **op, int *done, ni_status_t *status);
  * Returns NI_OK or the operation's error (e.g. NI_ETRUNCATED, NI_EPEERDOWN, NI_ERESET).
  * Errors: NI_EINVAL (ni, op or *op NULL: nothing is freed). */
 int ni_wait(ni_t *ni, ni_op_t **op, ni_status_t *status);
+
+/* Wait until every op of ops[0..n] finishes (MPI_Waitall): frees each and sets it to NULL
+ * (NULL entries are skipped, their status zeroed), fills statuses[i] (statuses may be NULL)
+ * for each, and returns NI_OK or the error of the first op, in array order, that failed.
+ * Ops that finished already finish together, under one lock: cheaper than n ni_wait calls.
+ * Errors: NI_EINVAL (ni NULL, ops NULL with n > 0, or one op in ops twice: nothing is
+ * freed). */
+int ni_wait_all(ni_t *ni, ni_op_t **ops, size_t n, ni_status_t *statuses);
 
 /* As ni_wait, for at most timeout_ns nanoseconds: NI_ETIMEDOUT if the time ran out. *op is
  * freed and set to NULL in every case but NI_EINVAL (as ni_wait). A timed-out operation is

@@ -798,6 +798,78 @@ pub unsafe extern "C" fn ni_wait(
     call("ni_wait", || unsafe { wait_common(ni, op, None, status) })
 }
 
+/// Wait until every op of `ops[0..n]` finishes (MPI_Waitall): frees each and sets it to NULL
+/// (NULL entries are skipped, their status zeroed), fills `statuses[i]` (may be NULL) for
+/// each, and returns NI_OK or the error of the first op, in array order, that failed. An op
+/// named twice is refused (NI_EINVAL, nothing freed).
+///
+/// # Safety
+/// `ni` is NULL or a live `ni_t`; `ops` is NULL or points to `n` entries, each NULL or a live
+/// op of `ni`; `statuses` is NULL or writable for `n` entries.
+#[no_mangle]
+pub unsafe extern "C" fn ni_wait_all(
+    ni: *mut ni_t,
+    ops: *mut *mut ni_op_t,
+    n: usize,
+    statuses: *mut ni_status_t,
+) -> c_int {
+    call("ni_wait_all", || {
+        // SAFETY: NULL or a live handle (the caller's contract).
+        let ni = unsafe { handle(ni, "ni")? };
+        if n == 0 {
+            return Ok(());
+        }
+        nonnull(ops, "ops")?;
+        // SAFETY: `ops` points to n entries (the caller's contract), used only here.
+        let ops = unsafe { std::slice::from_raw_parts_mut(ops, n) };
+        // One op twice would be freed twice: refused before anything is taken.
+        let mut seen: Vec<*mut ni_op_t> = ops.iter().copied().filter(|p| !p.is_null()).collect();
+        seen.sort_unstable();
+        if seen.windows(2).any(|w| w[0] == w[1]) {
+            return Err(bad("ops holds one op more than once"));
+        }
+        // The ops taken over, and where each was (with its peer, for error statuses).
+        let mut taken = Vec::with_capacity(n);
+        let mut at = Vec::with_capacity(n);
+        for (i, p) in ops.iter_mut().enumerate() {
+            if !p.is_null() {
+                // SAFETY: a live op from Box::into_raw in ni_isend/ni_irecv, taken over once;
+                // the caller's pointer is cleared at once.
+                let o = unsafe { Box::from_raw(std::mem::replace(p, std::ptr::null_mut())) };
+                at.push((i, o.peer));
+                taken.push(o.op);
+            }
+        }
+        let mut results = Vec::with_capacity(taken.len());
+        ni.ni.wait_all(&mut taken, &mut results);
+        let mut statuses = if statuses.is_null() {
+            None
+        } else {
+            // SAFETY: writable for n entries (the caller's contract).
+            let st = unsafe { std::slice::from_raw_parts_mut(statuses, n) };
+            st.fill(ni_status_t::default());
+            Some(st)
+        };
+        let mut first = Ok(());
+        for (r, (i, peer)) in results.into_iter().zip(at) {
+            let st = match r {
+                Ok(d) => status_ok(&d),
+                Err(e) => {
+                    let st = status_err(&e, peer);
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                    st
+                }
+            };
+            if let Some(out) = &mut statuses {
+                out[i] = st;
+            }
+        }
+        first
+    })
+}
+
 /// Wait at most `timeout_ns` for `*op`; frees it and sets `*op` to NULL whatever happens.
 ///
 /// # Safety

@@ -1648,6 +1648,37 @@ impl Ni {
         self.wait_timeout(op, None)
     }
 
+    /// Wait for every operation of `ops`, which it empties, pushing each one's result onto
+    /// `out` in their order, as [`Ni::wait`] returns it (MPI_Waitall's shape). The
+    /// operations that have finished by the time the wait reaches them finish together
+    /// under one lock — a window of receives that one progress pass ended costs one lock,
+    /// not one each.
+    pub fn wait_all(&self, ops: &mut Vec<Op>, out: &mut Vec<Result<Done>>) {
+        out.reserve(ops.len());
+        // Taken at the first that did not end in the call that started it, kept while the
+        // next ones are found finished.
+        let mut i = None;
+        // By reference: an `Op` moved out of the vector, then into the result, cost more
+        // than the rest of a finished one's wait (8 B message rate on one core: 64 sends'
+        // waits 1.5 µs, against 0.7 waited one by one).
+        for op in ops.iter() {
+            let r = if let Some(d) = op.early.take() {
+                finish_early(op, d)
+            } else if let Some(c) = i.get_or_insert_with(|| self.lock()).done.remove(op.user) {
+                finish(op, c)
+            } else {
+                // Not finished: wait for it as `wait` does (its passes may end those after
+                // it too).
+                i = None;
+                self.wait_ref(op, None, true)
+            };
+            out.push(r);
+        }
+        drop(i);
+        ops.clear();
+        self.run_handlers();
+    }
+
     pub fn wait_timeout(&self, op: Op, timeout: Option<Duration>) -> Result<Done> {
         self.wait_inner(op, timeout, true)
     }
@@ -1659,12 +1690,17 @@ impl Ni {
     }
 
     fn wait_inner(&self, op: Op, timeout: Option<Duration>, handlers: bool) -> Result<Done> {
+        self.wait_ref(&op, timeout, handlers)
+    }
+
+    /// [`Ni::wait_inner`] on an operation the caller keeps (it must not wait for it again).
+    fn wait_ref(&self, op: &Op, timeout: Option<Duration>, handlers: bool) -> Result<Done> {
         if let Some(d) = op.early.take() {
-            return self.finish_ready(&op, d, handlers);
+            return self.finish_ready(op, d, handlers);
         }
         let mut t = WaitClock::default();
         loop {
-            let step = self.wait_step(&op, &mut t, timeout, handlers);
+            let step = self.wait_step(op, &mut t, timeout, handlers);
             if handlers {
                 self.run_handlers();
             }

@@ -212,6 +212,9 @@ fn run_pingpong(exe: &Path) {
         "[1] truncated receive reported: ni_recv: recv to/from rank 0: message truncated: \
          receive buffer too small (the message has 100 bytes, tag 3)",
         "[1] non-blocking truncated receive reported length 50",
+        "[0] wait_all window sent",
+        "[1] wait_all ok: 7 entries in order, the truncated one reported (length 100), the NULL \
+         one skipped",
         "[0] get verified (300 bytes)",
         "[0] remote error codes ok",
         "[1] put verified (200 bytes at offset 128, the rest untouched)",

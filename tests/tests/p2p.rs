@@ -37,6 +37,14 @@ fn many_senders_to_one_receiver_keep_per_sender_order() {
 }
 
 #[test]
+fn wait_all_finishes_a_window_in_order_with_its_failures_in_place() {
+    let d = run(2, "wait-all");
+    // The window's 64, and the two barriers' answers.
+    assert_eq!(d.counter(1, "recvs"), 64 + 2);
+    assert_eq!(d.counter(1, "err_truncated"), 1);
+}
+
+#[test]
 fn message_queue_fill_reject_threshold_and_reset_by_swap() {
     let d = run(2, "mq");
     assert_eq!(d.counter(1, "mq_stored"), 5);

@@ -4,6 +4,8 @@
  *   - ping-pong of 0, 1, 63, 64, 65, 4096 and 1 MiB messages, blocking and non-blocking,
  *     every payload checked in both directions; truncated receives (blocking and
  *     non-blocking), which report the message's full length and tag;
+ *   - a window of receives and a send finished by one ni_wait_all: statuses in array order,
+ *     a truncated one among them, a NULL entry skipped;
  *   - one put and one get, verified on both sides; error codes of bad one-sided requests;
  *   - an active-message round trip: rank 1's handler replies from within the handler;
  *   - message-queue sends (one accepted, one rejected: the queue is full), the receiver's
@@ -44,6 +46,8 @@ enum {
     TAG_PUT_DONE = 4,
     TAG_MQ_DONE = 5,
     TAG_BYE = 6,
+    TAG_WINDOW = 7,
+    TAG_WINDOW_TRUNC = 8,
     TAG_NEVER = 99
 };
 enum { AM_REQUEST = 1, AM_REPLY = 2 };
@@ -332,6 +336,65 @@ int main(int argc, char **argv) {
                " len %" PRIu64,
                st.error, st.rank, st.tag, st.len);
         printf("non-blocking truncated receive reported length %" PRIu64 "\n", st.len);
+    }
+
+    /* A window of operations finished by one ni_wait_all: rank 1 posts six receives and a
+     * send, one entry NULL, one receive too small for its message. */
+    {
+        static const size_t lens[4] = {8, 16, 24, 32};
+        if (me == 0) {
+            for (int k = 0; k < 4; k++) {
+                fill(bp + SEND_AT, lens[k], 500 + k, 0);
+                CHECK(ni_send(ni, peer, big, SEND_AT, lens[k], TAG_WINDOW));
+                if (k == 1)
+                    CHECK(ni_send(ni, peer, big, SEND_AT, 100, TAG_WINDOW_TRUNC));
+            }
+            CHECK(ni_recv(ni, peer, big, RECV_AT, 64, TAG_WINDOW, UINT64_MAX, &src, &tag, &len));
+            EXPECT(len == 4, "the window's send came with %" PRIu64 " bytes", len);
+            EXPECT_CODE(ni_wait_all(ni, NULL, 1, NULL), NI_EINVAL);
+            CHECK(ni_wait_all(ni, NULL, 0, NULL));
+            printf("wait_all window sent\n");
+        } else {
+            ni_op_t *ops[7] = {NULL};
+            ni_status_t st[7];
+            size_t at[7] = {0, 64, 0, 128, 192, 256, 0};
+            memset(bp + RECV_AT, 0, 512);
+            CHECK(ni_irecv(ni, peer, big, RECV_AT + at[0], 64, TAG_WINDOW, UINT64_MAX, &ops[0]));
+            CHECK(ni_irecv(ni, peer, big, RECV_AT + at[1], 64, TAG_WINDOW, UINT64_MAX, &ops[1]));
+            CHECK(ni_irecv(ni, peer, big, RECV_AT + at[3], 10, TAG_WINDOW_TRUNC, UINT64_MAX,
+                           &ops[3]));
+            CHECK(ni_irecv(ni, peer, big, RECV_AT + at[4], 64, TAG_WINDOW, UINT64_MAX, &ops[4]));
+            CHECK(ni_irecv(ni, peer, big, RECV_AT + at[5], 64, TAG_WINDOW, UINT64_MAX, &ops[5]));
+            CHECK(ni_isend(ni, peer, big, SEND_AT, 4, TAG_WINDOW, &ops[6]));
+            ops[2] = ops[6];
+            EXPECT_CODE(ni_wait_all(ni, ops, 7, NULL), NI_EINVAL);
+            EXPECT(ops[0] != NULL && ops[6] != NULL, "a refused ni_wait_all freed ops");
+            ops[2] = NULL;
+            memset(st, 0xff, sizeof st);
+            EXPECT_CODE(ni_wait_all(ni, ops, 7, st), NI_ETRUNCATED);
+            for (int i = 0; i < 7; i++)
+                EXPECT(ops[i] == NULL, "ni_wait_all left op %d", i);
+            EXPECT(st[2].error == NI_OK && st[2].rank == 0 && st[2].len == 0 && st[2].tag == 0,
+                   "the NULL entry's status was not zeroed");
+            EXPECT(st[3].error == NI_ETRUNCATED && st[3].rank == peer && st[3].len == 100 &&
+                       st[3].tag == TAG_WINDOW_TRUNC,
+                   "truncated entry: error %d len %" PRIu64, st[3].error, st[3].len);
+            for (int i = 0, k = 0; i < 6; i++) {
+                if (i == 2 || i == 3)
+                    continue;
+                EXPECT(st[i].error == NI_OK && st[i].rank == peer && st[i].len == lens[k] &&
+                           st[i].tag == TAG_WINDOW,
+                       "entry %d: error %d len %" PRIu64 " (expected %zu)", i, st[i].error,
+                       st[i].len, lens[k]);
+                verify(bp + RECV_AT + at[i], lens[k], 500 + k, 0, "wait_all payload");
+                k++;
+            }
+            EXPECT(st[6].error == NI_OK && st[6].rank == peer && st[6].len == 4,
+                   "the send's status: error %d len %" PRIu64, st[6].error, st[6].len);
+            printf("wait_all ok: 7 entries in order, the truncated one reported (length %" PRIu64
+                   "), the NULL one skipped\n",
+                   st[3].len);
+        }
     }
 
     /* One put, one get. */

@@ -42,6 +42,8 @@ pub struct NiLink {
     /// Collectives' receive buffer (allocated last, only when collectives run).
     rbuf: Option<Region>,
     ops: Vec<Op>,
+    /// Their results (`Ni::wait_all`), kept to reuse its room.
+    results: Vec<ni::Result<ni::Done>>,
     /// Active messages this rank's handler ran for, and those it was sent so far (the
     /// handler may run for one before its pattern starts: it counts from this, not from
     /// what it finds).
@@ -78,6 +80,7 @@ impl NiLink {
             mq_src,
             rbuf,
             ops: Vec::new(),
+            results: Vec::new(),
             ams,
             ams_due: 0,
         })
@@ -93,8 +96,9 @@ impl NiLink {
     }
 
     fn wait_all(&mut self) -> R<()> {
-        for o in self.ops.drain(..) {
-            self.ni.wait(o).map_err(e)?;
+        self.ni.wait_all(&mut self.ops, &mut self.results);
+        for r in self.results.drain(..) {
+            r.map_err(e)?;
         }
         Ok(())
     }

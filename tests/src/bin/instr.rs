@@ -123,7 +123,15 @@ fn pattern() -> Pattern {
 }
 
 /// One window of `msgrate`: the sender's isends and waits, then the receiver's answer.
-fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, go: bool, ops: &mut Vec<ni::Op>) {
+fn window(
+    ni: &Ni,
+    buf: &Region,
+    size: usize,
+    sender: bool,
+    go: bool,
+    ops: &mut Vec<ni::Op>,
+    out: &mut Vec<ni::Result<ni::Done>>,
+) {
     let peer = 1 - ni.rank();
     if go && sender {
         ni.recv(Some(peer), buf, 0..0, TAG_GO, u64::MAX)
@@ -140,8 +148,9 @@ fn window(ni: &Ni, buf: &Region, size: usize, sender: bool, go: bool, ops: &mut 
     if go && !sender {
         ni.send(peer, buf, 0..0, TAG_GO).expect("go");
     }
-    for o in ops.drain(..) {
-        ni.wait(o).expect("wait");
+    ni.wait_all(ops, out);
+    for r in out.drain(..) {
+        r.expect("wait");
     }
     if sender {
         ni.recv(Some(peer), buf, 0..0, TAG_ACK, u64::MAX)
@@ -208,9 +217,18 @@ pub fn nib_pingpong(ni: &Ni, buf: &Region, peer: &mut Peer, iters: u64, size: us
     }
     if p != Pattern::PingPong {
         let mut ops = Vec::with_capacity(WINDOW);
+        let mut out = Vec::with_capacity(WINDOW);
         let sender = (ni.rank() == 0) == (p == Pattern::Send);
         for _ in 0..iters {
-            window(ni, buf, size, sender, p == Pattern::Posted, &mut ops);
+            window(
+                ni,
+                buf,
+                size,
+                sender,
+                p == Pattern::Posted,
+                &mut ops,
+                &mut out,
+            );
         }
         return;
     }

@@ -134,6 +134,104 @@ fn many_to_one(ni: &Ni) {
     }
 }
 
+/// `Ni::wait_all` over a window of 64 receives and a send: results in the window's order,
+/// whatever order they finished in; a truncated receive's failure in its place, the others
+/// unharmed; a large message (not finished by the pass that ends the small ones) among
+/// them; the active message that came first handled by the time it returns.
+fn wait_all(ni: &Ni) {
+    const W: usize = 64;
+    const TRUNCATED: usize = 17;
+    const LARGE: usize = 30;
+    const LARGE_LEN: usize = 300_000;
+    let len_of = |k: usize| 8 + k % 32;
+    let scratch = ni.alloc(4096).unwrap();
+    let buf = ni.alloc(W * 64 + LARGE_LEN).unwrap();
+    if ni.rank() == 0 {
+        barrier(ni, &scratch);
+        ni.am_send(1, 5, b"first").unwrap();
+        for k in 0..W - 1 {
+            buf.write_at(0, &pattern(len_of(k), k as u64));
+            ni.send(1, &buf, 0..len_of(k), 9).unwrap();
+            if k == W / 2 {
+                buf.write_at(0, &pattern(LARGE_LEN, 777));
+                ni.send(1, &buf, 0..LARGE_LEN, 10).unwrap();
+            }
+        }
+        let d = ni.recv(Some(1), &buf, 0..64, 11, u64::MAX).unwrap();
+        assert_eq!(d.len, 3);
+        barrier(ni, &scratch);
+    } else if ni.rank() == 1 {
+        let handled = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let h = handled.clone();
+        ni.am_register(5, move |src, payload| {
+            assert_eq!((src, payload), (0, &b"first"[..]));
+            h.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        barrier(ni, &scratch);
+        let mut ops = Vec::new();
+        for i in 0..W {
+            let op = if i == LARGE {
+                ni.irecv(Some(0), &buf, W * 64..W * 64 + LARGE_LEN, 10, u64::MAX)
+            } else {
+                let cap = if i == TRUNCATED { 4 } else { 48 };
+                ni.irecv(Some(0), &buf, i * 64..i * 64 + cap, 9, u64::MAX)
+            };
+            ops.push(op.unwrap());
+        }
+        scratch.write_at(0, b"end");
+        ops.push(ni.isend(0, &scratch, 0..3, 11).unwrap());
+        let mut out = Vec::new();
+        ni.wait_all(&mut ops, &mut out);
+        assert!(ops.is_empty(), "wait_all leaves no op behind");
+        assert_eq!(out.len(), W + 1);
+        let mut k = 0;
+        for (i, r) in out.iter().enumerate().take(W) {
+            if i == LARGE {
+                let d = r.as_ref().expect("the large receive");
+                assert_eq!((d.len, d.tag), (LARGE_LEN as u64, 10));
+                let mut got = vec![0u8; LARGE_LEN];
+                buf.read_at(W * 64, &mut got);
+                assert!(got == pattern(LARGE_LEN, 777), "large payload");
+                continue;
+            }
+            if i == TRUNCATED {
+                match r {
+                    Err(Error::Failed {
+                        status, len, tag, ..
+                    }) => {
+                        assert_eq!(
+                            (*status, *len, *tag),
+                            (Status::Truncated, len_of(k) as u64, 9)
+                        )
+                    }
+                    other => panic!("receive {i}: {other:?}, expected truncated"),
+                }
+            } else {
+                let d = r.as_ref().unwrap_or_else(|e| panic!("receive {i}: {e}"));
+                assert_eq!(
+                    (d.rank, d.len, d.tag),
+                    (0, len_of(k) as u64, 9),
+                    "receive {i}"
+                );
+                let mut got = vec![0u8; len_of(k)];
+                buf.read_at(i * 64, &mut got);
+                assert!(got == pattern(len_of(k), k as u64), "receive {i}'s payload");
+            }
+            k += 1;
+        }
+        assert_eq!(out[W].as_ref().map(|d| (d.rank, d.len)).unwrap(), (0, 3));
+        assert_eq!(
+            handled.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "the active message that came before the window ran by the end of wait_all"
+        );
+        // Nothing left over: an empty list returns at once.
+        ni.wait_all(&mut ops, &mut out);
+        assert_eq!(out.len(), W + 1);
+        barrier(ni, &scratch);
+    }
+}
+
 /// T3E message queue: fill to Limit, rejection, Threshold interrupt, reset by swap.
 fn mq(ni: &Ni) {
     let ctl = ni.alloc(4096).unwrap();
@@ -660,6 +758,7 @@ fn main() {
     match scenario.as_str() {
         "integrity" => integrity(&ni),
         "many-to-one" => many_to_one(&ni),
+        "wait-all" => wait_all(&ni),
         "mq" => mq(&ni),
         "put-get" => put_get(&ni),
         "am" => active_messages(&ni),
