@@ -317,6 +317,14 @@ fn status_ok(d: &crate::Done) -> ni_status_t {
     }
 }
 
+/// A waited operation's status, and the call's result (peer: the rank asked for).
+fn outcome(r: Result<crate::Done>, peer: u32) -> (ni_status_t, Result<()>) {
+    match r {
+        Ok(d) => (status_ok(&d), Ok(())),
+        Err(e) => (status_err(&e, peer), Err(e)),
+    }
+}
+
 /// The status of a failed operation: the error and the peer; for a truncated receive also
 /// the message's full length and its tag.
 fn status_err(e: &Error, peer: u32) -> ni_status_t {
@@ -775,10 +783,7 @@ unsafe fn wait_common(
         op.write(std::ptr::null_mut());
         Box::from_raw(raw)
     };
-    let (st, result) = match ni.ni.wait_timeout(o.op, timeout) {
-        Ok(d) => (status_ok(&d), Ok(())),
-        Err(e) => (status_err(&e, o.peer), Err(e)),
-    };
+    let (st, result) = outcome(ni.ni.wait_timeout(o.op, timeout), o.peer);
     // SAFETY: NULL or writable (the caller's contract).
     unsafe { put(status, st) };
     result
@@ -852,16 +857,10 @@ pub unsafe extern "C" fn ni_wait_all(
         };
         let mut first = Ok(());
         for (r, (i, peer)) in results.into_iter().zip(at) {
-            let st = match r {
-                Ok(d) => status_ok(&d),
-                Err(e) => {
-                    let st = status_err(&e, peer);
-                    if first.is_ok() {
-                        first = Err(e);
-                    }
-                    st
-                }
-            };
+            let (st, result) = outcome(r, peer);
+            if first.is_ok() {
+                first = result;
+            }
             if let Some(out) = &mut statuses {
                 out[i] = st;
             }
