@@ -792,7 +792,7 @@ impl Window {
     #[inline(always)]
     pub fn eager_payload(&self, src: u32, e: &Eager, out: &mut [u8]) {
         if e.len <= w::INLINE as usize {
-            out.copy_from_slice(&e.inline[..out.len()]);
+            crate::mem::copy_slice(out, &e.inline[..out.len()]);
         } else {
             self.area_read(src, self.in_head[src as usize], out);
         }

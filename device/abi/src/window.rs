@@ -565,6 +565,26 @@ pub const fn seq_for(index: u32) -> u32 {
     index.wrapping_add(1)
 }
 
+/// Up to [`INLINE`] bytes as the header slot's two little-endian payload words, zero past
+/// their end: loads that may overlap, never a copy through memory (a `memcpy` call was a
+/// tenth of an 8-byte send's instructions).
+#[inline]
+pub fn inline_words(b: &[u8]) -> (u64, u64) {
+    let n = b.len();
+    debug_assert!(n <= INLINE as usize);
+    let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as u64;
+    match n {
+        16.. => (word(0), word(8)),
+        // Bytes 8..n are the top n - 8 of the word that ends at n.
+        9..=15 => (word(0), word(n - 8) >> ((16 - n) * 8)),
+        8 => (word(0), 0),
+        // The two halves overlap where n < 8; the bytes they share are the same.
+        4..=7 => (half(0) | (half(n - 4) << ((n - 4) * 8)), 0),
+        _ => (b.iter().rev().fold(0, |w, &x| (w << 8) | x as u64), 0),
+    }
+}
+
 /// A ring message's header: `kind`, `len` (payload bytes in the ring), `tag`, and for a
 /// `RTS` or a `GET` the fabric tag `id` of its payload and its length `full` (an eager
 /// message's `full` is its `len`). A `FIN` carries the `GET`'s `id` in `tag` and its
@@ -607,13 +627,7 @@ impl Header {
         } else if self.kind == kind::BIG {
             (self.full, 0)
         } else {
-            let mut b = [0u8; INLINE as usize];
-            let n = inline.len().min(INLINE as usize);
-            b[..n].copy_from_slice(&inline[..n]);
-            (
-                u64::from_le_bytes(b[..8].try_into().unwrap()),
-                u64::from_le_bytes(b[8..].try_into().unwrap()),
-            )
+            inline_words(&inline[..inline.len().min(INLINE as usize)])
         };
         [w0, self.tag, w2, w3]
     }
@@ -754,6 +768,22 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
+    /// Every length up to a header slot's inline room: the words hold the bytes in order,
+    /// zero after them.
+    #[test]
+    fn inline_words_hold_the_bytes_and_zeros_after() {
+        let src: Vec<u8> = (1..=INLINE as u8).map(|x| x.wrapping_mul(37) | 1).collect();
+        for n in 0..=INLINE as usize {
+            let (lo, hi) = super::inline_words(&src[..n]);
+            let mut want = [0u8; INLINE as usize];
+            want[..n].copy_from_slice(&src[..n]);
+            let mut got = [0u8; INLINE as usize];
+            got[..8].copy_from_slice(&lo.to_le_bytes());
+            got[8..].copy_from_slice(&hi.to_le_bytes());
+            assert_eq!(got, want, "{n} bytes");
+        }
+    }
+
     use super::*;
 
     #[test]
