@@ -566,8 +566,8 @@ pub const fn seq_for(index: u32) -> u32 {
 }
 
 /// Up to [`INLINE`] bytes as the header slot's two little-endian payload words, zero past
-/// their end: loads that may overlap, never a copy through memory (a `memcpy` call was a
-/// tenth of an 8-byte send's instructions).
+/// their end: loads that may overlap, never a copy through memory (with the `memcpy` call an
+/// 8-byte send cost ≈ 30 of its ≈ 490 instructions more).
 #[inline]
 pub fn inline_words(b: &[u8]) -> (u64, u64) {
     let n = b.len();
@@ -768,13 +768,15 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// Every length up to a header slot's inline room: the words hold the bytes in order,
     /// zero after them.
     #[test]
     fn inline_words_hold_the_bytes_and_zeros_after() {
         let src: Vec<u8> = (1..=INLINE as u8).map(|x| x.wrapping_mul(37) | 1).collect();
         for n in 0..=INLINE as usize {
-            let (lo, hi) = super::inline_words(&src[..n]);
+            let (lo, hi) = inline_words(&src[..n]);
             let mut want = [0u8; INLINE as usize];
             want[..n].copy_from_slice(&src[..n]);
             let mut got = [0u8; INLINE as usize];
@@ -783,8 +785,6 @@ mod tests {
             assert_eq!(got, want, "{n} bytes");
         }
     }
-
-    use super::*;
 
     #[test]
     fn headers_round_trip_and_lies_are_refused() {
