@@ -109,6 +109,50 @@ impl<V> Finished<V> {
     }
 }
 
+/// Values keyed by ids a program chooses, most of them small (active-message handlers are
+/// numbered from 0 in most programs, as GASNet's 0-255): ids below [`IdTable::LOW`] index a
+/// table, the rest a map. A 64-byte active message's dispatch looked its handler up twice
+/// in a hash map (taken out, put back); an index is a compare and a load.
+pub struct IdTable<V> {
+    low: Vec<Option<V>>,
+    high: IdMap<V>,
+}
+
+impl<V> Default for IdTable<V> {
+    fn default() -> Self {
+        IdTable {
+            low: Vec::new(),
+            high: IdMap::default(),
+        }
+    }
+}
+
+impl<V> IdTable<V> {
+    pub const LOW: u64 = 256;
+
+    #[inline]
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut V> {
+        if id < Self::LOW {
+            self.low.get_mut(id as usize).and_then(Option::as_mut)
+        } else {
+            self.high.get_mut(&id)
+        }
+    }
+
+    /// Returns the value `id` had.
+    pub fn insert(&mut self, id: u64, v: V) -> Option<V> {
+        if id < Self::LOW {
+            let i = id as usize;
+            if self.low.len() <= i {
+                self.low.resize_with(i + 1, || None);
+            }
+            self.low[i].replace(v)
+        } else {
+            self.high.insert(id, v)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +207,29 @@ mod tests {
         }
         assert!((0..1000).rev().all(|id| f.remove(id) == Some(id)));
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn id_table_finds_small_and_large_ids_alike() {
+        let mut t: IdTable<u64> = IdTable::default();
+        for id in [0, 7, 255, 256, u64::MAX, 3] {
+            assert_eq!(t.insert(id, id.wrapping_add(1)), None);
+        }
+        assert_eq!(t.insert(7, 70), Some(8), "replacing returns the old value");
+        for (id, v) in [
+            (0, 1),
+            (7, 70),
+            (255, 256),
+            (256, 257),
+            (u64::MAX, 0),
+            (3, 4),
+        ] {
+            assert_eq!(t.get_mut(id).copied(), Some(v), "id {id}");
+        }
+        for id in [1, 2, 8, 254, 257, 1 << 40] {
+            assert_eq!(t.get_mut(id), None, "id {id} was never inserted");
+        }
+        *t.get_mut(256).unwrap() = 9;
+        assert_eq!(t.get_mut(256).copied(), Some(9));
     }
 }

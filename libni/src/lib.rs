@@ -325,7 +325,7 @@ struct Inner {
     ignored: IdSet,
     /// Active-message handlers by id; `None` while the dispatcher runs that one (taken out
     /// and put back in place: no removal and insertion a message).
-    handlers: IdMap<Option<Handler>>,
+    handlers: idmap::IdTable<Option<Handler>>,
     /// Active messages taken from the ring whose handlers have not run yet (they run with
     /// this lock released: see `Ni::run_handlers`).
     am_arrived: VecDeque<(u64, u32, Vec<u8>)>,
@@ -778,7 +778,7 @@ impl Inner {
             let Some((h, src, payload)) = self.am_arrived.pop_front() else {
                 break None;
             };
-            match self.handlers.get_mut(&h).and_then(Option::take) {
+            match self.handlers.get_mut(h).and_then(Option::take) {
                 Some(f) => break Some((h, src, payload, f)),
                 None => self.am_pending.push((h, src, payload)),
             }
@@ -947,7 +947,7 @@ impl Ni {
             next_key: 1,
             done: Default::default(),
             ignored: IdSet::default(),
-            handlers: IdMap::default(),
+            handlers: idmap::IdTable::default(),
             am_arrived: VecDeque::new(),
             dispatching: false,
             am_queued: am_queued.clone(),
@@ -1508,7 +1508,7 @@ impl Ni {
             let mut i = self.lock();
             // Put it back, unless it was replaced meanwhile (then drop it unlocked, as
             // `am_register` drops the one it replaces).
-            let _replaced = match i.handlers.get_mut(&h) {
+            let _replaced = match i.handlers.get_mut(h) {
                 Some(slot @ None) => {
                     *slot = Some(f);
                     None
@@ -1887,6 +1887,16 @@ impl Ni {
     }
 
     pub fn send(&self, dest: u32, buf: &Region, range: Range<usize>, tag: u64) -> Result<()> {
+        {
+            // Most sends of a ping-pong go into the ring at once: done without an `Op`.
+            let (addr, len) = Self::range_req(buf, &range)?;
+            let mut i = self.lock();
+            if i.direct() && i.w_send_region_now(dest, addr, len, tag)? {
+                drop(i);
+                self.run_handlers();
+                return Ok(());
+            }
+        }
         let o = self.isend(dest, buf, range, tag)?;
         // In the ring already (most eager sends): done without a wait.
         if let Some(d) = o.early.take() {
@@ -2139,6 +2149,9 @@ impl Ni {
             // whose libni hands it to the handler when it takes it (`direct.rs`).
             let mut i = self.lock();
             if i.direct() {
+                if i.w_am_send_now(dest, handler, payload)? {
+                    return Ok(());
+                }
                 let started = i.w_am_send(dest, handler, payload)?;
                 let o = Op::from_direct(&mut i, started, op::ROP, dest);
                 drop(i);

@@ -462,6 +462,91 @@ fn send_now_goes_into_the_ring_at_once_or_does_nothing() {
     );
 }
 
+/// `send` and `am_send` put a message straight into the ring when it can go there now,
+/// building no operation; whatever cannot goes the usual way, which says why (a member
+/// outside the partition, a region that is not the sender's) or waits for room. Sends and
+/// active messages share the ring toward a member: past its room (the receiver takes
+/// nothing for a while), every one still arrives, each kind in the order sent.
+#[test]
+fn sends_and_active_messages_that_cannot_go_into_the_ring_now_take_the_usual_way() {
+    if window_off() {
+        return;
+    }
+    let d = Daemon::start(2);
+    let (a, b) = d.attach_pair();
+    let sbuf = a.alloc(64).unwrap();
+    let e = a.send(7, &sbuf, 0..8, 1).unwrap_err();
+    assert_eq!(status(&e), Some(Status::OutOfPartition), "{e}");
+    let e = a.am_send(7, 3, b"outside").unwrap_err();
+    assert_eq!(status(&e), Some(Status::OutOfPartition), "{e}");
+    let not_mine = b.alloc(64).unwrap();
+    let e = a.send(1, &not_mine, 0..8, 1).unwrap_err();
+    assert_eq!(status(&e), Some(Status::NotRegistered), "{e}");
+    let e = a.send(1, &sbuf, 0..sbuf.len() + 1, 1).unwrap_err();
+    assert!(matches!(e, Error::BadArgument(_)), "{e}");
+
+    // 64-byte messages take two slots: 3 * 4096 of them (a third active messages) need
+    // half again the 8192 slots of a 2-member ring.
+    const N: usize = 3 * 4096;
+    let slots = ni_abi::window::ring_slots(2) as usize;
+    assert!(2 * N > slots + slots / 2, "the messages fit in the ring");
+    let msg = |k: usize| -> [u8; 64] { std::array::from_fn(|j| (k * 7 + j) as u8) };
+    let t = std::thread::spawn(move || {
+        let ams = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = ams.clone();
+        b.am_register(3, move |src, payload| {
+            assert_eq!(src, 0);
+            seen.lock().unwrap().push(payload.to_vec());
+        });
+        // The sender fills the ring meanwhile.
+        std::thread::sleep(Duration::from_millis(300));
+        let rbuf = b.alloc(64).unwrap();
+        let mut got = vec![];
+        for _ in 0..N - N / 3 {
+            let dn = b.recv(Some(0), &rbuf, 0..64, 1, u64::MAX).unwrap();
+            assert_eq!(dn.len, 64);
+            let mut v = vec![0u8; 64];
+            rbuf.read_at(0, &mut v);
+            got.push(v);
+        }
+        while ams.lock().unwrap().len() < N / 3 {
+            b.progress().unwrap();
+        }
+        let ams = ams.lock().unwrap().clone();
+        (b, got, ams)
+    });
+    for k in 0..N {
+        if k % 3 == 0 {
+            a.am_send(1, 3, &msg(k)).unwrap();
+        } else {
+            sbuf.write_at(0, &msg(k));
+            a.send(1, &sbuf, 0..64, 1).unwrap();
+        }
+    }
+    let (_b, got, ams) = t.join().unwrap();
+    let sent = |first: bool| (0..N).filter(move |k| (k % 3 == 0) == first).map(msg);
+    assert_eq!(ams.len(), N / 3);
+    assert!(
+        sent(true).zip(&ams).all(|(s, g)| s[..] == g[..]),
+        "AMs in order"
+    );
+    assert_eq!(got.len(), N - N / 3);
+    assert!(
+        sent(false).zip(&got).all(|(s, g)| s[..] == g[..]),
+        "sends in order"
+    );
+    assert_eq!(
+        d.counter(0, "sends"),
+        (N - N / 3) as u64,
+        "each send counted once"
+    );
+    assert_eq!(
+        d.counter(0, "window_ams"),
+        (N / 3) as u64,
+        "each AM counted once"
+    );
+}
+
 /// `Ni::recv_in_place`: a message waiting to be read in its sender's region is copied by the
 /// caller straight into memory libni does not know (a plain vector here; the provider's
 /// MPI receive buffers), and the send ends as for any receive. Only that: with nothing
