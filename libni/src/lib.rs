@@ -2864,7 +2864,6 @@ impl MessageQueue {
     }
 
     /// Pause until [`MQ_LOOK_EVERY`] ticks have passed since the last look found nothing.
-    #[cold]
     fn pace(&self) {
         for _ in 0..MQ_PAUSES {
             let now = time_stamp();
