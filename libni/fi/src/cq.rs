@@ -118,24 +118,37 @@ impl Bound {
     }
 
     /// [`Bound::progress`], then `read` (which says whether it found nothing, if that is
-    /// to be noted), then [`Bound::note`], under one lock; the CPU is given away after it.
+    /// to be noted), then [`Bound::note`], under one lock; when the note says so, the CPU
+    /// is given away after it and the three run once more.
     /// Locks are taken in one order: this, an engine, a CQ's entries (`read`'s, and those
     /// an engine's progress pushes to), the NI.
-    pub fn poll<R>(&self, read: impl FnOnce() -> (R, Option<bool>)) -> R {
-        let (r, give) = {
-            let mut g = self.state.lock();
-            for e in g.engines.iter() {
-                e.lock().progress();
-            }
-            let (r, empty) = read();
-            let give =
-                empty.is_some_and(|empty| g.idle.note(empty, Instant::now, || self.shared()));
-            (r, give)
-        };
-        if give {
-            self.give_way();
+    ///
+    /// A read that gave the CPU away looks once more before it answers: what it found before
+    /// the yield is stale after it (a peer on this cpu ran meanwhile), and an application
+    /// that yields on an empty read itself (Open MPI with `mpi_yield_when_idle`, which
+    /// `mpirun` sets when oversubscribed) would give it away a second time for nothing —
+    /// two context switches a turn where one does (8 B MPI ping-pong, both ranks on one
+    /// cpu: 1.9 `sched_yield`s a half round trip, 3.9 µs).
+    pub fn poll<R>(&self, mut read: impl FnMut() -> (R, Option<bool>)) -> R {
+        let (r, give) = self.look(&mut read);
+        if !give {
+            return r;
         }
-        r
+        self.give_way();
+        // One yield a read: if this look finds nothing too, the next read gives way.
+        self.look(&mut read).0
+    }
+
+    /// [`Bound::poll`]'s progress, read and note, under one lock: the read's result and
+    /// whether to give the CPU away.
+    fn look<R>(&self, read: &mut impl FnMut() -> (R, Option<bool>)) -> (R, bool) {
+        let mut g = self.state.lock();
+        for e in g.engines.iter() {
+            e.lock().progress();
+        }
+        let (r, empty) = read();
+        let give = empty.is_some_and(|empty| g.idle.note(empty, Instant::now, || self.shared()));
+        (r, give)
     }
 
     /// Whether a peer waits on this cpu (`Ni::cpu_shared`).
