@@ -1445,12 +1445,26 @@ impl Ni {
             std::hint::spin_loop();
             return;
         }
-        let now = Tick::now();
-        let idle = now.since(*wait.since.get_or_insert(now));
-        let (spin, sharers) = {
+        let look = {
             let mut i = self.lock();
             let sharers = i.cpu_sharers(self.backoff);
-            (i.direct_spinning(self.backoff, idle, sharers), sharers)
+            // Members wait on this cpu: yield, whatever the clock says (`direct_spinning`
+            // spins there only when told to), and untimed (`Contention` blocks only waiters
+            // alone): no clock read either side of it.
+            (sharers == 0 || spin_env().is_some()).then(|| {
+                let now = Tick::now();
+                let idle = now.since(*wait.since.get_or_insert(now));
+                (
+                    i.direct_spinning(self.backoff, idle, sharers),
+                    now,
+                    idle,
+                    sharers,
+                )
+            })
+        };
+        let Some((spin, now, idle, sharers)) = look else {
+            std::thread::yield_now();
+            return;
         };
         if spin && idle < RELAX_FRESH {
             self.relax_spins.store(RELAX_SPINS, Ordering::Relaxed);
@@ -1740,7 +1754,7 @@ impl Ni {
             }
             // An operation that finished before the wait (an eager send into the window)
             // needs no progress first.
-            if t.since.is_none() {
+            if !t.looked {
                 if let Some(c) = i.done.remove(op.user) {
                     return Ok(Some(finish(op, c)));
                 }
@@ -1761,7 +1775,7 @@ impl Ni {
             // the yield that follows is all this look is for. 8 B ping-pong on one core, by
             // turns in one launch: 15-45 ns less without the pass, 20-35 less again without
             // the look at whether it had work.
-            let pass = t.since.is_some() || (sharers == 0 && !i.quiet_pass_but_heads());
+            let pass = t.looked || (sharers == 0 && !i.quiet_pass_but_heads());
             if pass {
                 i.progress()?;
             }
@@ -1773,8 +1787,17 @@ impl Ni {
                     return Ok(Some(finish(op, c)));
                 }
             }
-            let now = t.now.take().unwrap_or_else(Tick::now);
-            let idle = now.since(*t.since.get_or_insert(now));
+            // A first look with members waiting on this cpu, and no limit, yields whatever
+            // the clock says (`SPIN` is 0 there): its clock read waits for the next look,
+            // whose wait then counts from there, a turn of the cpu short against the
+            // milliseconds it is measured in (two clock reads fewer a one-cpu ping-pong).
+            let first = !std::mem::replace(&mut t.looked, true);
+            let now = if first && sharers > 0 && timeout.is_none() {
+                None
+            } else {
+                Some(t.now.take().unwrap_or_else(Tick::now))
+            };
+            let idle = now.map_or(Duration::ZERO, |now| now.since(*t.since.get_or_insert(now)));
             if let Some(limit) = timeout {
                 if idle > limit {
                     // Nobody will collect it now.
@@ -1788,7 +1811,7 @@ impl Ni {
             // whole slice — which is no cpu-bound stranger to block for: blocked, every wait
             // would end in a WAKE through the device (a scan of 1 f64 at P = 4 on 2 cpus:
             // 0.60-0.96 us against 0.25-0.42, 21000 blocks a second).
-            let contended = i.contention.blocking() && sharers == 0;
+            let contended = sharers == 0 && i.contention.blocking();
             if idle > SPIN + YIELD * (sharers + 1) || contended {
                 i.check_alive(true)?;
                 // Ask for an interrupt, then look once more before sleeping.
@@ -1820,9 +1843,16 @@ impl Ni {
                     return Ok(None);
                 }
                 drop(i);
-                if let Some((back, took)) = self.give_way(direct_spin, now, idle) {
-                    t.now = Some(back);
-                    t.yielded = Some((took, sharers));
+                match now {
+                    // Members wait on this cpu: the yield hands it to them, and how long it
+                    // took tells nothing `Contention` uses (it blocks only waiters alone).
+                    Some(now) if sharers == 0 || direct_spin => {
+                        if let Some((back, took)) = self.give_way(direct_spin, now, idle) {
+                            t.now = Some(back);
+                            t.yielded = Some((took, sharers));
+                        }
+                    }
+                    _ => std::thread::yield_now(),
                 }
                 return Ok(None);
             }
@@ -3064,6 +3094,8 @@ pub struct Relax {
 /// What a wait's steps tell the next (`Ni::wait_step`).
 #[derive(Default)]
 struct WaitClock {
+    /// A step looked already (the wait's first look is cheaper, `Ni::wait_step`).
+    looked: bool,
     /// When the wait began: taken at the first look that finds the operation unfinished.
     since: Option<Tick>,
     /// The clock read when the last step's yield returned: the next step's `now`, which
