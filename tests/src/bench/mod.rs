@@ -53,7 +53,8 @@ MODE: latency bw msgrate mq am put get barrier bcast allreduce reduce allgather 
   --rounds N          launches per point and transport, ni's and its baselines' taking
                       turns, the batches shared out among them and pooled (default 4;
                       quick 1): what the machine does meanwhile falls on both sides; with
-                      3 or more, ni×X compares each transport's best round ('b')
+                      3 or more, ni×X compares each transport's best round ('b'; of
+                      5-8 rounds the second best, of 9-12 the third)
   --target-ms X       time per batch (default 20; quick 2)
   --warm-ms X         warm-up per point (default 10; quick 1)
   --cap-ms X          at most this long per point, fewer batches past it (default 4000)
@@ -1030,7 +1031,7 @@ fn run(mut o: Opts) -> R<()> {
             "cap_ms": asked.cap.as_secs_f64() * 1e3,
             "noise_threshold": o.noise,
             "window": spec::WINDOW,
-            "statistic": "value = median of batch means (every round's batches pooled); spread = IQR/median of batch means; min/max = worst/best batch; ni×X = ratio of each transport's best round (a launch; its value the median of its batches) with 3 rounds or more, else of the values",
+            "statistic": "value = median of batch means (every round's batches pooled); spread = IQR/median of batch means; min/max = worst/best batch; ni×X = ratio of each transport's best round (a launch; its value the median of its batches; the round at the lower quartile of its rounds, nearest rank: the best of 3-4, the second best of 5-8, the third of 9-12) with 3 rounds or more, else of the values",
         },
         "notes": notes,
         "runs": runs,
