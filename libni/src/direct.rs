@@ -2395,12 +2395,15 @@ impl Inner {
         out
     }
 
-    /// The waiter blocked (up to 20 ms): the collective in the rings' next look at nothing
-    /// reads the clock, which a spinning waiter's does only every 64th time — else the
+    /// The waiter blocked (up to 20 ms): the collective in the rings' (or in the window's
+    /// slots') next look at nothing reads the clock, which a spinning waiter's does only every 64th time — else the
     /// timeout would pass 64 blocks late.
     pub(crate) fn w_ring_slept(&mut self) {
         if let Some(b) = self.d.wring.as_mut() {
             b.polls = 0;
+        }
+        if let Some(c) = self.d.wcoll.as_mut() {
+            c.polls = 0;
         }
     }
 
