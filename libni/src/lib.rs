@@ -495,11 +495,14 @@ const _: () = assert!(CQ_ENTRIES.is_power_of_two());
 /// 20.9 -> 14.0 us, tests/bench/README.md); with 4032-byte slots two pieces and the scratch
 /// path tie at 1 Ki f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
 const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
-/// Reduces and scans of 4 members and more go in slot-sized pieces up to this: each piece
-/// messages in the rings (`direct.rs`), the members that send running ahead, where the path
-/// through exported memory takes a round (or two) in which every member must run (a scan of
-/// 1 Ki f64 at P = 8 on one cpu: 14 against 73 us; Open MPI 41-44). With 2 or 3 members
-/// that path wins (32 KiB between two cores: 1.34 against 4.6 us in pieces). Blocking
+/// Reduces (of any number of members) and scans of 4 members and more go in slot-sized
+/// pieces up to this: each piece messages in the rings (`direct.rs`), the members that send
+/// running ahead, where the path through exported memory takes a round (or two) in which
+/// every member must run (a scan of 1 Ki f64 at P = 8 on one cpu: 14 against 73 us; Open MPI
+/// 41-44; a reduce of 1 Ki f64 at P = 2 between two cpus 1.87 against 3.58 us, on one 2.06
+/// against 6.0, Open MPI 2.85 and 5.35; 4 Ki f64 7.1 against 7.8). A scan of 2 or 3 members
+/// reads the earlier ones' vectors in place (32 KiB between two cores: 1.34 against 4.6 us
+/// in pieces). Blocking
 /// broadcasts up to this are read by every member where the root keeps them
 /// (`Ni::bcast_read`) past a slot — with 4 members or more, past [`BCAST_PIECES_MAX`].
 const RING_PIECES_MAX: usize = 16 * ni_abi::window::COLL_MAX as usize;
@@ -1244,7 +1247,9 @@ impl Ni {
         if r.flags == ni_abi::fastpath::coll::BCAST && bytes <= RING_PIECES_MAX && !in_pieces {
             return self.bcast_read(r, bytes);
         }
-        let most = if direct::in_rings(r.flags) && self.size() >= 4 {
+        let most = if direct::in_rings(r.flags)
+            && (self.size() >= 4 || r.flags == ni_abi::fastpath::coll::REDUCE)
+        {
             RING_PIECES_MAX
         } else {
             PIECES_MAX
