@@ -23,6 +23,8 @@
 # trip; MPI has neither, so its stack runs the 64-byte ping-pong beside it, and the stacks
 # over ni are left out.
 # allreduce: both ranks sum SIZE / 8 f64 (libni's allreduce, MPI_Allreduce), per allreduce.
+# reduce|scan|bcast: the same with a reduce to rank 0 (rank 0 takes), an inclusive scan (rank
+# 0 sends) or a broadcast from rank 0 (rank 0 sends), per collective.
 # poll: a test of a receive whose message has not come (Ni::test, MPI_Test), per look: what
 # a polling loop pays between two messages.
 #
@@ -45,8 +47,9 @@ pingpong) PER=1 UNIT="round trip" DEF_A=2000 DEF_B=4000 ;;
 send | recv | posted) PER=64 UNIT="message ($NIB_INSTR_PATTERN, windows of 64)" DEF_A=200 DEF_B=400 ;;
 am | mq) PER=1 UNIT="round trip ($NIB_INSTR_PATTERN)" DEF_A=2000 DEF_B=4000 SIZE=64 MPI_ONLY=1 ;;
 allreduce) PER=1 UNIT="allreduce of $((SIZE / 8)) f64 (sum, 2 ranks)" DEF_A=2000 DEF_B=4000 ;;
+reduce | scan | bcast) PER=1 UNIT="$NIB_INSTR_PATTERN of $((SIZE / 8)) f64 (2 ranks, rank 0 the root or first)" DEF_A=2000 DEF_B=4000 ;;
 poll) PER=1 UNIT="look that finds nothing (a test of a receive)" DEF_A=20000 DEF_B=40000 ;;
-*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send, recv, posted, am, mq, allreduce or poll" >&2; exit 2 ;;
+*) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send, recv, posted, am, mq, allreduce, reduce, scan, bcast or poll" >&2; exit 2 ;;
 esac
 ITERS_A="${NIB_INSTR_A:-$DEF_A}"
 ITERS_B="${NIB_INSTR_B:-$DEF_B}"
@@ -225,9 +228,9 @@ fi
     if [ "$NIB_INSTR_PATTERN" = poll ]; then
         printf 'instructions per %s at rank 0 (rank 1 sends only once rank 0 is done;\n' "$UNIT"
         printf 'callgrind, (Ir at %s - Ir at %s looks) / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$REPS"
-    elif [ "$NIB_INSTR_PATTERN" = allreduce ]; then
+    elif [[ "$NIB_INSTR_PATTERN" =~ ^(allreduce|reduce|scan|bcast)$ ]]; then
         printf 'instructions per %s at rank 0 (%s bytes a rank, waiting included;\n' "$UNIT" "$SIZE"
-        printf 'callgrind, (Ir at %s - Ir at %s allreduces) / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$REPS"
+        printf 'callgrind, (Ir at %s - Ir at %s %ss) / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$NIB_INSTR_PATTERN" "$((ITERS_B - ITERS_A))" "$REPS"
     elif [ "$PER" = 1 ]; then
         printf 'instructions per %s-byte round trip at rank 0 (one send + one receive, waiting included;\n' "$SIZE"
         printf 'callgrind, (Ir at %s - Ir at %s round trips) / %s, each the fewest of %s runs;\n' "$ITERS_B" "$ITERS_A" "$((ITERS_B - ITERS_A))" "$REPS"
@@ -251,7 +254,8 @@ python3 - "$OUT/instr.json" "$SIZE" "$ITERS_A" "$ITERS_B" "${STACKS[@]/#/}" <<PY
 import json, sys
 out, size, a, b, *stacks = sys.argv[1:]
 per = {$(for s in "${STACKS[@]}"; do printf '"%s": %s, ' "$s" "${PER_RT[$s]}"; done)}
-key = {"pingpong": "per_round_trip", "allreduce": "per_allreduce", "poll": "per_look"}.get("$NIB_INSTR_PATTERN", "per_message")
+key = {"pingpong": "per_round_trip", "allreduce": "per_allreduce", "reduce": "per_reduce",
+       "scan": "per_scan", "bcast": "per_bcast", "poll": "per_look"}.get("$NIB_INSTR_PATTERN", "per_message")
 json.dump({"size": int(size), "iters": [int(a), int(b)], "pattern": "$NIB_INSTR_PATTERN", key: per,
            "method": "callgrind Ir inside nib_pingpong at rank 0, difference of two runs"},
           open(out, "w"), indent=1)

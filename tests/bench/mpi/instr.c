@@ -6,7 +6,8 @@
  * NIB_INSTR_PATTERN=send|recv: instead, rank 0 streams (send) or takes (recv) windows of
  * WINDOW messages as `pt2pt msgrate` does; an iteration is one window. posted: rank 0
  * receives, into receives it posted before rank 1 sends (rank 1 waits for a go-ahead).
- * allreduce: both ranks sum SIZE / 8 doubles (MPI_Allreduce, separate buffers).
+ * allreduce: both ranks sum SIZE / 8 doubles (MPI_Allreduce, separate buffers); reduce, scan,
+ * bcast: MPI_Reduce (root 0), MPI_Scan, MPI_Bcast (root 0) of them.
  * poll: an iteration is one MPI_Test of a receive whose message has not come (rank 1 sends it
  * once rank 0 is done looking): what a look that finds nothing costs. */
 #include <mpi.h>
@@ -16,7 +17,8 @@
 
 static int rank;
 static int pattern; /* 0 ping-pong, 1 rank 0 sends, 2 rank 0 receives, 3 posted first,
-                       4 allreduce of size / 8 doubles, 5 empty looks */
+                       4 allreduce of size / 8 doubles, 5 empty looks, 6 reduce,
+                       7 scan, 8 bcast */
 static char *rbuf;
 
 #define WINDOW 64
@@ -69,6 +71,17 @@ __attribute__((noinline)) void nib_pingpong(long iters, int size, char *buf)
             MPI_Allreduce(buf, rbuf, size / 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         return;
     }
+    if (pattern >= 6) {
+        for (long i = 0; i < iters; i++) {
+            if (pattern == 6)
+                MPI_Reduce(buf, rbuf, size / 8, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+            else if (pattern == 7)
+                MPI_Scan(buf, rbuf, size / 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            else
+                MPI_Bcast(buf, size / 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        }
+        return;
+    }
     if (pattern) {
         for (long i = 0; i < iters; i++)
             window(size, buf, (rank == 0) == (pattern == 1));
@@ -104,9 +117,14 @@ int main(int argc, char **argv)
             : !strcmp(p, "posted")           ? 3
             : !strcmp(p, "allreduce")        ? 4
             : !strcmp(p, "poll")             ? 5
+            : !strcmp(p, "reduce")           ? 6
+            : !strcmp(p, "scan")             ? 7
+            : !strcmp(p, "bcast")            ? 8
                                              : -1;
     if (pattern < 0) {
-        fprintf(stderr, "NIB_INSTR_PATTERN=%s: pingpong, send, recv, posted, allreduce or poll\n",
+        fprintf(stderr,
+                "NIB_INSTR_PATTERN=%s: pingpong, send, recv, posted, allreduce, reduce, scan, "
+                "bcast or poll\n",
                 p);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }

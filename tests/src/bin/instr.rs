@@ -16,7 +16,9 @@
 //! poll with `Ni::relax`. SIZE is ignored (64).
 //!
 //! `allreduce`: both ranks sum SIZE / 8 f64 (`Ni::allreduce`, separate send and receive
-//! regions, as `ni-bench allreduce` runs it); an iteration is one allreduce.
+//! regions, as `ni-bench allreduce` runs it); an iteration is one allreduce. `reduce`, `scan`,
+//! `bcast`: the same with `Ni::reduce` (root 0: rank 0 takes), `Ni::scan` (inclusive: rank 0
+//! sends) and `Ni::broadcast` (root 0: rank 0 sends).
 //!
 //! `poll`: an iteration is one `Ni::test` of a receive whose message has not come (rank 1
 //! sends it once rank 0 is done looking): what a look that finds nothing costs.
@@ -50,6 +52,12 @@ enum Pattern {
     Mq,
     /// Allreduces of f64 sums.
     Allreduce,
+    /// Reduces of f64 sums to rank 0.
+    Reduce,
+    /// Inclusive scans of f64 sums.
+    Scan,
+    /// Broadcasts of f64 from rank 0.
+    Bcast,
     /// Looks at a receive whose message has not come.
     Poll,
 }
@@ -114,10 +122,14 @@ fn pattern() -> Pattern {
         Ok("am") => Pattern::Am,
         Ok("mq") => Pattern::Mq,
         Ok("allreduce") => Pattern::Allreduce,
+        Ok("reduce") => Pattern::Reduce,
+        Ok("scan") => Pattern::Scan,
+        Ok("bcast") => Pattern::Bcast,
         Ok("poll") => Pattern::Poll,
         Ok("pingpong") | Err(_) => Pattern::PingPong,
         Ok(other) => panic!(
-            "NIB_INSTR_PATTERN={other}: pingpong, send, recv, posted, am, mq, allreduce or poll"
+            "NIB_INSTR_PATTERN={other}: pingpong, send, recv, posted, am, mq, allreduce, \
+             reduce, scan, bcast or poll"
         ),
     }
 }
@@ -184,10 +196,19 @@ pub fn nib_pingpong(ni: &Ni, buf: &Region, peer: &mut Peer, iters: u64, size: us
         }
         return;
     }
-    if p == Pattern::Allreduce {
+    if matches!(
+        p,
+        Pattern::Allreduce | Pattern::Reduce | Pattern::Scan | Pattern::Bcast
+    ) {
+        let (sum, n, out) = (ni::ReduceOp::Sum, size / 8, &peer.rbuf);
         for _ in 0..iters {
-            ni.allreduce::<f64>(ni::ReduceOp::Sum, buf, 0, &peer.rbuf, 0, size / 8)
-                .expect("allreduce");
+            match p {
+                Pattern::Allreduce => ni.allreduce::<f64>(sum, buf, 0, out, 0, n),
+                Pattern::Reduce => ni.reduce::<f64>(0, sum, buf, 0, out, 0, n),
+                Pattern::Scan => ni.scan::<f64>(sum, true, buf, 0, out, 0, n),
+                _ => ni.broadcast::<f64>(0, buf, 0, n),
+            }
+            .expect("collective");
         }
         return;
     }
