@@ -303,11 +303,32 @@ pub(crate) struct WColl {
     count: u64,
     /// Bytes per member.
     bytes: usize,
-    /// As [`WRing`]'s: read at the first poll that finds the round unfinished, looked at
-    /// every 64th after (two clock reads were a tenth of an allreduce's instructions with
-    /// both members on one cpu).
+    /// Its timeout (two clock reads were a tenth of an allreduce's instructions with both
+    /// members on one cpu).
+    clock: TimeoutClock,
+}
+
+/// A window collective's timeout, read lazily: the clock is read at the first poll that
+/// finds the collective unfinished and looked at every 64th after (the timeout is seconds,
+/// a clock read 25 ns of a broadcast's 100).
+#[derive(Default)]
+struct TimeoutClock {
     started: Option<Instant>,
     polls: u32,
+}
+
+impl TimeoutClock {
+    /// One more poll that found the collective unfinished: whether `timeout` has passed.
+    fn passed(&mut self, timeout: Duration) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        self.polls % 64 == 1 && self.started.get_or_insert_with(Instant::now).elapsed() > timeout
+    }
+
+    /// The waiter blocked (up to 20 ms): the next poll looks at the clock, else the timeout
+    /// would pass 64 blocks late.
+    fn slept(&mut self) {
+        self.polls = 0;
+    }
 }
 
 /// A collective in the rings (`fastpath.md`, "Collectives in the rings") that this rank
@@ -328,10 +349,7 @@ pub(crate) struct WRing {
     /// A reduce's vector that did not fit (`collision`): the rest are still taken, so that
     /// the next collective takes its own, but not applied.
     failed: Option<Status>,
-    /// Read at the first poll that finds nothing, and looked at every 64th after: the
-    /// timeout is seconds, a clock read 25 ns of a broadcast's 100.
-    started: Option<Instant>,
-    polls: u32,
+    clock: TimeoutClock,
     /// A broadcast of more than a slot, read where its root keeps it.
     rndv: Option<Rndv>,
 }
@@ -1975,8 +1993,7 @@ impl Inner {
             recv: if kind == coll::BCAST { r.addr } else { r.tag },
             count: r.len,
             bytes: bytes as usize,
-            started: None,
-            polls: 0,
+            clock: TimeoutClock::default(),
         });
         self.wake(&sleepers[..n_sleepers])?;
         self.w_coll_poll();
@@ -2022,8 +2039,7 @@ impl Inner {
             bytes,
             acc,
             failed: None,
-            started: None,
-            polls: 0,
+            clock: TimeoutClock::default(),
             rndv: None,
         })
     }
@@ -2109,8 +2125,7 @@ impl Inner {
             bytes: bytes as usize,
             acc: Vec::new(),
             failed: None,
-            started: None,
-            polls: 0,
+            clock: TimeoutClock::default(),
             rndv: Some(Rndv {
                 seq,
                 got: None,
@@ -2395,15 +2410,14 @@ impl Inner {
         out
     }
 
-    /// The waiter blocked (up to 20 ms): the collective in the rings' (or in the window's
-    /// slots') next look at nothing reads the clock, which a spinning waiter's does only every 64th time — else the
-    /// timeout would pass 64 blocks late.
+    /// The waiter blocked: the window collective's next look at nothing reads the clock
+    /// ([`TimeoutClock::slept`]).
     pub(crate) fn w_ring_slept(&mut self) {
         if let Some(b) = self.d.wring.as_mut() {
-            b.polls = 0;
+            b.clock.slept();
         }
         if let Some(c) = self.d.wcoll.as_mut() {
-            c.polls = 0;
+            c.clock.slept();
         }
     }
 
@@ -2417,11 +2431,7 @@ impl Inner {
         }
         let timeout = Duration::from_millis(win.coll_timeout_ms as u64);
         let b = self.d.wring.as_mut().unwrap();
-        b.polls = b.polls.wrapping_add(1);
-        if b.polls % 64 != 1 || b.started.get_or_insert_with(Instant::now).elapsed() <= timeout {
-            return None;
-        }
-        Some(Status::Timeout)
+        b.clock.passed(timeout).then_some(Status::Timeout)
     }
 
     /// [`Self::w_ring_take`] for a broadcast read where its root keeps it ([`Rndv`]): at
@@ -2624,14 +2634,13 @@ impl Inner {
                 win.count_collective();
                 Status::Ok
             }
-        } else {
-            c.polls = c.polls.wrapping_add(1);
-            let timeout = Duration::from_millis(win.coll_timeout_ms as u64);
-            if c.polls % 64 != 1 || c.started.get_or_insert_with(Instant::now).elapsed() <= timeout
-            {
-                return;
-            }
+        } else if c
+            .clock
+            .passed(Duration::from_millis(win.coll_timeout_ms as u64))
+        {
             Status::Timeout
+        } else {
+            return;
         };
         let c = self.d.wcoll.take().unwrap();
         self.d.coll_round = c.round + 1;
