@@ -66,7 +66,7 @@ use ni_abi::pci;
 use mem::Mem;
 pub use ni_abi::fastpath::op as opcode;
 pub use ni_abi::fastpath::{Request, Status};
-use tick::Tick;
+use tick::{time_stamp, Tick};
 use transport::Transport;
 
 #[derive(Debug, thiserror::Error)]
@@ -2825,18 +2825,6 @@ pub struct MessageQueue {
 const MQ_LOOK_EVERY: u64 = 300;
 /// The most `spin_loop` pauses one such wait takes, whatever the counter says.
 const MQ_PAUSES: u32 = 32;
-
-/// The time-stamp counter (x86-64), else 0 (no pacing).
-#[inline]
-fn time_stamp() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `rdtsc` reads a counter; it touches no memory and every x86-64 cpu has it.
-    unsafe {
-        std::arch::x86_64::_rdtsc()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    0
-}
 
 impl MessageQueue {
     fn word(&self) -> &AtomicU64 {

@@ -1,11 +1,15 @@
-//! The clock a wait reads between its looks: `CLOCK_MONOTONIC` in nanoseconds, one `u64`.
+//! The clocks of libni's polling loops.
 //!
-//! A waiter whose peer shares its cpu reads the clock twice a turn (the look before its yield,
-//! the return from it: how long the yield took tells a free core from a taken one), and the
-//! turn is what one message costs there. `Instant::now` and `Instant::duration_since` checked
-//! what the kernel returned and subtracted seconds and nanoseconds apart: ≈ 160 of the ≈ 1900
+//! [`Tick`]: the clock a wait reads between its looks, `CLOCK_MONOTONIC` in nanoseconds, one
+//! `u64`. A waiter reads it around its yields (how long a yield took tells a free core from a
+//! taken one, `Contention`); `Instant::now` and `Instant::duration_since` checked what the
+//! kernel returned and subtracted seconds and nanoseconds apart: ≈ 160 of the ≈ 1900
 //! instructions a one-core 8 B round trip cost rank 0 (`taskset -c 0 tests/bench/instr.sh`).
-//! The same vDSO call, kept as nanoseconds, leaves a subtraction.
+//! The same vDSO call, kept as nanoseconds, leaves a subtraction. (A waiter whose cpu another
+//! member waits on now reads none: it yields at every look, `Ni::wait_step`.)
+//!
+//! [`time_stamp`]: the time-stamp counter, for pacing a loop by a few hundred ticks
+//! (`MessageQueue::take_into`) where even the vDSO call costs more than the pause.
 
 use std::time::Duration;
 
@@ -32,6 +36,18 @@ impl Tick {
     pub(crate) fn since(self, earlier: Tick) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
+}
+
+/// The time-stamp counter (x86-64), else 0 (no pacing).
+#[inline]
+pub(crate) fn time_stamp() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `rdtsc` reads a counter; it touches no memory and every x86-64 cpu has it.
+    unsafe {
+        std::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    0
 }
 
 #[cfg(test)]
