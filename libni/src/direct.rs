@@ -262,8 +262,12 @@ fn absorb(b: &mut WRing, x: &[u8]) {
     if b.applies() {
         let (d, o) = dtype_op(&b.r);
         apply(d, o, &mut b.acc, x);
-    } else {
+    } else if b.kind() == coll::BCAST {
         ring_place(b, &mut Vec::new()).copy_from_slice(x);
+    } else {
+        // Not zeroed first: the memset was as long as the copy (4 KiB pieces of a reduce).
+        b.acc.clear();
+        b.acc.extend_from_slice(x);
     }
 }
 
@@ -2322,12 +2326,28 @@ impl Inner {
                 match win.live().then(|| win.next(src)).flatten() {
                     Some(h) if h.kind == kind::COLL => {
                         let ok = h.tag == meta && h.len as usize == bytes && b.failed.is_none();
-                        if ok {
+                        let (d, o) = dtype_op(&b.r);
+                        let parts = (ok && b.kind() != coll::BCAST)
+                            .then(|| win.payload_in_place(src, &h))
+                            .flatten();
+                        if let Some([a, c]) = parts {
+                            // Applied (or, the first, taken) where it lies, not copied out
+                            // first. Where it wraps is a whole number of slots in, so of
+                            // elements.
+                            if b.applies() {
+                                let (x, y) = b.acc.split_at_mut(a.len());
+                                apply(d, o, x, a);
+                                apply(d, o, y, c);
+                            } else {
+                                b.acc.clear();
+                                b.acc.extend_from_slice(a);
+                                b.acc.extend_from_slice(c);
+                            }
+                        } else if ok {
                             let x = &mut self.d.coll_x;
                             let applies = b.applies();
                             win.payload(src, &h, ring_place(b, x));
                             if applies {
-                                let (d, o) = dtype_op(&b.r);
                                 apply(d, o, &mut b.acc, &x[..bytes]);
                             }
                         }

@@ -30,7 +30,7 @@
 //!   allreduce split by chunks, each member computing every member's prefix of its chunk.
 
 use ni_abi::fastpath::{coll, dtype, redop, Request};
-use ni_abi::reduce::{apply, identity};
+use ni_abi::reduce::{apply, combine, identity};
 
 use std::sync::Arc;
 
@@ -538,14 +538,16 @@ impl Ni {
         let block = SCAN_BLOCK / p.esize * p.esize;
         for (at, acc) in out.chunks_mut(block).enumerate() {
             let lo = at * block;
-            for m in 0..upto {
-                // SAFETY: inside member m's data (`lo + acc.len()` ≤ `bytes`).
-                let x = unsafe { std::slice::from_raw_parts(p.at(m, DATA, lo), acc.len()) };
-                if m == 0 {
-                    acc.copy_from_slice(x);
-                } else {
-                    apply(d, o, acc, x);
-                }
+            // SAFETY (of each): inside member m's data (`lo + acc.len()` ≤ `bytes`).
+            let n = acc.len();
+            let x = |m: usize| unsafe { std::slice::from_raw_parts(p.at(m, DATA, lo), n) };
+            match upto {
+                0 => {}
+                1 => acc.copy_from_slice(x(0)),
+                _ => combine(d, o, acc, x(0), x(1)),
+            }
+            for m in 2..upto {
+                apply(d, o, acc, x(m));
             }
         }
         self.release(p)
@@ -583,8 +585,7 @@ impl Ni {
                     let prev = unsafe {
                         std::slice::from_raw_parts(mine.add(p.bytes + (m - 1) * most), hi - lo)
                     };
-                    slot.copy_from_slice(prev);
-                    apply(d, o, slot, x);
+                    combine(d, o, slot, prev, x);
                 }
             }
         }
@@ -651,7 +652,14 @@ impl Ni {
         // overwrite).
         let (lo, hi) = chunk(me);
         if hi > lo {
-            let acc = if reduce && me != p.root {
+            // A reduce's other member whose data is read where it is builds its chunk in its
+            // scratch half straight away, where the others read it.
+            let in_scratch = reduce && me != p.root && p.data_at.is_some();
+            let acc = if in_scratch {
+                let mine = p.mine.expect("a reduce-scatter's member has its half");
+                // SAFETY: my own half, my chunk; my data is not in it (read in place).
+                unsafe { std::slice::from_raw_parts_mut(mine.add(lo), hi - lo) }
+            } else if reduce && me != p.root {
                 spare.resize(hi - lo, 0);
                 &mut spare[..]
             } else {
@@ -659,17 +667,18 @@ impl Ni {
                 // which overlaps neither the scratch nor, read in place, the send buffer.
                 unsafe { std::slice::from_raw_parts_mut((r.tag as *mut u8).add(lo), hi - lo) }
             };
-            for m in 0..size {
-                // SAFETY: inside member m's data.
-                let x = unsafe { std::slice::from_raw_parts(p.at(m, DATA, lo), hi - lo) };
-                if m == 0 {
-                    acc.copy_from_slice(x);
-                } else {
-                    apply(d, o, acc, x);
-                }
+            // SAFETY (of each): inside member m's data.
+            let x = |m: usize| unsafe { std::slice::from_raw_parts(p.at(m, DATA, lo), hi - lo) };
+            if size == 1 {
+                acc.copy_from_slice(x(0));
+            } else {
+                combine(d, o, acc, x(0), x(1));
+            }
+            for m in 2..size {
+                apply(d, o, acc, x(m));
             }
             // A reduce's root builds its result for itself alone.
-            if p.result_at.is_none() && !(reduce && me == p.root) {
+            if p.result_at.is_none() && !(reduce && me == p.root) && !in_scratch {
                 let mine = p.mine.expect("a reduce-scatter's member has its half");
                 // SAFETY: my own half, my chunk.
                 unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), mine.add(lo), hi - lo) };

@@ -281,6 +281,19 @@ impl Mem {
         // SAFETY: bounds checked above; the mapping is live for `self`'s lifetime.
         unsafe { copy(self.ptr.add(offset), out.as_mut_ptr(), out.len()) }
     }
+
+    /// `len` bytes at `offset`, read where they lie (a reduce applies a vector straight out of
+    /// a ring rather than copying it out first). Peers map this memory too and may rewrite
+    /// these bytes meanwhile: that changes only the values read, as it would a copy's.
+    pub fn slice_at(&self, offset: usize, len: usize) -> &[u8] {
+        assert!(
+            offset.checked_add(len).is_some_and(|e| e <= self.len),
+            "read past the region"
+        );
+        // SAFETY: bounds checked above; the mapping is live for `self`'s lifetime, and the
+        // bytes are plain data whatever a peer stores in them.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(offset), len) }
+    }
 }
 
 /// `dst.copy_from_slice(src)` by [`copy`]: no `memcpy` call for a small one.

@@ -827,6 +827,23 @@ impl Window {
         }
     }
 
+    /// The payload of the message [`Window::next`] returned where it lies in the ring's
+    /// payload area: its part up to the area's end and the part that goes on at its start
+    /// (empty unless it wraps); `None` for a payload inline in its header slot.
+    pub fn payload_in_place(&self, src: u32, h: &Header) -> Option<[&[u8]; 2]> {
+        if h.len as u64 <= w::INLINE {
+            return None;
+        }
+        let (at, to_end) = self.payload_at(self.in_ring[src as usize], self.in_head[src as usize]);
+        let len = h.len as usize;
+        let first = len.min(to_end);
+        Some([
+            self.mem.slice_at(at, first),
+            self.mem
+                .slice_at(at + to_end - self.area_bytes(), len - first),
+        ])
+    }
+
     /// Copy `out.len()` bytes of the payload of the message at slot `i` of ring (src → this
     /// rank) out of its payload area (out of line: the one-slot message's path stays short).
     #[inline(never)]

@@ -49,10 +49,66 @@ pub fn apply(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
     apply_loops(d, o, acc, x)
 }
 
+/// `out = a op x`, element-wise: the bits of copying `a` into `out` and then [`apply`]ing
+/// `x`, in one pass over the three (a reduce's first two vectors, where the copy was a pass
+/// of its own).
+pub fn combine(d: u32, o: u32, out: &mut [u8], a: &[u8], x: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { combine_avx2(d, o, out, a, x) };
+    }
+    combine_loops(d, o, out, a, x)
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn apply_avx2(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
     apply_loops(d, o, acc, x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn combine_avx2(d: u32, o: u32, out: &mut [u8], a: &[u8], x: &[u8]) {
+    combine_loops(d, o, out, a, x)
+}
+
+/// `$each!(type, |a, b| expression)` for `d` and `o`: one loop per type and operation.
+macro_rules! by_type_and_op {
+    ($d:expr, $o:expr, $each:ident) => {{
+        macro_rules! int {
+            ($t:ty) => {
+                match $o {
+                    redop::SUM => $each!($t, |a, b| a.wrapping_add(b)),
+                    redop::PROD => $each!($t, |a, b| a.wrapping_mul(b)),
+                    redop::MIN => $each!($t, |a, b| a.min(b)),
+                    redop::MAX => $each!($t, |a, b| a.max(b)),
+                    redop::AND => $each!($t, |a, b| a & b),
+                    redop::OR => $each!($t, |a, b| a | b),
+                    _ => $each!($t, |a, b| a ^ b),
+                }
+            };
+        }
+        macro_rules! float {
+            ($t:ty) => {
+                match $o {
+                    redop::SUM => $each!($t, |a, b| a + b),
+                    redop::PROD => $each!($t, |a, b| a * b),
+                    // Deterministic for NaN: the accumulator is kept unless b compares less.
+                    redop::MIN => $each!($t, |a, b| if b < a { b } else { a }),
+                    _ => $each!($t, |a, b| if b > a { b } else { a }),
+                }
+            };
+        }
+        match $d {
+            dtype::I32 => int!(i32),
+            dtype::U32 => int!(u32),
+            dtype::I64 => int!(i64),
+            dtype::U64 => int!(u64),
+            dtype::F32 => float!(f32),
+            _ => float!(f64),
+        }
+    }};
 }
 
 #[inline(always)]
@@ -67,38 +123,23 @@ fn apply_loops(d: u32, o: u32, acc: &mut [u8], x: &[u8]) {
             }
         }};
     }
-    macro_rules! int {
-        ($t:ty) => {
-            match o {
-                redop::SUM => each!($t, |a, b| a.wrapping_add(b)),
-                redop::PROD => each!($t, |a, b| a.wrapping_mul(b)),
-                redop::MIN => each!($t, |a, b| a.min(b)),
-                redop::MAX => each!($t, |a, b| a.max(b)),
-                redop::AND => each!($t, |a, b| a & b),
-                redop::OR => each!($t, |a, b| a | b),
-                _ => each!($t, |a, b| a ^ b),
+    by_type_and_op!(d, o, each)
+}
+
+#[inline(always)]
+fn combine_loops(d: u32, o: u32, out: &mut [u8], a: &[u8], x: &[u8]) {
+    macro_rules! each {
+        ($t:ty, |$a:ident, $b:ident| $r:expr) => {{
+            const N: usize = std::mem::size_of::<$t>();
+            let ins = a.chunks_exact(N).zip(x.chunks_exact(N));
+            for (c, (a, b)) in out.chunks_exact_mut(N).zip(ins) {
+                let $a = <$t>::from_le_bytes(a.try_into().unwrap());
+                let $b = <$t>::from_le_bytes(b.try_into().unwrap());
+                c.copy_from_slice(&$r.to_le_bytes());
             }
-        };
+        }};
     }
-    macro_rules! float {
-        ($t:ty) => {
-            match o {
-                redop::SUM => each!($t, |a, b| a + b),
-                redop::PROD => each!($t, |a, b| a * b),
-                // Deterministic for NaN: the accumulator is kept unless b compares less.
-                redop::MIN => each!($t, |a, b| if b < a { b } else { a }),
-                _ => each!($t, |a, b| if b > a { b } else { a }),
-            }
-        };
-    }
-    match d {
-        dtype::I32 => int!(i32),
-        dtype::U32 => int!(u32),
-        dtype::I64 => int!(i64),
-        dtype::U64 => int!(u64),
-        dtype::F32 => float!(f32),
-        _ => float!(f64),
-    }
+    by_type_and_op!(d, o, each)
 }
 
 #[cfg(test)]
@@ -143,7 +184,8 @@ mod tests {
 
     /// A vector reduced at once gives, bit for bit, what its elements give one at a time
     /// (a loop of one element runs no vector code), with the AVX2 loops and without: at
-    /// every length around the vector widths, for every type and operation.
+    /// every length around the vector widths, for every type and operation; and so does
+    /// [`combine`].
     #[test]
     fn whole_vectors_reduce_as_their_elements_do() {
         let ops = [
@@ -183,6 +225,13 @@ mod tests {
                     let mut plain = vector(d, n, 0);
                     apply_loops(d, o, &mut plain, &x);
                     assert_eq!(plain, acc, "dtype {d} op {o} n {n}: baseline loops");
+                    // `combine` gives the bits of a copy and an `apply`, on either loops.
+                    let mut out = vec![0xa5; acc.len()];
+                    combine(d, o, &mut out, &vector(d, n, 0), &x);
+                    assert_eq!(out, acc, "dtype {d} op {o} n {n}: combine");
+                    out.fill(0x5a);
+                    combine_loops(d, o, &mut out, &vector(d, n, 0), &x);
+                    assert_eq!(out, acc, "dtype {d} op {o} n {n}: combine, baseline loops");
                 }
             }
         }
