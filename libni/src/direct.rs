@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use ni_abi::fastpath::{
     coll, dtype, mqcw, op, redop, Completion, Request, Status, ANY_RANK, MQ_MESSAGE,
 };
-use ni_abi::reduce::{apply, identity};
+use ni_abi::reduce::{apply, combine, identity};
 use ni_abi::window::{self as w, fin, kind, GetFrom, Header};
 
 /// A mapping of a peer's exported region, and the region's own length.
@@ -255,33 +255,52 @@ fn coll_words(tag: u64, data: &mut Vec<u8>) -> (u64, u64) {
     (tag, id)
 }
 
-/// Fold a member's vector into the collective in the rings waiting for it: a broadcast's
-/// into its buffer, a reduce's into the result so far (the first as it is), a scan's
+/// Fold a member's vector, in up to two parts (where it wraps in a ring), into the
+/// collective in the rings waiting for it: a broadcast's into its buffer, a reduce's into the
+/// result so far (the first as it is, the second combined with a root's own first), a scan's
 /// previous prefix into `acc`.
-fn absorb(b: &mut WRing, x: &[u8]) {
-    if b.applies() {
-        let (d, o) = dtype_op(&b.r);
-        apply(d, o, &mut b.acc, x);
-    } else if b.kind() == coll::BCAST {
-        ring_place(b, &mut Vec::new()).copy_from_slice(x);
-    } else {
-        // Not zeroed first: the memset was as long as the copy (4 KiB pieces of a reduce).
-        b.acc.clear();
-        b.acc.extend_from_slice(x);
+fn absorb(b: &mut WRing, [x, y]: [&[u8]; 2]) {
+    let (d, o) = dtype_op(&b.r);
+    let n = x.len();
+    match (b.kind(), b.held) {
+        (coll::BCAST, _) => {
+            let to = bcast_place(b);
+            to[..n].copy_from_slice(x);
+            to[n..n + y.len()].copy_from_slice(y);
+        }
+        (coll::REDUCE, Held::Mine) => {
+            // SAFETY: the send buffer was checked as registered when the reduce started; the
+            // caller holds it through the blocking call.
+            let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, b.bytes) };
+            let out = b.result();
+            combine(d, o, &mut out[..n], &mine[..n], x);
+            combine(d, o, &mut out[n..], &mine[n..], y);
+        }
+        (coll::REDUCE, Held::Result) => {
+            let out = b.result();
+            apply(d, o, &mut out[..n], x);
+            apply(d, o, &mut out[n..], y);
+        }
+        _ if b.into_out => {
+            let out = b.result();
+            out[..n].copy_from_slice(x);
+            out[n..].copy_from_slice(y);
+        }
+        _ => {
+            // Not zeroed first: the memset was as long as the copy (4 KiB pieces of a reduce).
+            b.acc.clear();
+            b.acc.extend_from_slice(x);
+            b.acc.extend_from_slice(y);
+        }
     }
+    b.held = Held::Result;
 }
 
-/// Where the next vector goes as it is taken (a reduce's after its first into `x`, then
-/// applied).
-fn ring_place<'a>(b: &'a mut WRing, x: &'a mut Vec<u8>) -> &'a mut [u8] {
-    if b.kind() == coll::BCAST {
-        // SAFETY: the broadcast's buffer was checked as registered when it started; the
-        // region cannot be dropped while the lock is held.
-        return unsafe { std::slice::from_raw_parts_mut(b.r.addr as *mut u8, b.bytes) };
-    }
-    let to = if b.applies() { x } else { &mut b.acc };
-    to.resize(b.bytes, 0);
-    &mut to[..]
+/// A broadcast's buffer, where the root's vector goes as it is taken.
+fn bcast_place(b: &mut WRing) -> &mut [u8] {
+    // SAFETY: the broadcast's buffer was checked as registered when it started; the caller
+    // holds it through the blocking call.
+    unsafe { std::slice::from_raw_parts_mut(b.r.addr as *mut u8, b.bytes) }
 }
 
 /// A send whose receiver reads the payload itself (`kind::GET`), until its `FIN`.
@@ -348,14 +367,32 @@ pub(crate) struct WRing {
     /// order (a reduce's root, its own data at its turn), the one before (a scan).
     next: u32,
     bytes: usize,
-    /// A reduce's result so far in rank order, a scan's prefix; empty before the first.
+    /// A reduce's result so far in rank order where it is not built in the receive buffer
+    /// (`into_out`), a scan's prefix.
     acc: Vec<u8>,
+    /// What a reduce's root (or a scan) holds so far.
+    held: Held,
+    /// A reduce's root builds its result in its receive buffer, which lies apart from its
+    /// send buffer (else in `acc`, copied there at the end).
+    into_out: bool,
     /// A reduce's vector that did not fit (`collision`): the rest are still taken, so that
     /// the next collective takes its own, but not applied.
     failed: Option<Status>,
     clock: TimeoutClock,
     /// A broadcast of more than a slot, read where its root keeps it.
     rndv: Option<Rndv>,
+}
+
+/// What a collective in the rings holds of its result so far.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// No vector yet.
+    Nothing,
+    /// A reduce's root: its own vector only, where it lies in its send buffer (the next one
+    /// is combined with it into the result: one pass, not a copy and an apply).
+    Mine,
+    /// The result so far.
+    Result,
 }
 
 /// A broadcast of more than a slot in the rings (`fastpath.md`, "Broadcasts read where the
@@ -380,8 +417,15 @@ impl WRing {
         self.r.flags
     }
 
-    fn applies(&self) -> bool {
-        self.kind() == coll::REDUCE && !self.acc.is_empty()
+    /// Where a reduce's root builds its result (`into_out`), sized once it holds one.
+    fn result(&mut self) -> &mut [u8] {
+        if self.into_out {
+            // SAFETY: the receive buffer was checked as registered when the reduce started,
+            // apart from the send buffer; the caller holds it through the blocking call.
+            unsafe { std::slice::from_raw_parts_mut(self.r.tag as *mut u8, self.bytes) }
+        } else {
+            &mut self.acc[..]
+        }
     }
 
     /// Its completion, ending with `status` (`peer down` names the member it waited for).
@@ -2042,6 +2086,9 @@ impl Inner {
             },
             bytes,
             acc,
+            held: Held::Nothing,
+            into_out: kind == coll::REDUCE
+                && (r.addr + bytes as u64 <= r.tag || r.tag + bytes as u64 <= r.addr),
             failed: None,
             clock: TimeoutClock::default(),
             rndv: None,
@@ -2128,6 +2175,8 @@ impl Inner {
             next: if me == root { 0 } else { root },
             bytes: bytes as usize,
             acc: Vec::new(),
+            held: Held::Nothing,
+            into_out: false,
             failed: None,
             clock: TimeoutClock::default(),
             rndv: Some(Rndv {
@@ -2295,10 +2344,15 @@ impl Inner {
                 }
             }
             if b.kind() == coll::REDUCE && src == me {
-                // SAFETY: the send buffer was checked as registered when the reduce started;
-                // the region cannot be dropped while this lock is held.
-                let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
-                absorb(b, mine);
+                if b.held == Held::Nothing && b.into_out {
+                    b.held = Held::Mine;
+                } else {
+                    // SAFETY: the send buffer was checked as registered when the reduce
+                    // started; the caller holds it through the blocking call.
+                    let mine =
+                        unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
+                    absorb(b, [mine, &[]]);
+                }
                 b.next += 1;
                 continue;
             }
@@ -2306,7 +2360,14 @@ impl Inner {
                 // SAFETY: as above, the receive buffer (which may be the send buffer, read
                 // already).
                 let out = unsafe { std::slice::from_raw_parts_mut(b.r.tag as *mut u8, bytes) };
-                out.copy_from_slice(&b.acc);
+                if b.held == Held::Mine {
+                    // SAFETY: as above; apart from the receive buffer (`into_out`).
+                    let mine =
+                        unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
+                    out.copy_from_slice(mine);
+                } else if !b.into_out {
+                    out.copy_from_slice(&b.acc);
+                }
                 break Status::Ok;
             }
             // A vector whose length lies about its `meta` is no honest member's: as
@@ -2315,7 +2376,7 @@ impl Inner {
                 let (m, id) = coll_words(m, &mut data);
                 let ok = m == meta && data.len() == bytes && b.failed.is_none();
                 if ok {
-                    absorb(b, &data);
+                    absorb(b, [&data, &[]]);
                 }
                 self.coll_recycle(data);
                 Some((ok, m, id))
@@ -2326,30 +2387,21 @@ impl Inner {
                 match win.live().then(|| win.next(src)).flatten() {
                     Some(h) if h.kind == kind::COLL => {
                         let ok = h.tag == meta && h.len as usize == bytes && b.failed.is_none();
-                        let (d, o) = dtype_op(&b.r);
                         let parts = (ok && b.kind() != coll::BCAST)
                             .then(|| win.payload_in_place(src, &h))
                             .flatten();
-                        if let Some([a, c]) = parts {
+                        if let Some(parts) = parts {
                             // Applied (or, the first, taken) where it lies, not copied out
                             // first. Where it wraps is a whole number of slots in, so of
                             // elements.
-                            if b.applies() {
-                                let (x, y) = b.acc.split_at_mut(a.len());
-                                apply(d, o, x, a);
-                                apply(d, o, y, c);
-                            } else {
-                                b.acc.clear();
-                                b.acc.extend_from_slice(a);
-                                b.acc.extend_from_slice(c);
-                            }
+                            absorb(b, parts);
+                        } else if ok && b.kind() == coll::BCAST {
+                            win.payload(src, &h, bcast_place(b));
                         } else if ok {
                             let x = &mut self.d.coll_x;
-                            let applies = b.applies();
-                            win.payload(src, &h, ring_place(b, x));
-                            if applies {
-                                apply(d, o, &mut b.acc, &x[..bytes]);
-                            }
+                            x.resize(bytes, 0);
+                            win.payload(src, &h, x);
+                            absorb(b, [x, &[]]);
                         }
                         // A failure passed on, or a broadcast's word: the id first.
                         let mut first = Vec::new();
