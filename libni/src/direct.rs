@@ -1931,17 +1931,17 @@ impl Inner {
         let Some(esize) = dtype::size(d) else {
             return Ok(CollStart::Fabric);
         };
-        let most = if kind == coll::BCAST {
-            bcast_max.max(w::COLL_MAX)
-        } else {
-            w::COLL_MAX
+        let win = self.win.as_ref().unwrap();
+        let (me, size) = (win.rank, win.size);
+        let most = match kind {
+            coll::BCAST => bcast_max.max(w::COLL_MAX),
+            coll::REDUCE | coll::SCAN | coll::EXSCAN => w::ring_coll_max(size),
+            _ => w::COLL_MAX,
         };
         let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= most) else {
             return Ok(CollStart::Fabric);
         };
         let ring = in_rings(kind);
-        let win = self.win.as_ref().unwrap();
-        let (me, size) = (win.rank, win.size);
         // Members that take a vector first look for it without a pass (which would copy it
         // out of the ring to reach what follows).
         let takes_first = match kind {
@@ -2019,7 +2019,7 @@ impl Inner {
         };
         let round = self.d.coll_round;
         let meta = w::coll_meta(kind, d, o, r.rank, r.len);
-        if ring && bytes > w::COLL_MAX {
+        if kind == coll::BCAST && bytes > w::COLL_MAX {
             return self.w_bcast_read(r, meta, data, bytes);
         }
         if ring {
@@ -2208,12 +2208,16 @@ impl Inner {
         }
     }
 
-    /// Put a vector into the rings of the members in `to` but this one, in slot-sized
-    /// pieces past a slot (a broadcast read where the root keeps it, [`Rndv`], toward who
+    /// Put a vector into the rings of the members in `to` but this one; a broadcast's in
+    /// slot-sized pieces past a slot (one read where the root keeps it, [`Rndv`], toward who
     /// cannot). What finds no room waits for it; the member with the most waiting, if any.
     fn ring_put_all(&mut self, to: std::ops::Range<u32>, meta: u64, data: &[u8]) -> Option<u32> {
         let me = self.win.as_ref().unwrap().rank;
-        let piece = w::COLL_MAX as usize;
+        let piece = if meta as u8 == coll::BCAST {
+            w::COLL_MAX as usize
+        } else {
+            data.len().max(1)
+        };
         let pieces = data.len().div_ceil(piece).max(1);
         let mut behind: Option<(usize, u32)> = None;
         for m in to.filter(|&m| m != me) {
@@ -2277,7 +2281,7 @@ impl Inner {
 
     /// Keep an emptied vector for the next `COLL` taken out of a ring.
     fn coll_recycle(&mut self, mut data: Vec<u8>) {
-        if self.d.coll_spare.len() < COLL_SPARES && data.capacity() <= w::COLL_MAX as usize {
+        if self.d.coll_spare.len() < COLL_SPARES && data.capacity() <= w::RING_COLL_MAX as usize {
             data.clear();
             self.d.coll_spare.push(data);
         }

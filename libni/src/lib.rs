@@ -1237,7 +1237,12 @@ impl Ni {
     /// it, and in larger scans every member reads the earlier members' vectors where they
     /// are (`large.rs`, which does large allgathers too).
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
-        let per = (ni_abi::window::COLL_MAX as usize / esize).max(1);
+        use ni_abi::fastpath::coll;
+        let piece = match r.flags {
+            coll::REDUCE | coll::SCAN | coll::EXSCAN => ni_abi::window::ring_coll_max(self.size()),
+            _ => ni_abi::window::COLL_MAX,
+        };
+        let per = (piece as usize / esize).max(1);
         let count = r.len as usize;
         if count <= per || !self.direct() {
             return self.request(r);
@@ -1252,7 +1257,7 @@ impl Ni {
         {
             RING_PIECES_MAX
         } else {
-            PIECES_MAX
+            PIECES_MAX.max(per * esize)
         };
         if count * esize > most {
             if large::applies(&r) {

@@ -746,8 +746,15 @@ impl Window {
             let mut b = [0u8; w::SLOT as usize];
             self.mem.read_at(self.in_slot(src, head) as usize, &mut b);
             match Header::decode(&b) {
-                // A BIG longer than this partition's rings take is no honest sender's.
-                Some(h) if h.kind != w::kind::BIG || h.full <= w::big_max(self.size) => {
+                // A BIG or COLL longer than this partition's rings take is no honest
+                // sender's.
+                Some(h)
+                    if match h.kind {
+                        w::kind::BIG => h.full <= w::big_max(self.size),
+                        w::kind::COLL => h.full <= w::ring_coll_max(self.size),
+                        _ => true,
+                    } =>
+                {
                     return Some(h)
                 }
                 _ => {

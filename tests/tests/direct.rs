@@ -158,6 +158,11 @@ fn a_peer_writing_garbage_into_the_window_is_refused_and_counted() {
     am[4] = ni_abi::window::kind::AM;
     am[6..8].copy_from_slice(&(ni_abi::fastpath::AM_MAX_PAYLOAD as u16 + 1).to_le_bytes());
     lies.push(am);
+    // A collective's vector longer than any partition's rings take (`ring_coll_max`).
+    let mut coll = [0u8; SLOT];
+    coll[4] = ni_abi::window::kind::COLL;
+    coll[6..8].copy_from_slice(&(ni_abi::window::RING_COLL_MAX as u16 + 1).to_le_bytes());
+    lies.push(coll);
     // BIGs (`kind::BIG`: length in `full` @16) no sender writes: one that fits an eager
     // message, one past `BIG_MAX`, one with a `len` besides.
     for (full, len) in [(100u64, 0u16), (ni_abi::window::BIG_MAX + 1, 0), (8192, 8)] {

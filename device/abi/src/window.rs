@@ -76,7 +76,8 @@ pub mod hdr {
     /// 14: small reduces (to the root) and scans (member to next member) in the rings too.
     /// 15: broadcasts of up to 16 slots read where the root keeps them ([`super::coll_id`],
     /// [`super::zone::RNDV_ENDED`]).
-    pub const VERSION_VALUE: u32 = 15;
+    /// 16: reduces' and scans' vectors in the rings up to [`super::ring_coll_max`].
+    pub const VERSION_VALUE: u32 = 16;
     /// Daemon-unique serial of this window; the control page's `WINDOW` names the one a
     /// client must find mapped.
     pub const SERIAL: u64 = 0x08;
@@ -342,6 +343,23 @@ pub const COLL_META: u64 = 8;
 pub const COLL_DATA: u64 = 64;
 /// The largest vector collective (bytes per member) done in the window.
 pub const COLL_MAX: u64 = COLL_SLOT - COLL_DATA;
+
+/// The largest reduce's or scan's vector in the rings (bytes per member), where a ring's
+/// payload area holds four of them; never less than a slot's [`COLL_MAX`]. Longer vectors go
+/// as pieces of this, each a collective of its own: 16 KiB up to 8 members, 8 KiB for 16,
+/// 4 KiB past. A piece costs each member its request and its look at the ring whatever its
+/// length (4 KiB pieces of a 32 KiB reduce at P = 2: about half the root's instructions).
+pub const fn ring_coll_max(size: u32) -> u64 {
+    let quarter = payload_area(ring_bytes(size)) / 4;
+    if quarter < COLL_MAX {
+        COLL_MAX
+    } else if quarter > RING_COLL_MAX {
+        RING_COLL_MAX
+    } else {
+        quarter
+    }
+}
+pub const RING_COLL_MAX: u64 = 16 << 10;
 
 pub fn coll_slot(parity: u64, rank: u32) -> u64 {
     zone(rank) + zone::COLL + (parity & 1) * COLL_SLOT
@@ -703,7 +721,7 @@ pub const fn max_len(kind: u8) -> u64 {
         kind::EAGER => EAGER_MAX,
         kind::BIG => BIG_MAX,
         kind::GET => GET_LEN,
-        kind::COLL => COLL_MAX,
+        kind::COLL => RING_COLL_MAX,
         _ => 0,
     }
 }
@@ -846,13 +864,13 @@ mod tests {
             ..am
         };
         assert_eq!(Header::decode(&long_am.encode(&[])), None);
-        // A broadcast's vector: up to a collective slot's worth.
+        // A reduce's vector: up to the largest the rings of any partition take.
         let coll = Header {
             kind: kind::COLL,
-            len: COLL_MAX as u32,
-            tag: coll_meta(crate::fastpath::coll::BCAST, 3, 0, 1, COLL_MAX / 8),
+            len: RING_COLL_MAX as u32,
+            tag: coll_meta(crate::fastpath::coll::REDUCE, 3, 0, 1, RING_COLL_MAX / 8),
             id: 0,
-            full: COLL_MAX,
+            full: RING_COLL_MAX,
         };
         assert_eq!(Header::decode(&coll.encode(&[])), Some(coll));
         let long_coll = Header {
