@@ -2353,8 +2353,7 @@ impl Inner {
                 } else {
                     // SAFETY: the send buffer was checked as registered when the reduce
                     // started; the caller holds it through the blocking call.
-                    let mine =
-                        unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
+                    let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
                     absorb(b, [mine, &[]]);
                 }
                 b.next += 1;
@@ -2366,8 +2365,7 @@ impl Inner {
                 let out = unsafe { std::slice::from_raw_parts_mut(b.r.tag as *mut u8, bytes) };
                 if b.held == Held::Mine {
                     // SAFETY: as above; apart from the receive buffer (`into_out`).
-                    let mine =
-                        unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
+                    let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
                     out.copy_from_slice(mine);
                 } else if !b.into_out {
                     out.copy_from_slice(&b.acc);

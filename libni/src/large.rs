@@ -134,6 +134,8 @@ struct Places {
     mine: Option<*mut u8>,
     /// What round 1 returned.
     first: Done,
+    /// An allgather's bytes from one member's block in the receive buffer to the next's.
+    stride: usize,
 }
 
 impl Places {
@@ -204,11 +206,15 @@ impl Ni {
         let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let per = (HALF_MAX / esize).max(1);
         let mut last = None;
+        // An allgather's pieces keep the whole vector's blocks in the receive buffer.
+        let stride = r.len as usize * esize;
         for (at, piece) in crate::pieces(r, esize, per) {
-            match self.shared_piece(&mut s, piece, esize)? {
+            match self.shared_piece(&mut s, piece, esize, stride)? {
                 Some(d) => last = Some(d),
                 None if at == 0 => return Ok(None),
-                // Mappings refused midway (a peer went away): the rest by the fabric.
+                // Mappings refused midway (a peer went away): the rest by the fabric — an
+                // allgather's all of it again (the fabric's blocks are whole vectors').
+                None if r.flags == coll::ALLGATHER => return self.request(r).map(Some),
                 None => last = Some(self.request(piece)?),
             }
         }
@@ -219,11 +225,17 @@ impl Ni {
         }))
     }
 
-    fn shared_piece(&self, s: &mut Scratch, r: Request, esize: usize) -> Result<Option<Done>> {
+    fn shared_piece(
+        &self,
+        s: &mut Scratch,
+        r: Request,
+        esize: usize,
+        stride: usize,
+    ) -> Result<Option<Done>> {
         let Some(kind) = Kind::of(r.flags) else {
             return Ok(None);
         };
-        let Some(p) = self.places(s, r, esize, kind)? else {
+        let Some(p) = self.places(s, r, esize, kind, stride)? else {
             return Ok(None);
         };
         let done = match kind {
@@ -254,20 +266,23 @@ impl Ni {
     /// Everything up to and with round 1: where this member's data and result are, its
     /// copy-in, every member's record, the mappings, and — unless every member holds the ones
     /// last agreed on — the round that agrees on them. `Ok(None)`: the fabric's path, for
-    /// every member alike.
+    /// every member alike. An allgather's piece goes to member m's block of the whole
+    /// vector's (`stride` bytes each) in the receive buffer, as far into it as it is into
+    /// the vector.
     fn places(
         &self,
         s: &mut Scratch,
         r: Request,
         esize: usize,
         kind: Kind,
+        stride: usize,
     ) -> Result<Option<Places>> {
         let (me, size) = (self.rank() as usize, self.size() as usize);
         let bytes = r.len as usize * esize;
         let (d, o) = dtype_op(&r);
         // An allgather's receive buffer holds every member's vector in rank order.
         let recv_bytes = if kind == Kind::Allgather {
-            bytes * size
+            stride * (size - 1) + bytes
         } else {
             bytes
         };
@@ -457,6 +472,7 @@ impl Ni {
             peers,
             mine: if needs_scratch { mine } else { None },
             first,
+            stride,
         };
         let ready = (mine.is_some() || !needs_scratch) && p.everything_mapped();
         // Every member decides from the same records: agree again unless every member last
@@ -497,7 +513,7 @@ impl Ni {
         let allgather = p.kind == Kind::Allgather;
         for m in (0..p.size).filter(|&m| m != p.me && (allgather || m == p.root)) {
             let to = if allgather {
-                r.tag + (m * bytes) as u64
+                r.tag + (m * p.stride) as u64
             } else {
                 r.addr
             };
@@ -514,7 +530,7 @@ impl Ni {
             unsafe {
                 std::ptr::copy(
                     r.addr as *const u8,
-                    (r.tag as *mut u8).add(p.me * bytes),
+                    (r.tag as *mut u8).add(p.me * p.stride),
                     bytes,
                 )
             };

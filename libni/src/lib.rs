@@ -2620,12 +2620,12 @@ impl Ni {
     }
 
     /// An allgather of `esize`-byte elements, to the end. Past a slot, every member copies
-    /// the others' vectors from their exported memory (`large.rs`), in one piece: the receive
-    /// buffer's layout does not split by element.
+    /// the others' vectors from their exported memory (`large.rs`; past 8 MiB in pieces,
+    /// each into every member's block of the receive buffer), where the fabric's one thread
+    /// copied them (32 MiB at P = 2 between two cpus: 19.3 ms, Open MPI 13.2).
     fn allgather_request(&self, req: Request, esize: usize) -> Result<()> {
         let bytes = req.len as usize * esize;
         if bytes > ni_abi::window::COLL_MAX as usize
-            && bytes <= large::HALF_MAX
             && self.direct()
             && large::applies(&req)
             && self.collective_shared(req, esize)?.is_some()

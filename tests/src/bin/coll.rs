@@ -518,11 +518,15 @@ fn vectors(ni: &Ni) {
     // Allgathers past a slot (fastpath.md, "Large allreduce in the window", its last
     // paragraph): every member copies the others' vectors from where they are. Odd ranks'
     // buffers are heap memory; the last lap's even ranks send from their own place in the
-    // receive buffer.
-    for (count, lap) in [(600usize, 0u64), (600, 1), (30_000, 0), (30_000, 2)] {
+    // receive buffer. Up to 3 members, 8 MiB and a bit more (two pieces, each into every
+    // member's block of the receive buffer), from `alloc` regions.
+    let past_half = (p <= 3).then_some(((8 << 20) + 8000) / 8);
+    let laps = [(600usize, 0u64), (600, 1), (30_000, 0), (30_000, 2)];
+    for (count, lap) in laps.into_iter().chain(past_half.map(|n| (n, 3))) {
         let of = |r: usize, i: usize| mix(r as u64 * 31 + lap, i as u64);
         let mine: Vec<u8> = (0..count).flat_map(|i| of(me, i).to_le_bytes()).collect();
         let (sbuf, soff, rbuf): (&ni::Region, usize, &ni::Region) = match (me % 2, lap) {
+            (_, 3) => (&send, 0, &recv),
             (1, _) => (&heap_send, 0, &heap_recv),
             (_, 2) => (&recv, me * count * 8, &recv),
             _ => (&send, 0, &recv),
