@@ -1240,6 +1240,7 @@ impl Ni {
         use ni_abi::fastpath::coll;
         let piece = match r.flags {
             coll::REDUCE | coll::SCAN | coll::EXSCAN => ni_abi::window::ring_coll_max(self.size()),
+            coll::BCAST => direct::bcast_ring_max(self.size()),
             _ => ni_abi::window::COLL_MAX,
         };
         let per = (piece as usize / esize).max(1);

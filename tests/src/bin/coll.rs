@@ -1143,24 +1143,24 @@ fn bcast_read_late(ni: &Ni) {
     let me = ni.rank();
     let buf = ni.alloc(1 << 16).unwrap();
     let ctl = ni.alloc(4096).unwrap();
-    let data = bcast_data(0, 7, 2000);
+    let data = bcast_data(0, 7, 2100);
     if !ni.direct() {
         println!("no window: nothing to time out member to member");
         return;
     }
     if me == 0 {
         buf.write_at(0, &data);
-        expect_status(ni.broadcast::<u64>(0, &buf, 0, 2000), Status::Timeout);
-        buf.write_at(0, &[0x3Cu8; 16000]);
+        expect_status(ni.broadcast::<u64>(0, &buf, 0, 2100), Status::Timeout);
+        buf.write_at(0, &[0x3Cu8; 16800]);
         ni.recv(Some(1), &ctl, 0..8, TAG, u64::MAX).unwrap();
         buf.write_at(0, &data);
     } else {
         std::thread::sleep(Duration::from_millis(1500));
-        buf.write_at(0, &[0xA5u8; 16000]);
-        expect_status(ni.broadcast::<u64>(0, &buf, 0, 2000), Status::Timeout);
+        buf.write_at(0, &[0xA5u8; 16800]);
+        expect_status(ni.broadcast::<u64>(0, &buf, 0, 2100), Status::Timeout);
         ni.send(0, &ctl, 0..8, TAG).unwrap();
     }
-    ni.broadcast::<u64>(0, &buf, 0, 2000).unwrap();
+    ni.broadcast::<u64>(0, &buf, 0, 2100).unwrap();
     let mut got = vec![0u8; data.len()];
     buf.read_at(0, &mut got);
     assert!(got == data, "broadcast after the late one");
