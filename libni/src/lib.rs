@@ -495,8 +495,8 @@ const _: () = assert!(CQ_ENTRIES.is_power_of_two());
 /// 20.9 -> 14.0 us, tests/bench/README.md); with 4032-byte slots two pieces and the scratch
 /// path tie at 1 Ki f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
 const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
-/// Reduces (of any number of members) and scans of 4 members and more go in slot-sized
-/// pieces up to this: each piece messages in the rings (`direct.rs`), the members that send
+/// Reduces (of any number of members) and scans of 4 members and more go in pieces
+/// (`ring_coll_max` bytes) up to this: each piece messages in the rings (`direct.rs`), the members that send
 /// running ahead, where the path through exported memory takes a round (or two) in which
 /// every member must run (a scan of 1 Ki f64 at P = 8 on one cpu: 14 against 73 us; Open MPI
 /// 41-44; a reduce of 1 Ki f64 at P = 2 between two cpus 1.87 against 3.58 us, on one 2.06
@@ -1228,9 +1228,11 @@ impl Ni {
     /// A blocking element-wise collective (broadcast, reduce, allreduce, scan) of a vector a
     /// little larger than one window slot: as consecutive window rounds of a slot each, in
     /// element order, instead of the fabric's path (reduces and scans as consecutive
-    /// collectives in the rings, up to [`RING_PIECES_MAX`] with 4 members or more, and
-    /// broadcasts up to [`BCAST_PIECES_MAX`]; larger broadcasts up to [`RING_PIECES_MAX`]
-    /// are read where the root keeps them, [`Ni::bcast_read`]). Every member splits alike
+    /// collectives in the rings of up to `ring_coll_max` bytes each, up to
+    /// [`RING_PIECES_MAX`] with 4 members or more, and broadcasts up to
+    /// [`BCAST_PIECES_MAX`]; broadcasts longer than one message in the rings
+    /// (`direct::bcast_ring_max`) up to [`RING_PIECES_MAX`] are read where the root keeps
+    /// them, [`Ni::bcast_read`]). Every member splits alike
     /// (same count and type), and each piece is combined in rank order as the whole vector
     /// would be, so the bits are the same. Larger allreduces and reduces go through the
     /// members' exported scratch, larger broadcasts read the root's vector where it exports
