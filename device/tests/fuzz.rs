@@ -382,8 +382,8 @@ fn fastpath_requests() {
 #[test]
 fn window_ring_headers() {
     use ni_abi::window::{
-        big_max, fin, kind, ring_slots, GetFrom, Header as WHeader, BIG_MAX, EAGER_MAX, GET_LEN,
-        SLOT,
+        big_max, fin, kind, ring_coll_max, ring_slots, GetFrom, Header as WHeader, BIG_MAX,
+        EAGER_MAX, GET_LEN, RING_COLL_MAX, SLOT,
     };
     let corpus: Vec<Vec<u8>> = [
         WHeader {
@@ -447,15 +447,21 @@ fn window_ring_headers() {
         if let Some(h) = WHeader::decode(&b) {
             assert!(
                 h.len as u64
-                    <= if h.kind == kind::BIG {
-                        BIG_MAX
-                    } else {
-                        EAGER_MAX
+                    <= match h.kind {
+                        kind::BIG => BIG_MAX,
+                        kind::COLL => RING_COLL_MAX,
+                        _ => EAGER_MAX,
                     }
             );
             assert!(h.full <= fastpath::MAX_TRANSFER);
             for size in [2, 3, 4, 8, 16, 32, 64] {
-                if h.kind != kind::BIG || h.full <= big_max(size) {
+                // What the receiver takes from a ring of `size` members (`Window::next`).
+                let taken = match h.kind {
+                    kind::BIG => h.full <= big_max(size),
+                    kind::COLL => h.full <= ring_coll_max(size),
+                    _ => true,
+                };
+                if taken {
                     assert!(h.slots() < ring_slots(size), "{h:?} in a ring of {size}");
                 }
             }
