@@ -1962,7 +1962,19 @@ impl Inner {
             coll::SCAN | coll::EXSCAN => me > 0,
             _ => false,
         };
-        if !takes_first {
+        // Members that only send in the rings (a broadcast's root, a reduce's other
+        // members, a scan's first) need only the members' states as they are now, as a
+        // send does: their wait for room, if any, runs the pass (107 of a 1-f64 broadcast
+        // root's 924 instructions went to it).
+        let sends_only = match kind {
+            coll::BCAST => me == r.rank,
+            coll::REDUCE => me != r.rank,
+            coll::SCAN | coll::EXSCAN => me == 0,
+            _ => false,
+        };
+        if sends_only {
+            self.w_sync()?;
+        } else if !takes_first {
             self.w_progress()?;
         }
         if (!ring && self.d.wcoll.is_some()) || (ring && self.d.wring.is_some()) {
@@ -2232,13 +2244,21 @@ impl Inner {
         } else {
             data.len().max(1)
         };
-        let pieces = data.len().div_ceil(piece).max(1);
         let mut behind: Option<(usize, u32)> = None;
         for m in to.filter(|&m| m != me) {
-            for k in 0..pieces {
-                self.coll_put(m, meta, &data[k * piece..data.len().min((k + 1) * piece)]);
+            if data.len() <= piece {
+                self.coll_put(m, meta, data);
+            } else {
+                for p in data.chunks(piece) {
+                    self.coll_put(m, meta, p);
+                }
             }
-            let n = self.win.as_ref().unwrap().backlog_len(m);
+            let win = self.win.as_ref().unwrap();
+            let n = if win.backlogged() {
+                win.backlog_len(m)
+            } else {
+                0
+            };
             if n > 0 && behind.is_none_or(|(most, _)| n > most) {
                 behind = Some((n, m));
             }
