@@ -347,16 +347,22 @@ pub const COLL_MAX: u64 = COLL_SLOT - COLL_DATA;
 /// The largest reduce's or scan's vector in the rings (bytes per member), where a ring's
 /// payload area holds four of them; never less than a slot's [`COLL_MAX`]. Longer vectors go
 /// as pieces of this, each a collective of its own: 16 KiB up to 8 members, 8 KiB for 16,
-/// 4 KiB past. A piece costs each member its request and its look at the ring whatever its
-/// length (4 KiB pieces of a 32 KiB reduce at P = 2: about half the root's instructions).
+/// 4032 bytes past. A piece costs each member its request and its look at the ring whatever
+/// its length (4 KiB pieces of a 32 KiB reduce at P = 2: about half the root's instructions).
 pub const fn ring_coll_max(size: u32) -> u64 {
-    let quarter = payload_area(ring_bytes(size)) / 4;
-    if quarter < COLL_MAX {
-        COLL_MAX
-    } else if quarter > RING_COLL_MAX {
-        RING_COLL_MAX
+    area_share(size, 4, COLL_MAX, RING_COLL_MAX)
+}
+
+/// A `parts`-th of a ring's payload area in a partition of `size` members, kept within
+/// `[least, most]`.
+const fn area_share(size: u32, parts: u64, least: u64, most: u64) -> u64 {
+    let share = payload_area(ring_bytes(size)) / parts;
+    if share < least {
+        least
+    } else if share > most {
+        most
     } else {
-        quarter
+        share
     }
 }
 pub const RING_COLL_MAX: u64 = 16 << 10;
@@ -549,14 +555,7 @@ pub const BIG_MAX: u64 = 32 << 10;
 /// (two copies, no device thread: 8 KiB half round trip 8.5 → 1.3 µs) instead of a
 /// rendezvous through the fabric. A receiver refuses (counts, skips) a `BIG` beyond it.
 pub const fn big_max(size: u32) -> u64 {
-    let eighth = payload_area(ring_bytes(size)) / 8;
-    if eighth < EAGER_MAX {
-        EAGER_MAX
-    } else if eighth > BIG_MAX {
-        BIG_MAX
-    } else {
-        eighth
-    }
+    area_share(size, 8, EAGER_MAX, BIG_MAX)
 }
 
 /// A message's header slot starts with `SEQ` (u32): the slot's free-running index in the ring
@@ -773,6 +772,10 @@ const _: () = {
     // The smallest ring still holds a largest eager message with room to spare.
     assert!((slots_for(EAGER_MAX) as u64) < ring_slots(MAX_RANKS) as u64);
     assert!(big_max(2) == BIG_MAX && big_max(MAX_RANKS) == EAGER_MAX);
+    // A ring collective's vector: 16 KiB in small partitions, a slot's in the largest, and
+    // its length fits the header's u16 `len`.
+    assert!(ring_coll_max(2) == RING_COLL_MAX && ring_coll_max(MAX_RANKS) == COLL_MAX);
+    assert!(RING_COLL_MAX <= u16::MAX as u64);
     assert!(
         BIG_MAX <= u32::MAX as u64,
         "a BIG's length is kept in Header::len"
