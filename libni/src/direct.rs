@@ -201,8 +201,6 @@ fn coll_recv(r: &Request) -> u64 {
     }
 }
 
-/// Whether a collective of this kind goes as messages in the rings (`w_ring`): broadcasts,
-/// reduces and scans; the rest are rounds of the collective slots.
 /// The largest broadcast sent as one message in the rings (bytes): up to 3 members a ring's
 /// piece (`ring_coll_max`), its root running ahead, where reading it where the root keeps it
 /// ([`Rndv`]) waits for every member (8 KiB at P = 2 on one cpu: 3.1 us read, Open MPI 3.6);
@@ -215,6 +213,8 @@ pub(crate) fn bcast_ring_max(size: u32) -> u64 {
     }
 }
 
+/// Whether a collective of this kind goes as messages in the rings (`w_ring`): broadcasts,
+/// reduces and scans; the rest are rounds of the collective slots.
 pub(crate) fn in_rings(kind: u8) -> bool {
     matches!(kind, coll::BCAST | coll::REDUCE | coll::SCAN | coll::EXSCAN)
 }
@@ -282,7 +282,7 @@ fn absorb(b: &mut WRing, [x, y]: [&[u8]; 2]) {
         }
         (coll::REDUCE, Held::Mine) => {
             // SAFETY: the send buffer was checked as registered when the reduce started; the
-            // caller holds it through the blocking call.
+            // caller keeps it until the collective completes.
             let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, b.bytes) };
             let out = b.result();
             combine(d, o, &mut out[..n], &mine[..n], x);
@@ -311,7 +311,7 @@ fn absorb(b: &mut WRing, [x, y]: [&[u8]; 2]) {
 /// A broadcast's buffer, where the root's vector goes as it is taken.
 fn bcast_place(b: &mut WRing) -> &mut [u8] {
     // SAFETY: the broadcast's buffer was checked as registered when it started; the caller
-    // holds it through the blocking call.
+    // keeps it until the collective completes.
     unsafe { std::slice::from_raw_parts_mut(b.r.addr as *mut u8, b.bytes) }
 }
 
@@ -433,7 +433,7 @@ impl WRing {
     fn result(&mut self) -> &mut [u8] {
         if self.into_out {
             // SAFETY: the receive buffer was checked as registered when the reduce started,
-            // apart from the send buffer; the caller holds it through the blocking call.
+            // apart from the send buffer; the caller keeps it until the collective completes.
             unsafe { std::slice::from_raw_parts_mut(self.r.tag as *mut u8, self.bytes) }
         } else {
             &mut self.acc[..]
@@ -2386,7 +2386,7 @@ impl Inner {
                     b.held = Held::Mine;
                 } else {
                     // SAFETY: the send buffer was checked as registered when the reduce
-                    // started; the caller holds it through the blocking call.
+                    // started; the caller keeps it until the collective completes.
                     let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, bytes) };
                     absorb(b, [mine, &[]]);
                 }
