@@ -496,15 +496,15 @@ const _: () = assert!(CQ_ENTRIES.is_power_of_two());
 /// path tie at 1 Ki f64 (P = 8: 21.6-21.9 against 20.8-22.2 us).
 const PIECES_MAX: usize = 2 * ni_abi::window::COLL_MAX as usize;
 /// Reduces (of any number of members) and scans of 4 members and more go in pieces
-/// (`ring_coll_max` bytes) up to this: each piece messages in the rings (`direct.rs`), the members that send
-/// running ahead, where the path through exported memory takes a round (or two) in which
-/// every member must run (a scan of 1 Ki f64 at P = 8 on one cpu: 14 against 73 us; Open MPI
-/// 41-44; a reduce of 1 Ki f64 at P = 2 between two cpus 1.87 against 3.58 us, on one 2.06
-/// against 6.0, Open MPI 2.85 and 5.35; 4 Ki f64 7.1 against 7.8). A scan of 2 or 3 members
-/// reads the earlier ones' vectors in place (32 KiB between two cores: 1.34 against 4.6 us
-/// in pieces). Blocking
-/// broadcasts up to this are read by every member where the root keeps them
-/// (`Ni::bcast_read`) past a slot — with 4 members or more, past [`BCAST_PIECES_MAX`].
+/// (`ring_coll_max` bytes) up to this: each piece messages in the rings (`direct.rs`), the
+/// members that send running ahead, where the path through exported memory takes a round (or
+/// two) in which every member must run (a scan of 1 Ki f64 at P = 8 on one cpu: 14 against
+/// 73 us; Open MPI 41-44; a reduce of 1 Ki f64 at P = 2 between two cpus 1.87 against 3.58
+/// us, on one 2.06 against 6.0, Open MPI 2.85 and 5.35; 4 Ki f64 7.1 against 7.8, in 16 KiB
+/// pieces 3.7). A scan of 2 or 3 members reads the earlier ones' vectors in place (32 KiB
+/// between two cores: 1.34 against 4.6 us in pieces). Blocking broadcasts up to this are
+/// read by every member where the root keeps them (`Ni::bcast_read`) past one message in
+/// the rings (`direct::bcast_ring_max`) — with 4 members or more, past [`BCAST_PIECES_MAX`].
 const RING_PIECES_MAX: usize = 16 * ni_abi::window::COLL_MAX as usize;
 /// With 4 members or more, blocking broadcasts up to this go as pieces in the rings still
 /// (`RING_PIECES_MAX`), larger ones read where the root keeps them: a root that runs ahead
