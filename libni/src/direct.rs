@@ -1946,8 +1946,8 @@ impl Inner {
         let win = self.win.as_ref().unwrap();
         let (me, size) = (win.rank, win.size);
         let most = match kind {
-            coll::BCAST => bcast_max.max(bcast_ring_max(size)),
-            coll::REDUCE | coll::SCAN | coll::EXSCAN => w::ring_coll_max(size),
+            coll::BCAST => bcast_max.max(win.bcast_max),
+            coll::REDUCE | coll::SCAN | coll::EXSCAN => win.coll_max,
             _ => w::COLL_MAX,
         };
         let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= most) else {
@@ -2043,7 +2043,7 @@ impl Inner {
         };
         let round = self.d.coll_round;
         let meta = w::coll_meta(kind, d, o, r.rank, r.len);
-        if kind == coll::BCAST && bytes > bcast_ring_max(size) {
+        if kind == coll::BCAST && bytes > self.win.as_ref().unwrap().bcast_max {
             return self.w_bcast_read(r, meta, data, bytes);
         }
         if ring {
@@ -2238,8 +2238,8 @@ impl Inner {
     /// waiting, if any.
     fn ring_put_all(&mut self, to: std::ops::Range<u32>, meta: u64, data: &[u8]) -> Option<u32> {
         let win = self.win.as_ref().unwrap();
-        let (me, size) = (win.rank, win.size);
-        let piece = if meta as u8 == coll::BCAST && data.len() as u64 > bcast_ring_max(size) {
+        let me = win.rank;
+        let piece = if meta as u8 == coll::BCAST && data.len() as u64 > win.bcast_max {
             w::COLL_MAX as usize
         } else {
             data.len().max(1)

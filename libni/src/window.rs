@@ -41,6 +41,10 @@ pub(crate) struct Window {
     /// Slots and bytes of every ring of this partition (`w::ring_slots`, `w::ring_bytes`).
     ring_slots: u32,
     ring_bytes: u64,
+    /// The longest ring collective's vector (`w::ring_coll_max`) and broadcast sent as one
+    /// message (`direct::bcast_ring_max`) in this partition, worked out once.
+    pub coll_max: u64,
+    pub bcast_max: u64,
     /// Where ring (peer → rank) and ring (rank → peer) start in the window.
     in_ring: Vec<u64>,
     out_ring: Vec<u64>,
@@ -92,6 +96,8 @@ impl Window {
             size,
             ring_slots: w::ring_slots(bounded),
             ring_bytes,
+            coll_max: w::ring_coll_max(bounded),
+            bcast_max: crate::direct::bcast_ring_max(bounded),
             in_ring: (0..size).map(|s| w::ring_at(s, rank, ring_bytes)).collect(),
             out_ring: (0..size).map(|d| w::ring_at(rank, d, ring_bytes)).collect(),
             gen: 0,
@@ -751,7 +757,7 @@ impl Window {
                 Some(h)
                     if match h.kind {
                         w::kind::BIG => h.full <= w::big_max(self.size),
-                        w::kind::COLL => h.full <= w::ring_coll_max(self.size),
+                        w::kind::COLL => h.full <= self.coll_max,
                         _ => true,
                     } =>
                 {

@@ -349,12 +349,14 @@ pub const COLL_MAX: u64 = COLL_SLOT - COLL_DATA;
 /// as pieces of this, each a collective of its own: 16 KiB up to 8 members, 8 KiB for 16,
 /// 4032 bytes past. A piece costs each member its request and its look at the ring whatever
 /// its length (4 KiB pieces of a 32 KiB reduce at P = 2: about half the root's instructions).
+#[inline]
 pub const fn ring_coll_max(size: u32) -> u64 {
     area_share(size, 4, COLL_MAX, RING_COLL_MAX)
 }
 
 /// A `parts`-th of a ring's payload area in a partition of `size` members, kept within
 /// `[least, most]`.
+#[inline]
 const fn area_share(size: u32, parts: u64, least: u64, most: u64) -> u64 {
     let share = payload_area(ring_bytes(size)) / parts;
     if share < least {
@@ -554,6 +556,7 @@ pub const BIG_MAX: u64 = 32 << 10;
 /// read itself (`kind::GET` needs an exported region) goes as one `kind::BIG` in the ring
 /// (two copies, no device thread: 8 KiB half round trip 8.5 → 1.3 µs) instead of a
 /// rendezvous through the fabric. A receiver refuses (counts, skips) a `BIG` beyond it.
+#[inline]
 pub const fn big_max(size: u32) -> u64 {
     area_share(size, 8, EAGER_MAX, BIG_MAX)
 }
