@@ -213,6 +213,25 @@ pub(crate) fn bcast_ring_max(size: u32) -> u64 {
     }
 }
 
+/// The longest vector of `kind` one collective in the window carries (bytes), given the
+/// partition's `ring_coll_max` and [`bcast_ring_max`]: members split longer ones into pieces
+/// of this, and must all split alike (`Ni::collective_pieces`, `w_collective`).
+#[inline]
+pub(crate) fn piece_max_of(kind: u8, coll_max: u64, bcast_max: u64) -> u64 {
+    match kind {
+        coll::BCAST => bcast_max,
+        coll::REDUCE | coll::SCAN | coll::EXSCAN => coll_max,
+        _ => w::COLL_MAX,
+    }
+}
+
+/// [`piece_max_of`] in a partition of `size` members, as its window works it out
+/// (`Window::coll_max`, `bcast_max`).
+pub(crate) fn piece_max(kind: u8, size: u32) -> u64 {
+    let size = size.clamp(1, w::MAX_RANKS);
+    piece_max_of(kind, w::ring_coll_max(size), bcast_ring_max(size))
+}
+
 /// Whether a collective of this kind goes as messages in the rings (`w_ring`): broadcasts,
 /// reduces and scans; the rest are rounds of the collective slots.
 pub(crate) fn in_rings(kind: u8) -> bool {
@@ -1945,11 +1964,10 @@ impl Inner {
         };
         let win = self.win.as_ref().unwrap();
         let (me, size) = (win.rank, win.size);
-        let most = match kind {
-            coll::BCAST => bcast_max.max(win.bcast_max),
-            coll::REDUCE | coll::SCAN | coll::EXSCAN => win.coll_max,
-            _ => w::COLL_MAX,
-        };
+        let mut most = piece_max_of(kind, win.coll_max, win.bcast_max);
+        if kind == coll::BCAST {
+            most = most.max(bcast_max);
+        }
         let Some(bytes) = r.len.checked_mul(esize).filter(|&b| b <= most) else {
             return Ok(CollStart::Fabric);
         };
@@ -2099,6 +2117,28 @@ impl Inner {
         if let Some(sent) = sent {
             return self.w_ring_sent(r, user, sent);
         }
+        let into_out = kind == coll::REDUCE
+            && (r.addr + bytes as u64 <= r.tag || r.tag + bytes as u64 <= r.addr);
+        // What came already, next in its ring, is taken without the state of a collective
+        // that waits (1-f64 at P = 2: a broadcast's member 1 138 -> 812 instructions).
+        let now = match kind {
+            coll::BCAST => self.w_bcast_now(root, meta, r.addr, bytes),
+            coll::REDUCE if size == 2 && into_out => self.w_reduce2_now(r, meta, bytes),
+            coll::SCAN | coll::EXSCAN => {
+                if let Some(sent) = self.w_scan_now(r, meta, bytes, done) {
+                    return self.w_ring_sent(r, user, sent);
+                }
+                false
+            }
+            _ => false,
+        };
+        if now {
+            self.win.as_ref().unwrap().count_collective();
+            if !self.d.wake.is_empty() {
+                self.w_flush_and_wake()?;
+            }
+            return Ok(CollStart::Done(user, ring_done(r)));
+        }
         let acc = std::mem::take(&mut self.d.ring_acc);
         self.w_ring_begin(WRing {
             r: Request { user, ..*r },
@@ -2111,12 +2151,124 @@ impl Inner {
             bytes,
             acc,
             held: Held::Nothing,
-            into_out: kind == coll::REDUCE
-                && (r.addr + bytes as u64 <= r.tag || r.tag + bytes as u64 <= r.addr),
+            into_out,
             failed: None,
             clock: TimeoutClock::default(),
             rndv: None,
         })
+    }
+
+    /// The header of `src`'s vector for the collective `meta` (`bytes` long) if it is the
+    /// next message in `src`'s ring and no pass took one first. Anything else (nothing yet, a
+    /// vector of another collective, a failure passed on, a root's control word: `meta`
+    /// never has `coll_id::CTL`) is left to [`Self::w_ring_take`].
+    fn ring_vector_now(&mut self, src: u32, meta: u64, bytes: usize) -> Option<Header> {
+        if !self.d.ring_colls[src as usize].queue.is_empty() {
+            return None;
+        }
+        let win = self.win.as_mut().unwrap();
+        let h = win.live().then(|| win.next(src)).flatten()?;
+        (h.kind == kind::COLL && h.tag == meta && h.len as usize == bytes).then_some(h)
+    }
+
+    /// `src`'s vector (`h`, [`Self::ring_vector_now`]) used: consumed, the head published if
+    /// far behind.
+    fn ring_vector_done(&mut self, src: u32, h: &Header) {
+        let win = self.win.as_mut().unwrap();
+        win.consume(src, h);
+        if win.publish_head_if_far(src) {
+            self.d.wake.push(src);
+        }
+    }
+
+    /// A broadcast's member: the root's vector taken into `addr` if it came already.
+    fn w_bcast_now(&mut self, root: u32, meta: u64, addr: u64, bytes: usize) -> bool {
+        let Some(h) = self.ring_vector_now(root, meta, bytes) else {
+            return false;
+        };
+        // SAFETY: the broadcast's buffer was checked as registered when it started
+        // (`w_collective`); the caller keeps it until the collective completes, which is now.
+        let out = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, bytes) };
+        self.win.as_ref().unwrap().payload(root, &h, out);
+        self.ring_vector_done(root, &h);
+        true
+    }
+
+    /// A reduce's root of two members whose receive buffer lies apart from its send buffer:
+    /// the other's vector, if it came already, combined with its own in rank order into the
+    /// receive buffer, where it lies in the ring (the bits of `w_ring_take`'s path).
+    fn w_reduce2_now(&mut self, r: &Request, meta: u64, bytes: usize) -> bool {
+        let me = self.win.as_ref().unwrap().rank;
+        let other = 1 - me;
+        let Some(h) = self.ring_vector_now(other, meta, bytes) else {
+            return false;
+        };
+        let (d, o) = dtype_op(r);
+        // SAFETY: both buffers were checked as registered when the reduce started
+        // (`w_collective`), apart (`into_out`); the caller keeps them until the collective
+        // completes, which is now.
+        let (mine, out) = unsafe {
+            (
+                std::slice::from_raw_parts(r.addr as *const u8, bytes),
+                std::slice::from_raw_parts_mut(r.tag as *mut u8, bytes),
+            )
+        };
+        let win = self.win.as_ref().unwrap();
+        let mut x = std::mem::take(&mut self.d.coll_x);
+        let parts = match win.payload_in_place(other, &h) {
+            Some(parts) => parts,
+            None => {
+                x.resize(bytes, 0);
+                win.payload(other, &h, &mut x);
+                [&x[..], &[]]
+            }
+        };
+        // Where it wraps is a whole number of slots in, so of elements.
+        let n = parts[0].len();
+        let (o0, o1) = out.split_at_mut(n);
+        let (m0, m1) = mine.split_at(n);
+        if me == 0 {
+            combine(d, o, o0, m0, parts[0]);
+            combine(d, o, o1, m1, parts[1]);
+        } else {
+            combine(d, o, o0, parts[0], m0);
+            combine(d, o, o1, parts[1], m1);
+        }
+        self.d.coll_x = x;
+        self.ring_vector_done(other, &h);
+        true
+    }
+
+    /// A scan's member after the first: the prefix of the one before, if it came already,
+    /// applied to its own vector, sent on and its result written (`scan_result`), as
+    /// `w_ring_take` would. `None`: not there yet; else what `scan_result` says (`done`
+    /// back, or riding with the prefix sent on).
+    fn w_scan_now(
+        &mut self,
+        r: &Request,
+        meta: u64,
+        bytes: usize,
+        done: Completion,
+    ) -> Option<Option<Completion>> {
+        let src = self.win.as_ref().unwrap().rank.checked_sub(1)?;
+        let h = self.ring_vector_now(src, meta, bytes)?;
+        let (d, o) = dtype_op(r);
+        // SAFETY: the send buffer was checked as registered when the scan started
+        // (`w_collective`); the caller keeps it until the collective completes.
+        let mine = unsafe { std::slice::from_raw_parts(r.addr as *const u8, bytes) };
+        let (mut prefix, mut x) = (
+            std::mem::take(&mut self.d.ring_acc),
+            std::mem::take(&mut self.d.coll_x),
+        );
+        prefix.resize(bytes, 0);
+        self.win.as_ref().unwrap().payload(src, &h, &mut prefix);
+        self.ring_vector_done(src, &h);
+        x.resize(bytes, 0);
+        combine(d, o, &mut x, &prefix, mine);
+        let result = if r.flags == coll::SCAN { &x } else { &prefix };
+        let sent = self.scan_result(r, meta, Some(result), &x, done);
+        (self.d.ring_acc, self.d.coll_x) = (prefix, x);
+        Some(sent)
     }
 
     /// A collective in the rings this member is done with once it sent: done now (`sent`

@@ -271,6 +271,14 @@ impl Op {
     }
 }
 
+/// How a request began ([`Ni::begin`]).
+enum Begun {
+    /// It ended in the call (its id, and how): nothing to wait for.
+    Now(u64, Done),
+    /// An operation to wait for (which may have ended too, [`Op::early`]).
+    Later(Op),
+}
+
 /// A region of this process's memory the NI may read and write, registered under `key`.
 pub struct Region {
     mem: Mem,
@@ -1221,24 +1229,20 @@ impl Ni {
 
     /// Publish a request and wait for it to finish.
     fn request(&self, r: Request) -> Result<Done> {
-        if r.opcode == op::COLLECTIVE {
-            // A collective the window ends in the call (a member that only sends in the
-            // rings) returns here, without an operation built to be waited for (a 1-f64
-            // broadcast's root: ≈ 100 of its instructions).
-            let s = self.lock().w_collective(&r, 0)?;
-            match s {
-                direct::CollStart::Done(_, d) => {
-                    self.run_handlers();
-                    return Ok(d);
-                }
-                direct::CollStart::Started(user) => {
-                    return self.wait(Op::new(user, r.opcode, r.rank))
-                }
-                direct::CollStart::NotYet | direct::CollStart::Fabric => {}
+        self.request_with(r, 0)
+    }
+
+    /// [`Self::request`], a broadcast of up to `bcast_max` bytes in the window. What ended
+    /// in the call (a member that only sends in the rings) returns without an operation
+    /// built to be waited for (a 1-f64 broadcast's root: ≈ 100 of its instructions).
+    fn request_with(&self, r: Request, bcast_max: u64) -> Result<Done> {
+        match self.begin(r, bcast_max)? {
+            Begun::Now(_, d) => {
+                self.run_handlers();
+                finish_early(r.opcode, r.rank, d)
             }
+            Begun::Later(o) => self.wait(o),
         }
-        let o = self.start(r)?;
-        self.wait(o)
     }
 
     /// A blocking element-wise collective (broadcast, reduce, allreduce, scan) of a vector a
@@ -1255,12 +1259,11 @@ impl Ni {
     /// it, and in larger scans every member reads the earlier members' vectors where they
     /// are (`large.rs`, which does large allgathers too).
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
-        use ni_abi::fastpath::coll;
-        let piece = match r.flags {
-            coll::REDUCE | coll::SCAN | coll::EXSCAN => ni_abi::window::ring_coll_max(self.size()),
-            coll::BCAST => direct::bcast_ring_max(self.size()),
-            _ => ni_abi::window::COLL_MAX,
-        };
+        // A slot's vector is one piece of every kind (its limit worked out takes a division).
+        if r.len.saturating_mul(esize as u64) <= ni_abi::window::COLL_MAX {
+            return self.request(r);
+        }
+        let piece = direct::piece_max(r.flags, self.size());
         let per = (piece as usize / esize).max(1);
         let count = r.len as usize;
         if count <= per || !self.direct() {
@@ -1330,18 +1333,25 @@ impl Ni {
                 }
             }
         }
-        let o = self.start_with(r, RING_PIECES_MAX as u64)?;
-        self.wait(o)
+        self.request_with(r, RING_PIECES_MAX as u64)
     }
 
     /// Publish a request, waiting for ring space.
     fn start(&self, r: Request) -> Result<Op> {
-        self.start_with(r, 0)
+        Ok(match self.begin(r, 0)? {
+            Begun::Now(user, d) => {
+                let op = Op::new(user, r.opcode, r.rank);
+                op.early.set(Some(d));
+                op
+            }
+            Begun::Later(o) => o,
+        })
     }
 
     /// [`Self::start`], a broadcast of up to `bcast_max` bytes in the window
-    /// (`Inner::w_collective`).
-    fn start_with(&self, r: Request, bcast_max: u64) -> Result<Op> {
+    /// (`Inner::w_collective`), saying whether it ended in the call.
+    #[inline(always)]
+    fn begin(&self, r: Request, bcast_max: u64) -> Result<Begun> {
         // When the wait for room began: read at the first look that finds none (most
         // requests find room at once, and a clock read is as dear as the rest of a post).
         let mut since = None;
@@ -1349,12 +1359,10 @@ impl Ni {
             loop {
                 let s = self.lock().w_collective(&r, bcast_max)?;
                 match s {
-                    direct::CollStart::Started(user) => return Ok(Op::new(user, r.opcode, r.rank)),
-                    direct::CollStart::Done(user, d) => {
-                        let op = Op::new(user, r.opcode, r.rank);
-                        op.early.set(Some(d));
-                        return Ok(op);
+                    direct::CollStart::Started(user) => {
+                        return Ok(Begun::Later(Op::new(user, r.opcode, r.rank)))
                     }
+                    direct::CollStart::Done(user, d) => return Ok(Begun::Now(user, d)),
                     direct::CollStart::Fabric => break,
                     direct::CollStart::NotYet => {
                         self.lock().progress()?;
@@ -1369,7 +1377,7 @@ impl Ni {
         loop {
             let posted = self.lock().post(r);
             match posted {
-                Ok(user) => return Ok(Op::new(user, r.opcode, r.rank)),
+                Ok(user) => return Ok(Begun::Later(Op::new(user, r.opcode, r.rank))),
                 Err(Error::WouldBlock) => {
                     // Take completions but run no handler: a caller may hold the bounce
                     // buffer, which a handler's own am_send would need.
@@ -1571,7 +1579,7 @@ impl Ni {
     /// Whether `op` has finished; `Some` at most once.
     pub fn test(&self, op: &Op) -> Result<Option<Done>> {
         if let Some(d) = op.early.take() {
-            return finish_early(op, d).map(Some);
+            return finish_early(op.opcode, op.rank, d).map(Some);
         }
         let r = {
             let mut i = self.lock();
@@ -1709,7 +1717,7 @@ impl Ni {
         // waits 1.5 µs, against 0.7 waited one by one).
         for op in ops.iter() {
             let r = if let Some(d) = op.early.take() {
-                finish_early(op, d)
+                finish_early(op.opcode, op.rank, d)
             } else if let Some(c) = i.get_or_insert_with(|| self.lock()).done.remove(op.user) {
                 finish(op, c)
             } else {
@@ -1765,7 +1773,7 @@ impl Ni {
         if handlers {
             self.run_handlers();
         }
-        finish_early(op, d)
+        finish_early(op.opcode, op.rank, d)
     }
 
     /// One round of `wait_inner`: `Some` once `op` finished or timed out.
@@ -3028,21 +3036,22 @@ fn finish(op: &Op, c: Completion) -> Result<Done> {
     finish_as(op.opcode, op.rank, c)
 }
 
-/// [`finish`] for an operation that ended in the call that started it ([`Op::early`]).
+/// [`finish`] for an operation (`opcode` toward `rank`) that ended in the call that started
+/// it ([`Op::early`], [`Begun::Now`]).
 #[inline]
-fn finish_early(op: &Op, d: Done) -> Result<Done> {
+fn finish_early(opcode: u8, rank: u32, d: Done) -> Result<Done> {
     if d.status == Status::Ok {
         return Ok(d);
     }
-    Err(failed_early(op, d))
+    Err(failed_early(opcode, rank, d))
 }
 
 #[cold]
-fn failed_early(op: &Op, d: Done) -> Error {
+fn failed_early(opcode: u8, rank: u32, d: Done) -> Error {
     Error::Failed {
-        op: op_name(op.opcode),
+        op: op_name(opcode),
         status: d.status,
-        rank: if d.rank == ANY_RANK { op.rank } else { d.rank },
+        rank: if d.rank == ANY_RANK { rank } else { d.rank },
         len: d.len,
         tag: d.tag,
     }

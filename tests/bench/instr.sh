@@ -24,7 +24,8 @@
 # over ni are left out.
 # allreduce: both ranks sum SIZE / 8 f64 (libni's allreduce, MPI_Allreduce), per allreduce.
 # reduce|scan|bcast: the same with a reduce to rank 0 (rank 0 takes), an inclusive scan (rank
-# 0 sends) or a broadcast from rank 0 (rank 0 sends), per collective.
+# 0 sends) or a broadcast from rank 0 (rank 0 sends), per collective. NIB_INSTR_ROOT=1 makes
+# rank 1 the root of the reduce and the broadcast: rank 0 then sends or takes instead.
 # poll: a test of a receive whose message has not come (Ni::test, MPI_Test), per look: what
 # a polling loop pays between two messages.
 #
@@ -47,7 +48,7 @@ pingpong) PER=1 UNIT="round trip" DEF_A=2000 DEF_B=4000 ;;
 send | recv | posted) PER=64 UNIT="message ($NIB_INSTR_PATTERN, windows of 64)" DEF_A=200 DEF_B=400 ;;
 am | mq) PER=1 UNIT="round trip ($NIB_INSTR_PATTERN)" DEF_A=2000 DEF_B=4000 SIZE=64 MPI_ONLY=1 ;;
 allreduce) PER=1 UNIT="allreduce of $((SIZE / 8)) f64 (sum, 2 ranks)" DEF_A=2000 DEF_B=4000 ;;
-reduce | scan | bcast) PER=1 UNIT="$NIB_INSTR_PATTERN of $((SIZE / 8)) f64 (2 ranks, rank 0 the root or first)" DEF_A=2000 DEF_B=4000 ;;
+reduce | scan | bcast) PER=1 UNIT="$NIB_INSTR_PATTERN of $((SIZE / 8)) f64 (2 ranks, rank ${NIB_INSTR_ROOT:-0} the root, rank 0 a scan's first)" DEF_A=2000 DEF_B=4000 ;;
 poll) PER=1 UNIT="look that finds nothing (a test of a receive)" DEF_A=20000 DEF_B=40000 ;;
 *) echo "NIB_INSTR_PATTERN=$NIB_INSTR_PATTERN: pingpong, send, recv, posted, am, mq, allreduce, reduce, scan, bcast or poll" >&2; exit 2 ;;
 esac
@@ -187,7 +188,7 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     mpi_pattern="$NIB_INSTR_PATTERN"
     [ -z "${MPI_ONLY:-}" ] || mpi_pattern=pingpong
     ompi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 -x NIB_CG_OUT
-        -x "NIB_INSTR_PATTERN=$mpi_pattern")
+        -x "NIB_INSTR_PATTERN=$mpi_pattern" -x "NIB_INSTR_ROOT=${NIB_INSTR_ROOT:-0}")
     # Run on one cpu (`taskset -c 0 tests/bench/instr.sh`), Open MPI's ranks would spin
     # through each other's time slices (hundreds of thousands of instructions a round trip):
     # ask them to yield, as ni-bench does for its placement `same`.

@@ -7,7 +7,8 @@
  * WINDOW messages as `pt2pt msgrate` does; an iteration is one window. posted: rank 0
  * receives, into receives it posted before rank 1 sends (rank 1 waits for a go-ahead).
  * allreduce: both ranks sum SIZE / 8 doubles (MPI_Allreduce, separate buffers); reduce, scan,
- * bcast: MPI_Reduce (root 0), MPI_Scan, MPI_Bcast (root 0) of them.
+ * bcast: MPI_Reduce (root 0), MPI_Scan, MPI_Bcast (root 0) of them; NIB_INSTR_ROOT=1 makes
+ * rank 1 the root of the reduce and the broadcast.
  * poll: an iteration is one MPI_Test of a receive whose message has not come (rank 1 sends it
  * once rank 0 is done looking): what a look that finds nothing costs. */
 #include <mpi.h>
@@ -72,13 +73,15 @@ __attribute__((noinline)) void nib_pingpong(long iters, int size, char *buf)
         return;
     }
     if (pattern >= 6) {
+        const char *r = getenv("NIB_INSTR_ROOT");
+        int root = r && !strcmp(r, "1") ? 1 : 0;
         for (long i = 0; i < iters; i++) {
             if (pattern == 6)
-                MPI_Reduce(buf, rbuf, size / 8, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+                MPI_Reduce(buf, rbuf, size / 8, MPI_DOUBLE, MPI_SUM, root, MPI_COMM_WORLD);
             else if (pattern == 7)
                 MPI_Scan(buf, rbuf, size / 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
             else
-                MPI_Bcast(buf, size / 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+                MPI_Bcast(buf, size / 8, MPI_DOUBLE, root, MPI_COMM_WORLD);
         }
         return;
     }

@@ -18,7 +18,8 @@
 //! `allreduce`: both ranks sum SIZE / 8 f64 (`Ni::allreduce`, separate send and receive
 //! regions, as `ni-bench allreduce` runs it); an iteration is one allreduce. `reduce`, `scan`,
 //! `bcast`: the same with `Ni::reduce` (root 0: rank 0 takes), `Ni::scan` (inclusive: rank 0
-//! sends) and `Ni::broadcast` (root 0: rank 0 sends).
+//! sends) and `Ni::broadcast` (root 0: rank 0 sends). `NIB_INSTR_ROOT=1` makes rank 1 the
+//! root of a reduce or broadcast: rank 0 then sends a reduce's vector or takes a broadcast.
 //!
 //! `poll`: an iteration is one `Ni::test` of a receive whose message has not come (rank 1
 //! sends it once rank 0 is done looking): what a look that finds nothing costs.
@@ -114,6 +115,15 @@ impl Peer {
     }
 }
 
+/// The root of a reduce or broadcast (`NIB_INSTR_ROOT`, 0 or 1).
+fn instr_root() -> u32 {
+    match std::env::var("NIB_INSTR_ROOT").as_deref() {
+        Ok("1") => 1,
+        Ok("0") | Err(_) => 0,
+        Ok(other) => panic!("NIB_INSTR_ROOT={other}: 0 or 1"),
+    }
+}
+
 fn pattern() -> Pattern {
     match std::env::var("NIB_INSTR_PATTERN").as_deref() {
         Ok("send") => Pattern::Send,
@@ -201,12 +211,13 @@ pub fn nib_pingpong(ni: &Ni, buf: &Region, peer: &mut Peer, iters: u64, size: us
         Pattern::Allreduce | Pattern::Reduce | Pattern::Scan | Pattern::Bcast
     ) {
         let (sum, n, out) = (ni::ReduceOp::Sum, size / 8, &peer.rbuf);
+        let root = instr_root();
         for _ in 0..iters {
             match p {
                 Pattern::Allreduce => ni.allreduce::<f64>(sum, buf, 0, out, 0, n),
-                Pattern::Reduce => ni.reduce::<f64>(0, sum, buf, 0, out, 0, n),
+                Pattern::Reduce => ni.reduce::<f64>(root, sum, buf, 0, out, 0, n),
                 Pattern::Scan => ni.scan::<f64>(sum, true, buf, 0, out, 0, n),
-                _ => ni.broadcast::<f64>(0, buf, 0, n),
+                _ => ni.broadcast::<f64>(root, buf, 0, n),
             }
             .expect("collective");
         }
