@@ -2121,9 +2121,14 @@ impl Inner {
             && (r.addr + bytes as u64 <= r.tag || r.tag + bytes as u64 <= r.addr);
         // What came already, next in its ring, is taken without the state of a collective
         // that waits (1-f64 at P = 2: a broadcast's member 1 138 -> 812 instructions).
+        // Where a reduce's root whose vectors came in part goes on waiting.
+        let (mut next, mut held) = (0, Held::Nothing);
         let now = match kind {
             coll::BCAST => self.w_bcast_now(root, meta, r.addr, bytes),
-            coll::REDUCE if size == 2 && into_out => self.w_reduce2_now(r, meta, bytes),
+            coll::REDUCE if into_out => {
+                (next, held) = self.w_reduce_now(r, meta, bytes);
+                next == size
+            }
             coll::SCAN | coll::EXSCAN => {
                 if let Some(sent) = self.w_scan_now(r, meta, bytes, done) {
                     return self.w_ring_sent(r, user, sent);
@@ -2145,12 +2150,12 @@ impl Inner {
             meta,
             next: match kind {
                 coll::BCAST => root,
-                coll::REDUCE => 0,
+                coll::REDUCE => next,
                 _ => me - 1,
             },
             bytes,
             acc,
-            held: Held::Nothing,
+            held,
             into_out,
             failed: None,
             clock: TimeoutClock::default(),
@@ -2194,49 +2199,86 @@ impl Inner {
         true
     }
 
-    /// A reduce's root of two members whose receive buffer lies apart from its send buffer:
-    /// the other's vector, if it came already, combined with its own in rank order into the
-    /// receive buffer, where it lies in the ring (the bits of `w_ring_take`'s path).
-    fn w_reduce2_now(&mut self, r: &Request, meta: u64, bytes: usize) -> bool {
-        let me = self.win.as_ref().unwrap().rank;
-        let other = 1 - me;
-        let Some(h) = self.ring_vector_now(other, meta, bytes) else {
-            return false;
+    /// A reduce's root whose receive buffer lies apart from its send buffer: the members'
+    /// vectors that came already, taken in rank order where each lies in the ring and built
+    /// into the receive buffer with its own at its turn, as `w_ring_take` builds them (its
+    /// bits). Returns the member whose vector it takes next — `size` once all came, else
+    /// where the waiting path goes on — and what it holds so far.
+    fn w_reduce_now(&mut self, r: &Request, meta: u64, bytes: usize) -> (u32, Held) {
+        let (me, size) = {
+            let win = self.win.as_ref().unwrap();
+            (win.rank, win.size)
         };
         let (d, o) = dtype_op(r);
         // SAFETY: both buffers were checked as registered when the reduce started
         // (`w_collective`), apart (`into_out`); the caller keeps them until the collective
-        // completes, which is now.
+        // completes.
         let (mine, out) = unsafe {
             (
                 std::slice::from_raw_parts(r.addr as *const u8, bytes),
                 std::slice::from_raw_parts_mut(r.tag as *mut u8, bytes),
             )
         };
-        let win = self.win.as_ref().unwrap();
+        let (mut next, mut held) = (0, Held::Nothing);
         let mut x = std::mem::take(&mut self.d.coll_x);
-        let parts = match win.payload_in_place(other, &h) {
-            Some(parts) => parts,
-            None => {
-                x.resize(bytes, 0);
-                win.payload(other, &h, &mut x);
-                [&x[..], &[]]
+        while next < size {
+            let src = next;
+            if src == me {
+                // Its own vector: the first combined with the next one taken.
+                if held == Held::Nothing {
+                    held = Held::Mine;
+                } else {
+                    apply(d, o, out, mine);
+                }
+                next += 1;
+                continue;
             }
-        };
-        // Where it wraps is a whole number of slots in, so of elements.
-        let n = parts[0].len();
-        let (o0, o1) = out.split_at_mut(n);
-        let (m0, m1) = mine.split_at(n);
-        if me == 0 {
-            combine(d, o, o0, m0, parts[0]);
-            combine(d, o, o1, m1, parts[1]);
-        } else {
-            combine(d, o, o0, parts[0], m0);
-            combine(d, o, o1, parts[1], m1);
+            let Some(h) = self.ring_vector_now(src, meta, bytes) else {
+                break;
+            };
+            let win = self.win.as_ref().unwrap();
+            let parts = match win.payload_in_place(src, &h) {
+                Some(parts) => parts,
+                None => {
+                    x.resize(bytes, 0);
+                    win.payload(src, &h, &mut x);
+                    [&x[..], &[]]
+                }
+            };
+            // Where it wraps is a whole number of slots in, so of elements.
+            let n = parts[0].len();
+            let (o0, o1) = out.split_at_mut(n);
+            let (m0, m1) = mine.split_at(n);
+            match held {
+                Held::Mine => {
+                    combine(d, o, o0, m0, parts[0]);
+                    combine(d, o, o1, m1, parts[1]);
+                }
+                Held::Result => {
+                    apply(d, o, o0, parts[0]);
+                    apply(d, o, o1, parts[1]);
+                }
+                // The first vector, its own next: both in one pass.
+                Held::Nothing if src + 1 == me => {
+                    combine(d, o, o0, parts[0], m0);
+                    combine(d, o, o1, parts[1], m1);
+                    next += 1;
+                }
+                Held::Nothing => {
+                    o0.copy_from_slice(parts[0]);
+                    o1.copy_from_slice(parts[1]);
+                }
+            }
+            held = Held::Result;
+            self.ring_vector_done(src, &h);
+            next += 1;
+        }
+        if next == size && held == Held::Mine {
+            // A partition of one.
+            out.copy_from_slice(mine);
         }
         self.d.coll_x = x;
-        self.ring_vector_done(other, &h);
-        true
+        (next, held)
     }
 
     /// A scan's member after the first: the prefix of the one before, if it came already,

@@ -1349,7 +1349,8 @@ impl Ni {
     }
 
     /// [`Self::start`], a broadcast of up to `bcast_max` bytes in the window
-    /// (`Inner::w_collective`), saying whether it ended in the call.
+    /// (`Inner::w_collective`), saying whether it ended in the call. Inlined: a layer
+    /// fewer under every blocking call (a 1-f64 broadcast's root 810 -> 772 instructions).
     #[inline(always)]
     fn begin(&self, r: Request, bcast_max: u64) -> Result<Begun> {
         // When the wait for room began: read at the first look that finds none (most

@@ -920,6 +920,130 @@ fn f64_bytes(v: &[f64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// Vectors that came before their taker's call, with no progress pass in between that would
+/// have taken them out of the ring (fastpath.md, "A member whose vector came already"): each
+/// sender signals its taker with a put into the taker's memory, which the taker polls as
+/// plain memory, then calls. A broadcast's members, a reduce's root (every vector there, or
+/// all but a late member's, which it lets go only once its reduce started: the waiting path
+/// goes on from there, at the second member and at the last) and a scan's members take them
+/// at once; results in rank order, bit for bit.
+fn taken_at_once(ni: &Ni, send: &ni::Region, recv: &ni::Region, ctl: &ni::Region) {
+    use ni_abi::fastpath::{coll, dtype};
+    let (p, me) = (ni.size() as usize, ni.rank() as usize);
+    let flags = ni.alloc(4096).unwrap();
+    ctl.write_at(128, &(flags.key() as u64).to_le_bytes());
+    ni.allgather::<u64>(ctl, 128, ctl, 256, 1).unwrap();
+    let key = |m: usize| {
+        let mut b = [0u8; 8];
+        ctl.read_at(256 + 8 * m, &mut b);
+        u64::from_le_bytes(b) as u32
+    };
+    let signal = |to: usize, seq: u64| {
+        ctl.write_at(64, &seq.to_le_bytes());
+        ni.put(to as u32, ctl, 64..72, key(to), 8 * me as u64)
+            .unwrap_or_else(|e| panic!("signal {seq} to {to}: {e}"));
+    };
+    let wait_for = |from: usize, seq: u64| {
+        let t = Instant::now();
+        let mut b = [0u8; 8];
+        loop {
+            flags.read_at(8 * from, &mut b);
+            if u64::from_le_bytes(b) >= seq {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "no signal {seq} from {from}"
+            );
+            std::thread::yield_now();
+        }
+    };
+    let check = |got: &ni::Region, want: Vec<f64>, what: &str| {
+        let mut b = vec![0u8; want.len() * 8];
+        got.read_at(0, &mut b);
+        assert!(b == f64_bytes(&want), "{what}: wrong bits");
+    };
+    let mut seq = 0;
+    for k in 0..9 {
+        let n = [1, 100, 504][k % 3];
+        let k = 5000 + k;
+        // A broadcast from member k % p.
+        seq += 1;
+        let root = k % p;
+        send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
+        if me == root {
+            ni.broadcast::<f64>(root as u32, send, 0, n).unwrap();
+            (0..p).filter(|&m| m != me).for_each(|m| signal(m, seq));
+        } else {
+            wait_for(root, seq);
+            ni.broadcast::<f64>(root as u32, send, 0, n).unwrap();
+        }
+        check(send, ring_vector(root, k, n), "broadcast");
+        // Reduces to member 0: every vector there, then all but a late member's.
+        for late in [None, Some(1), Some(p - 1)] {
+            let late = late.filter(|_| p >= 3);
+            seq += 1;
+            send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
+            recv.write_at(0, &vec![0x5Au8; n * 8]);
+            if me == 0 {
+                (1..p)
+                    .filter(|&m| Some(m) != late)
+                    .for_each(|m| wait_for(m, seq));
+                let op = ni
+                    .icollective_raw(
+                        coll::REDUCE,
+                        dtype::F64,
+                        ReduceOp::Sum,
+                        0,
+                        send.iova(),
+                        recv.iova(),
+                        n,
+                    )
+                    .unwrap();
+                if let Some(l) = late {
+                    signal(l, seq);
+                }
+                ni.wait(op).unwrap();
+                check(recv, rank_order_sum(p, k, n), "reduce");
+            } else {
+                if Some(me) == late {
+                    wait_for(0, seq);
+                }
+                ni.reduce::<f64>(0, ReduceOp::Sum, send, 0, recv, 0, n)
+                    .unwrap();
+                if Some(me) != late {
+                    signal(0, seq);
+                }
+            }
+        }
+        // Scans, inclusive and exclusive (in place): each member's prefix there before it
+        // calls.
+        for inclusive in [true, false] {
+            seq += 1;
+            send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
+            let out = if inclusive { recv } else { send };
+            if me > 0 {
+                wait_for(me - 1, seq);
+            }
+            ni.scan::<f64>(ReduceOp::Sum, inclusive, send, 0, out, 0, n)
+                .unwrap();
+            if me + 1 < p {
+                signal(me + 1, seq);
+            }
+            let upto = if inclusive { me + 1 } else { me };
+            check(
+                out,
+                match upto {
+                    0 => vec![0.0; n],
+                    _ => rank_order_sum(upto, k, n),
+                },
+                "scan",
+            );
+        }
+    }
+    ni.barrier().unwrap();
+}
+
 /// Reduces and scans of up to a collective slot's worth as messages in the rings
 /// (fastpath.md, "Collectives in the rings"): every member but a reduce's root, and a
 /// scan's first member, run ahead; results in rank order, bit for bit. With
@@ -997,6 +1121,9 @@ fn reduce_scan_rings(ni: &Ni) {
                 reduce(root, k);
             }
         }
+    }
+    if run_ahead {
+        taken_at_once(ni, &send, &recv, &ctl);
     }
     // The first member runs ahead of the scans: all of them, then a message to the second,
     // which receives it before its first scan.
