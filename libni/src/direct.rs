@@ -299,23 +299,11 @@ fn absorb(b: &mut WRing, [x, y]: [&[u8]; 2]) {
             to[..n].copy_from_slice(x);
             to[n..n + y.len()].copy_from_slice(y);
         }
-        (coll::REDUCE, Held::Mine) => {
+        (coll::REDUCE, held) if held != Held::Nothing || b.into_out => {
             // SAFETY: the send buffer was checked as registered when the reduce started; the
             // caller keeps it until the collective completes.
             let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, b.bytes) };
-            let out = b.result();
-            combine(d, o, &mut out[..n], &mine[..n], x);
-            combine(d, o, &mut out[n..], &mine[n..], y);
-        }
-        (coll::REDUCE, Held::Result) => {
-            let out = b.result();
-            apply(d, o, &mut out[..n], x);
-            apply(d, o, &mut out[n..], y);
-        }
-        _ if b.into_out => {
-            let out = b.result();
-            out[..n].copy_from_slice(x);
-            out[n..].copy_from_slice(y);
+            fold_reduce(d, o, held, b.result(), mine, [x, y]);
         }
         _ => {
             // Not zeroed first: the memset was as long as the copy (4 KiB pieces of a reduce).
@@ -325,6 +313,28 @@ fn absorb(b: &mut WRing, [x, y]: [&[u8]; 2]) {
         }
     }
     b.held = Held::Result;
+}
+
+/// A member's vector, in up to two parts where it wraps in a ring (a whole number of slots,
+/// so of elements, in), folded into a reduce's result so far `out` as `held` says: taken as
+/// the first, combined in one pass with the root's own `mine`, or applied to the result.
+fn fold_reduce(d: u32, o: u32, held: Held, out: &mut [u8], mine: &[u8], [x, y]: [&[u8]; 2]) {
+    let (o0, o1) = out.split_at_mut(x.len());
+    match held {
+        Held::Nothing => {
+            o0.copy_from_slice(x);
+            o1.copy_from_slice(y);
+        }
+        Held::Mine => {
+            let (m0, m1) = mine.split_at(x.len());
+            combine(d, o, o0, m0, x);
+            combine(d, o, o1, m1, y);
+        }
+        Held::Result => {
+            apply(d, o, o0, x);
+            apply(d, o, o1, y);
+        }
+    }
 }
 
 /// A broadcast's buffer, where the root's vector goes as it is taken.
@@ -2245,29 +2255,16 @@ impl Inner {
                     [&x[..], &[]]
                 }
             };
-            // Where it wraps is a whole number of slots in, so of elements.
-            let n = parts[0].len();
-            let (o0, o1) = out.split_at_mut(n);
-            let (m0, m1) = mine.split_at(n);
-            match held {
-                Held::Mine => {
-                    combine(d, o, o0, m0, parts[0]);
-                    combine(d, o, o1, m1, parts[1]);
-                }
-                Held::Result => {
-                    apply(d, o, o0, parts[0]);
-                    apply(d, o, o1, parts[1]);
-                }
-                // The first vector, its own next: both in one pass.
-                Held::Nothing if src + 1 == me => {
-                    combine(d, o, o0, parts[0], m0);
-                    combine(d, o, o1, parts[1], m1);
-                    next += 1;
-                }
-                Held::Nothing => {
-                    o0.copy_from_slice(parts[0]);
-                    o1.copy_from_slice(parts[1]);
-                }
+            if held == Held::Nothing && src + 1 == me {
+                // The first vector, its own next: both in one pass, in rank order (a NaN's
+                // payload or a zero's sign depends on the order).
+                let n = parts[0].len();
+                let ((o0, o1), (m0, m1)) = (out.split_at_mut(n), mine.split_at(n));
+                combine(d, o, o0, parts[0], m0);
+                combine(d, o, o1, parts[1], m1);
+                next += 1;
+            } else {
+                fold_reduce(d, o, held, out, mine, parts);
             }
             held = Held::Result;
             self.ring_vector_done(src, &h);
@@ -2294,23 +2291,40 @@ impl Inner {
     ) -> Option<Option<Completion>> {
         let src = self.win.as_ref().unwrap().rank.checked_sub(1)?;
         let h = self.ring_vector_now(src, meta, bytes)?;
-        let (d, o) = dtype_op(r);
-        // SAFETY: the send buffer was checked as registered when the scan started
-        // (`w_collective`); the caller keeps it until the collective completes.
-        let mine = unsafe { std::slice::from_raw_parts(r.addr as *const u8, bytes) };
-        let (mut prefix, mut x) = (
-            std::mem::take(&mut self.d.ring_acc),
-            std::mem::take(&mut self.d.coll_x),
-        );
+        let mut prefix = std::mem::take(&mut self.d.ring_acc);
         prefix.resize(bytes, 0);
         self.win.as_ref().unwrap().payload(src, &h, &mut prefix);
         self.ring_vector_done(src, &h);
-        x.resize(bytes, 0);
-        combine(d, o, &mut x, &prefix, mine);
-        let result = if r.flags == coll::SCAN { &x } else { &prefix };
-        let sent = self.scan_result(r, meta, Some(result), &x, done);
-        (self.d.ring_acc, self.d.coll_x) = (prefix, x);
+        let sent = self.scan_end(r, meta, &prefix, done);
+        self.d.ring_acc = prefix;
         Some(sent)
+    }
+
+    /// A scan member's end once the members' before it came (`prefix`, in rank order: an
+    /// exclusive scan's result): its own vector applied (an inclusive scan's result), sent
+    /// on, and its result written (`scan_result`).
+    fn scan_end(
+        &mut self,
+        r: &Request,
+        meta: u64,
+        prefix: &[u8],
+        done: Completion,
+    ) -> Option<Completion> {
+        let (d, o) = dtype_op(r);
+        // SAFETY: the send buffer was checked as registered for `prefix.len()` bytes when the
+        // scan started (`w_collective`); the caller keeps it until the collective completes.
+        let mine = unsafe { std::slice::from_raw_parts(r.addr as *const u8, prefix.len()) };
+        let mut x = std::mem::take(&mut self.d.coll_x);
+        x.resize(prefix.len(), 0);
+        combine(d, o, &mut x, prefix, mine);
+        let result = if r.flags == coll::SCAN {
+            &x[..]
+        } else {
+            prefix
+        };
+        let sent = self.scan_result(r, meta, Some(result), &x, done);
+        self.d.coll_x = x;
+        sent
     }
 
     /// A collective in the rings this member is done with once it sent: done now (`sent`
@@ -2687,20 +2701,8 @@ impl Inner {
             self.coll_put(me + 1, w::COLL_FAILED, &(status as u64).to_le_bytes());
         }
         let out = if status == Status::Ok && scan {
-            // `acc` holds the members' before this one in rank order: an exclusive scan's
-            // result; with this member's data applied, an inclusive one's, and the prefix
-            // sent on either way.
-            // SAFETY: the send buffer was checked as registered when the scan started.
-            let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, b.bytes) };
-            let mut x = std::mem::take(&mut self.d.coll_x);
-            x.clear();
-            x.extend_from_slice(&b.acc);
-            let (d, o) = dtype_op(&b.r);
-            apply(d, o, &mut x, mine);
-            let result = if b.kind() == coll::SCAN { &x } else { &b.acc };
-            let sent = self.scan_result(&b.r, b.meta, Some(result), &x, c);
-            self.d.coll_x = x;
-            sent
+            // `acc` holds the members' before this one in rank order.
+            self.scan_end(&b.r, b.meta, &b.acc, c)
         } else {
             Some(c)
         };

@@ -244,15 +244,18 @@ impl Op {
         op
     }
 
+    /// An operation that ended in the call that started it, `done`.
+    fn ended(user: u64, opcode: u8, rank: u32, done: Done) -> Op {
+        let op = Op::new(user, opcode, rank);
+        op.early.set(Some(done));
+        op
+    }
+
     /// An operation started on the direct path (`Started`): done already, or as
     /// [`Op::started`].
     fn from_direct(i: &mut Inner, s: direct::Started, opcode: u8, rank: u32) -> Op {
         match s.now {
-            Some(d) => {
-                let op = Op::new(s.user, opcode, rank);
-                op.early.set(Some(d));
-                op
-            }
+            Some(d) => Op::ended(s.user, opcode, rank, d),
             None => Op::started(i, s.user, opcode, rank),
         }
     }
@@ -1339,11 +1342,7 @@ impl Ni {
     /// Publish a request, waiting for ring space.
     fn start(&self, r: Request) -> Result<Op> {
         Ok(match self.begin(r, 0)? {
-            Begun::Now(user, d) => {
-                let op = Op::new(user, r.opcode, r.rank);
-                op.early.set(Some(d));
-                op
-            }
+            Begun::Now(user, d) => Op::ended(user, r.opcode, r.rank, d),
             Begun::Later(o) => o,
         })
     }
