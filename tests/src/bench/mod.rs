@@ -7,6 +7,7 @@
 //! `tests/bench/mpi/`. Workers print one `NIB {json}` line per point; the runner prints the
 //! tables, writes `results.json`, `table.txt` and one SVG plot per placement.
 
+mod copy;
 mod driver;
 mod ni_worker;
 mod parity;
@@ -253,7 +254,8 @@ fn report_cmd(args: &[String]) -> R<()> {
     let mut text = report::tables(&recs, noise, &placements);
     text += &report::targets(&recs).0;
     let dir = path.parent().unwrap_or(Path::new("."));
-    text += &parity::targets(&recs, read_instr(dir).as_ref(), noise).0;
+    let copy = copy::from_json(&doc["copy"]);
+    text += &parity::targets(&recs, read_instr(dir).as_ref(), &copy, noise).0;
     print!("{text}");
     for (pl, d) in &placements {
         let p = dir.join(format!("plot-{pl}.svg"));
@@ -1001,7 +1003,15 @@ fn run(mut o: Opts) -> R<()> {
     let mut text = report::tables(&recs, o.noise, &placements);
     let (ttext, tjson) = report::targets(&recs);
     text += &ttext;
-    let (ptext, pjson) = parity::targets(&recs, read_instr(&o.out).as_ref(), o.noise);
+    // The machine's own copy of every byte count ni timed (judging cliffs).
+    let copy = copy::measure(
+        &recs
+            .iter()
+            .filter(|r| r.transport == "ni" && r.unit() == stats::Unit::Micros)
+            .map(|r| r.point.bytes)
+            .collect::<Vec<_>>(),
+    );
+    let (ptext, pjson) = parity::targets(&recs, read_instr(&o.out).as_ref(), &copy, o.noise);
     text += &ptext;
     for n in &notes {
         text += &format!("# note: {n}\n");
@@ -1038,6 +1048,7 @@ fn run(mut o: Opts) -> R<()> {
         "points": recs.iter().map(|r| r.to_json(o.noise)).collect::<Vec<_>>(),
         "targets": tjson,
         "targets_shm": pjson,
+        "copy": copy::to_json(&copy),
     });
     let jpath = o.out.join("results.json");
     std::fs::write(&jpath, serde_json::to_string_pretty(&doc).unwrap())

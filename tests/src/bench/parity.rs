@@ -12,13 +12,16 @@ use std::ops::RangeInclusive;
 
 use serde_json::Value;
 
+use super::copy;
 use super::report::{fmt_val, ratio, Ratio, Rec, Verdicts};
 use super::stats::Unit;
 
 /// A step between two sizes is a cliff when ni's time grows more than `CLIFF` times as much
 /// as the size does (a step of less than 2× counts as 2×) and, where Open MPI measured both
-/// sizes, more than `CLIFF` times as much as Open MPI's time over the same step: a cache
-/// boundary of the machine slows both.
+/// sizes, more than `CLIFF` times as much as Open MPI's time over the same step (a cache
+/// boundary of the machine slows both), and more than `CLIFF` times as much as the machine's
+/// own copy of the points' bytes ([`super::copy`]; where Open MPI's cost per message hides
+/// the boundary, the copy shows it).
 const CLIFF: f64 = 1.5;
 
 /// The points of the issue's table: name, metric, sizes (bytes; elements for collectives), P.
@@ -106,7 +109,12 @@ fn judge<'a>(ratios: impl IntoIterator<Item = &'a f64>) -> Option<bool> {
 
 /// The issue-15 verdicts for `recs` (pooled), `instr` the run's `instr.json` if it made one;
 /// `noise` marks disturbed points as the tables do.
-pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Value) {
+pub fn targets(
+    recs: &[Rec],
+    instr: Option<&Value>,
+    copy: &[(u64, f64)],
+    noise: f64,
+) -> (String, Value) {
     let mut v = Verdicts::new("issue 15: ni×mpi, ni against Open MPI's shared memory");
     let all = pairs(recs);
     // 'b': of the best rounds; '!': disturbed, as in the tables.
@@ -211,22 +219,31 @@ pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Valu
         v.add(name, ok, detail);
     }
 
-    let (steps, found) = cliffs(recs, noise);
+    let (steps, found, machine) = cliffs(recs, copy, noise);
     let name = "no cliff between sizes (latency and collectives)";
+    let machine = if machine.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} where the machine's own copy grows as much (a cache boundary): {}",
+            machine.len(),
+            machine.join(", ")
+        )
+    };
     if steps == 0 {
         v.add(name, None, "no series of two sizes or more measured".into());
     } else if found.is_empty() {
         v.add(
             name,
             Some(true),
-            format!("none in {steps} steps between neighbouring sizes"),
+            format!("none in {steps} steps between neighbouring sizes{machine}"),
         );
     } else {
         v.add(
             name,
             Some(false),
             format!(
-                "{} of {steps} steps (ni's time grows > {CLIFF}× the size's, and > {CLIFF}× Open MPI's over the step): {}",
+                "{} of {steps} steps (ni's time grows > {CLIFF}× the size's, and > {CLIFF}× Open MPI's and the machine's copy's over the step): {}{machine}",
                 found.len(),
                 found.join(", ")
             ),
@@ -278,9 +295,10 @@ pub fn targets(recs: &[Rec], instr: Option<&Value>, noise: f64) -> (String, Valu
 }
 
 /// Steps between neighbouring sizes of ni's time series (every metric in µs, per metric,
-/// type, placement and P) judged, and the cliffs among them, described ('!': either of ni's
-/// two points disturbed).
-fn cliffs(recs: &[Rec], noise: f64) -> (usize, Vec<String>) {
+/// type, placement and P) judged, the cliffs among them, and the steps that would be cliffs
+/// but for the machine's own copy (`copy`: seconds per byte count), described ('!': either
+/// of ni's two points disturbed).
+fn cliffs(recs: &[Rec], copy: &[(u64, f64)], noise: f64) -> (usize, Vec<String>, Vec<String>) {
     let timed = |r: &&Rec| {
         r.unit() == Unit::Micros
             && r.point.error.is_none()
@@ -303,10 +321,10 @@ fn cliffs(recs: &[Rec], noise: f64) -> (usize, Vec<String>) {
         .collect();
     keys.sort();
     keys.dedup();
-    let (mut steps, mut found) = (0, Vec::new());
+    let (mut steps, mut found, mut machine) = (0, Vec::new(), Vec::new());
     for key in keys {
         let series = |t: &str| {
-            let mut s: Vec<(u64, f64, bool)> = recs
+            let mut s: Vec<(u64, f64, bool, u64)> = recs
                 .iter()
                 .filter(|r| r.transport == t)
                 .filter(timed)
@@ -315,7 +333,7 @@ fn cliffs(recs: &[Rec], noise: f64) -> (usize, Vec<String>) {
                     // A launch measures every size in one of the machine's states: its best
                     // rounds' are neighbours from one state where pooled medians may not be.
                     let v = r.best_round().or_else(|| r.value()).unwrap_or(f64::NAN);
-                    (r.point.size, v, r.disturbed(noise))
+                    (r.point.size, v, r.disturbed(noise), r.point.bytes)
                 })
                 .collect();
             s.sort_by_key(|x| x.0);
@@ -323,7 +341,7 @@ fn cliffs(recs: &[Rec], noise: f64) -> (usize, Vec<String>) {
         };
         let (ni, mpi) = (series("ni"), series("mpi"));
         for w in ni.windows(2) {
-            let ((s1, t1, d1), (s2, t2, d2)) = (w[0], w[1]);
+            let ((s1, t1, d1, b1), (s2, t2, d2, b2)) = (w[0], w[1]);
             steps += 1;
             let grew = t2 / t1;
             let by_size = (s2 as f64 / s1 as f64).max(2.0);
@@ -335,20 +353,35 @@ fn cliffs(recs: &[Rec], noise: f64) -> (usize, Vec<String>) {
                 _ => None,
             };
             if grew > CLIFF * by_size && theirs.is_none_or(|m| grew > CLIFF * m) {
+                let copied = copy::at(copy, b1)
+                    .zip(copy::at(copy, b2))
+                    .map(|(a, b)| b / a);
                 let (metric, dtype, placement, ranks) = &key;
-                found.push(format!(
+                let beside: Vec<String> = theirs
+                    .map(|m| format!("Open MPI ×{m:.1}"))
+                    .into_iter()
+                    .chain(copied.map(|c| format!("memcpy ×{c:.1}")))
+                    .collect();
+                let step = format!(
                     "{metric}{}{} P={ranks} {placement} {s1} -> {s2}: ×{grew:.1}{}{}",
                     if dtype.is_empty() { "" } else { " " },
                     dtype,
                     if d1 || d2 { "!" } else { "" },
-                    theirs
-                        .map(|m| format!(" (Open MPI ×{m:.1})"))
-                        .unwrap_or_default()
-                ));
+                    if beside.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", beside.join(", "))
+                    }
+                );
+                if copied.is_none_or(|c| grew > CLIFF * c) {
+                    found.push(step);
+                } else {
+                    machine.push(step);
+                }
             }
         }
     }
-    (steps, found)
+    (steps, found, machine)
 }
 
 #[cfg(test)]
@@ -395,7 +428,7 @@ mod tests {
             rec("ni", "msgrate", "split", 2, 8, 1e-7),
             rec("mpi", "msgrate", "split", 2, 8, 1.25e-7),
         ];
-        let (txt, j) = targets(&recs, None, 0.25);
+        let (txt, j) = targets(&recs, None, &[], 0.25);
         let lat = line(&j, "8 B half round trip");
         assert_eq!(lat["met"], false, "{txt}");
         let d = lat["detail"].as_str().unwrap();
@@ -433,7 +466,7 @@ mod tests {
             round("ni", 3, 0.5e-6),
             round("mpi", 3, 0.5e-6),
         ]);
-        let (txt, j) = targets(&recs, None, 0.25);
+        let (txt, j) = targets(&recs, None, &[], 0.25);
         let lat = line(&j, "8 B half round trip");
         assert_eq!(lat["met"], true, "{txt}");
         let d = lat["detail"].as_str().unwrap();
@@ -452,9 +485,9 @@ mod tests {
                 recs.push(rec("mpi", "msgrate", pl, p, 8, 2e-7));
             }
         }
-        let (txt, j) = targets(&recs[..6], None, 0.25);
+        let (txt, j) = targets(&recs[..6], None, &[], 0.25);
         assert_eq!(line(&j, "every point")["met"], Value::Null, "{txt}");
-        let (txt, j) = targets(&recs, None, 0.25);
+        let (txt, j) = targets(&recs, None, &[], 0.25);
         assert_eq!(line(&j, "every point")["met"], true, "{txt}");
     }
 
@@ -477,7 +510,7 @@ mod tests {
             rec("ni", "msgrate", "split", 2, 8, 1e-7),
             rec("ni", "msgrate", "split", 2, 1024, 1e-5),
         ];
-        let (txt, j) = targets(&recs, None, 0.25);
+        let (txt, j) = targets(&recs, None, &[], 0.25);
         let c = line(&j, "no cliff");
         assert_eq!(c["met"], false, "{txt}");
         let d = c["detail"].as_str().unwrap();
@@ -488,12 +521,56 @@ mod tests {
         );
         // Without Open MPI's series the bcast step is judged against the size alone.
         recs.retain(|r| !(r.transport == "mpi" && r.point.metric == "bcast"));
-        let (txt, j) = targets(&recs, None, 0.25);
+        let (txt, j) = targets(&recs, None, &[], 0.25);
         let d = line(&j, "no cliff")["detail"].as_str().unwrap().to_string();
         assert!(
             d.starts_with("2 of 3 steps") && d.contains("bcast P=4"),
             "{txt}"
         );
+    }
+
+    #[test]
+    fn a_step_the_machines_own_copy_makes_as_steep_is_no_cliff() {
+        let recs = vec![
+            // 16 -> 32 KiB put: ×5.6, Open MPI ×1.3 (its cost per put hides the cache).
+            rec("ni", "put-latency", "same", 2, 16384, 0.18e-6),
+            rec("ni", "put-latency", "same", 2, 32768, 1.01e-6),
+            rec("mpi", "put-latency", "same", 2, 16384, 2.79e-6),
+            rec("mpi", "put-latency", "same", 2, 32768, 3.68e-6),
+            // 1 -> 2 KiB allreduce: ×7, where the copy grows ×2.
+            rec("ni", "allreduce", "split", 2, 1024, 0.5e-6),
+            rec("ni", "allreduce", "split", 2, 2048, 3.5e-6),
+        ];
+        // The copy measured at 16 and 32 KiB only: the allreduce's step is judged without it.
+        let copy = [(16384, 0.16e-6), (32768, 1.10e-6)];
+        let (txt, j) = targets(&recs, None, &copy, 0.25);
+        let c = line(&j, "no cliff");
+        assert_eq!(c["met"], false, "{txt}");
+        let d = c["detail"].as_str().unwrap();
+        assert!(d.starts_with("1 of 2 steps"), "{d}");
+        assert!(
+            d.contains("allreduce P=2 split 1024 -> 2048: ×7.0; "),
+            "{d}"
+        );
+        assert!(
+            d.ends_with("; 1 where the machine's own copy grows as much (a cache boundary): put-latency P=2 same 16384 -> 32768: ×5.6 (Open MPI ×1.3, memcpy ×6.9)"),
+            "{d}"
+        );
+        // A copy that grows as the allreduce's size does excuses nothing.
+        let copy = [
+            (1024, 50e-9),
+            (2048, 100e-9),
+            (16384, 0.16e-6),
+            (32768, 1.10e-6),
+        ];
+        let (txt, j) = targets(&recs[..4], None, &copy, 0.25);
+        assert_eq!(line(&j, "no cliff")["met"], true, "{txt}");
+        let (txt, j) = targets(&recs, None, &copy, 0.25);
+        let d = line(&j, "no cliff")["detail"].as_str().unwrap().to_string();
+        assert!(d.contains("1024 -> 2048: ×7.0 (memcpy ×2.0)"), "{txt}");
+        // Without the copy (a run saved before it was measured) the put's step is a cliff.
+        let (txt, j) = targets(&recs[..4], None, &[], 0.25);
+        assert_eq!(line(&j, "no cliff")["met"], false, "{txt}");
     }
 
     #[test]
@@ -503,7 +580,7 @@ mod tests {
             rec("mpi", "allreduce", "split", 32, 1, 150e-6),
         ];
         let instr = json!({"pattern": "pingpong", "per_round_trip": {"ni": 1236, "mpi": 1317}});
-        let (txt, j) = targets(&recs, Some(&instr), 0.25);
+        let (txt, j) = targets(&recs, Some(&instr), &[], 0.25);
         let big = line(&j, "P = 32 and 64");
         assert_eq!(big["met"], Value::Null, "{txt}");
         assert!(
@@ -524,9 +601,9 @@ mod tests {
         );
         // A count of another pattern (e.g. NIB_INSTR_PATTERN=am) is not the 8 B round trip.
         let am = json!({"pattern": "am", "per_round_trip": {"ni": 1542, "mpi": 1231}});
-        let (_, j) = targets(&recs, Some(&am), 0.25);
+        let (_, j) = targets(&recs, Some(&am), &[], 0.25);
         assert_eq!(line(&j, "instructions")["met"], Value::Null);
-        let (_, j) = targets(&recs, None, 0.25);
+        let (_, j) = targets(&recs, None, &[], 0.25);
         assert_eq!(line(&j, "every point")["met"], Value::Null);
     }
 }
