@@ -305,6 +305,12 @@ fn absorb(b: &mut WRing, [x, y]: [&[u8]; 2]) {
             let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, b.bytes) };
             fold_reduce(d, o, held, b.result(), mine, [x, y]);
         }
+        (coll::SCAN | coll::EXSCAN, _) if b.into_out => {
+            // SAFETY: as above, the scan's send buffer.
+            let mine = unsafe { std::slice::from_raw_parts(b.r.addr as *const u8, b.bytes) };
+            let kind = b.kind();
+            scan_fold(d, o, kind, b.result(), mine, [x, y]);
+        }
         _ => {
             // Not zeroed first: the memset was as long as the copy (4 KiB pieces of a reduce).
             b.acc.clear();
@@ -334,6 +340,22 @@ fn fold_reduce(d: u32, o: u32, held: Held, out: &mut [u8], mine: &[u8], [x, y]: 
             apply(d, o, o0, x);
             apply(d, o, o1, y);
         }
+    }
+}
+
+/// The prefix of the members before this one (`parts`, as [`fold_reduce`]'s) taken into its
+/// receive buffer `out`, apart from its send buffer `mine`: with its own vector applied in
+/// one pass (an inclusive scan's result, and the prefix it sends on), or as it is (an
+/// exclusive one's).
+fn scan_fold(d: u32, o: u32, kind: u8, out: &mut [u8], mine: &[u8], [x, y]: [&[u8]; 2]) {
+    let (o0, o1) = out.split_at_mut(x.len());
+    if kind == coll::SCAN {
+        let (m0, m1) = mine.split_at(x.len());
+        combine(d, o, o0, x, m0);
+        combine(d, o, o1, y, m1);
+    } else {
+        o0.copy_from_slice(x);
+        o1.copy_from_slice(y);
     }
 }
 
@@ -409,12 +431,12 @@ pub(crate) struct WRing {
     next: u32,
     bytes: usize,
     /// A reduce's result so far in rank order where it is not built in the receive buffer
-    /// (`into_out`), a scan's prefix.
+    /// (`into_out`), a scan's prefix where not taken into it.
     acc: Vec<u8>,
     /// What a reduce's root (or a scan) holds so far.
     held: Held,
-    /// A reduce's root builds its result in its receive buffer, which lies apart from its
-    /// send buffer (else in `acc`, copied there at the end).
+    /// A reduce's root or a scan's member builds its result in its receive buffer, which
+    /// lies apart from its send buffer (else in `acc`, copied there at the end).
     into_out: bool,
     /// A reduce's vector that did not fit (`collision`): the rest are still taken, so that
     /// the next collective takes its own, but not applied.
@@ -458,7 +480,7 @@ impl WRing {
         self.r.flags
     }
 
-    /// Where a reduce's root builds its result (`into_out`), sized once it holds one.
+    /// Where a reduce's root or a scan's member builds its result (`into_out`), sized once it holds one.
     fn result(&mut self) -> &mut [u8] {
         if self.into_out {
             // SAFETY: the receive buffer was checked as registered when the reduce started,
@@ -2127,7 +2149,7 @@ impl Inner {
         if let Some(sent) = sent {
             return self.w_ring_sent(r, user, sent);
         }
-        let into_out = kind == coll::REDUCE
+        let into_out = matches!(kind, coll::REDUCE | coll::SCAN | coll::EXSCAN)
             && (r.addr + bytes as u64 <= r.tag || r.tag + bytes as u64 <= r.addr);
         // What came already, next in its ring, is taken without the state of a collective
         // that waits (1-f64 at P = 2: a broadcast's member 1 138 -> 812 instructions).
@@ -2140,7 +2162,7 @@ impl Inner {
                 next == size
             }
             coll::SCAN | coll::EXSCAN => {
-                if let Some(sent) = self.w_scan_now(r, meta, bytes, done) {
+                if let Some(sent) = self.w_scan_now(r, meta, bytes, into_out, done) {
                     return self.w_ring_sent(r, user, sent);
                 }
                 false
@@ -2279,18 +2301,46 @@ impl Inner {
     }
 
     /// A scan's member after the first: the prefix of the one before, if it came already,
-    /// applied to its own vector, sent on and its result written (`scan_result`), as
-    /// `w_ring_take` would. `None`: not there yet; else what `scan_result` says (`done`
-    /// back, or riding with the prefix sent on).
+    /// applied to its own vector, sent on and its result written, as `w_ring_take` would —
+    /// into its receive buffer where it lies in the ring when that is apart from the send
+    /// buffer (`into_out`: [`scan_fold`], [`Self::scan_on`]), else as [`Self::scan_end`].
+    /// `None`: not there yet; else `done` back, or `None` riding with the prefix sent on.
     fn w_scan_now(
         &mut self,
         r: &Request,
         meta: u64,
         bytes: usize,
+        into_out: bool,
         done: Completion,
     ) -> Option<Option<Completion>> {
         let src = self.win.as_ref().unwrap().rank.checked_sub(1)?;
         let h = self.ring_vector_now(src, meta, bytes)?;
+        if into_out {
+            let (d, o) = dtype_op(r);
+            // SAFETY: both buffers were checked as registered when the scan started
+            // (`w_collective`), apart (`into_out`); the caller keeps them until the
+            // collective completes.
+            let (mine, out) = unsafe {
+                (
+                    std::slice::from_raw_parts(r.addr as *const u8, bytes),
+                    std::slice::from_raw_parts_mut(r.tag as *mut u8, bytes),
+                )
+            };
+            let mut x = std::mem::take(&mut self.d.coll_x);
+            let win = self.win.as_ref().unwrap();
+            let parts = match win.payload_in_place(src, &h) {
+                Some(parts) => parts,
+                None => {
+                    x.resize(bytes, 0);
+                    win.payload(src, &h, &mut x);
+                    [&x[..], &[]]
+                }
+            };
+            scan_fold(d, o, r.flags, out, mine, parts);
+            self.d.coll_x = x;
+            self.ring_vector_done(src, &h);
+            return Some(self.scan_on(r, meta, bytes, done));
+        }
         let mut prefix = std::mem::take(&mut self.d.ring_acc);
         prefix.resize(bytes, 0);
         self.win.as_ref().unwrap().payload(src, &h, &mut prefix);
@@ -2298,6 +2348,38 @@ impl Inner {
         let sent = self.scan_end(r, meta, &prefix, done);
         self.d.ring_acc = prefix;
         Some(sent)
+    }
+
+    /// A scan member's end once its result is in its receive buffer, apart from its send
+    /// buffer ([`scan_fold`]): the prefix sent on to the next member, if any — an inclusive
+    /// scan's result, an exclusive one's with its own vector applied.
+    fn scan_on(
+        &mut self,
+        r: &Request,
+        meta: u64,
+        bytes: usize,
+        done: Completion,
+    ) -> Option<Completion> {
+        let win = self.win.as_ref().unwrap();
+        let (me, size) = (win.rank, win.size);
+        if me + 1 == size {
+            return Some(done);
+        }
+        // SAFETY: the receive buffer was checked as registered when the scan started
+        // (`w_collective`); the caller keeps it until the collective completes.
+        let out = unsafe { std::slice::from_raw_parts(r.tag as *const u8, bytes) };
+        if r.flags == coll::SCAN {
+            return self.ring_send(me + 1..me + 2, meta, out, done);
+        }
+        let (d, o) = dtype_op(r);
+        // SAFETY: as above, the send buffer.
+        let mine = unsafe { std::slice::from_raw_parts(r.addr as *const u8, bytes) };
+        let mut x = std::mem::take(&mut self.d.coll_x);
+        x.resize(bytes, 0);
+        combine(d, o, &mut x, out, mine);
+        let sent = self.ring_send(me + 1..me + 2, meta, &x, done);
+        self.d.coll_x = x;
+        sent
     }
 
     /// A scan member's end once the members' before it came (`prefix`, in rank order: an
@@ -2700,7 +2782,9 @@ impl Inner {
             // too, with this status, rather than at its timeout.
             self.coll_put(me + 1, w::COLL_FAILED, &(status as u64).to_le_bytes());
         }
-        let out = if status == Status::Ok && scan {
+        let out = if status == Status::Ok && scan && b.into_out {
+            self.scan_on(&b.r, b.meta, b.bytes, c)
+        } else if status == Status::Ok && scan {
             // `acc` holds the members' before this one in rank order.
             self.scan_end(&b.r, b.meta, &b.acc, c)
         } else {
