@@ -27,6 +27,7 @@ use ni_abi::window::{self as w, fin, kind, GetFrom, Header};
 /// A mapping of a peer's exported region, and the region's own length.
 pub(crate) type PeerMem = (std::sync::Arc<crate::mem::Mem>, u64);
 
+use crate::window::Window;
 use crate::{Done, Error, Inner, Result};
 
 /// An operation started on the direct path: its id, and how it ended if it ended inside the
@@ -359,6 +360,19 @@ fn scan_fold(d: u32, o: u32, kind: u8, out: &mut [u8], mine: &[u8], [x, y]: [&[u
     }
 }
 
+/// `src`'s vector `h` where it lies in its ring, in up to two parts (a payload inline in its
+/// header slot copied into `x` instead).
+fn vector_parts<'a>(win: &'a Window, src: u32, h: &Header, x: &'a mut Vec<u8>) -> [&'a [u8]; 2] {
+    match win.payload_in_place(src, h) {
+        Some(parts) => parts,
+        None => {
+            x.resize(h.len as usize, 0);
+            win.payload(src, h, x);
+            [&x[..], &[]]
+        }
+    }
+}
+
 /// A broadcast's buffer, where the root's vector goes as it is taken.
 fn bcast_place(b: &mut WRing) -> &mut [u8] {
     // SAFETY: the broadcast's buffer was checked as registered when it started; the caller
@@ -480,10 +494,11 @@ impl WRing {
         self.r.flags
     }
 
-    /// Where a reduce's root or a scan's member builds its result (`into_out`), sized once it holds one.
+    /// Where a reduce's root or a scan's member builds its result (`into_out`), sized once it
+    /// holds one.
     fn result(&mut self) -> &mut [u8] {
         if self.into_out {
-            // SAFETY: the receive buffer was checked as registered when the reduce started,
+            // SAFETY: the receive buffer was checked as registered when the collective started,
             // apart from the send buffer; the caller keeps it until the collective completes.
             unsafe { std::slice::from_raw_parts_mut(self.r.tag as *mut u8, self.bytes) }
         } else {
@@ -2268,15 +2283,7 @@ impl Inner {
             let Some(h) = self.ring_vector_now(src, meta, bytes) else {
                 break;
             };
-            let win = self.win.as_ref().unwrap();
-            let parts = match win.payload_in_place(src, &h) {
-                Some(parts) => parts,
-                None => {
-                    x.resize(bytes, 0);
-                    win.payload(src, &h, &mut x);
-                    [&x[..], &[]]
-                }
-            };
+            let parts = vector_parts(self.win.as_ref().unwrap(), src, &h, &mut x);
             if held == Held::Nothing && src + 1 == me {
                 // The first vector, its own next: both in one pass, in rank order (a NaN's
                 // payload or a zero's sign depends on the order).
@@ -2326,18 +2333,8 @@ impl Inner {
                     std::slice::from_raw_parts_mut(r.tag as *mut u8, bytes),
                 )
             };
-            let mut x = std::mem::take(&mut self.d.coll_x);
-            let win = self.win.as_ref().unwrap();
-            let parts = match win.payload_in_place(src, &h) {
-                Some(parts) => parts,
-                None => {
-                    x.resize(bytes, 0);
-                    win.payload(src, &h, &mut x);
-                    [&x[..], &[]]
-                }
-            };
+            let parts = vector_parts(self.win.as_ref().unwrap(), src, &h, &mut self.d.coll_x);
             scan_fold(d, o, r.flags, out, mine, parts);
-            self.d.coll_x = x;
             self.ring_vector_done(src, &h);
             return Some(self.scan_on(r, meta, bytes, done));
         }
@@ -2361,15 +2358,14 @@ impl Inner {
         done: Completion,
     ) -> Option<Completion> {
         let win = self.win.as_ref().unwrap();
-        let (me, size) = (win.rank, win.size);
-        if me + 1 == size {
+        if win.rank + 1 == win.size {
             return Some(done);
         }
         // SAFETY: the receive buffer was checked as registered when the scan started
         // (`w_collective`); the caller keeps it until the collective completes.
         let out = unsafe { std::slice::from_raw_parts(r.tag as *const u8, bytes) };
         if r.flags == coll::SCAN {
-            return self.ring_send(me + 1..me + 2, meta, out, done);
+            return self.scan_send_on(meta, out, done);
         }
         let (d, o) = dtype_op(r);
         // SAFETY: as above, the send buffer.
@@ -2377,9 +2373,20 @@ impl Inner {
         let mut x = std::mem::take(&mut self.d.coll_x);
         x.resize(bytes, 0);
         combine(d, o, &mut x, out, mine);
-        let sent = self.ring_send(me + 1..me + 2, meta, &x, done);
+        let sent = self.scan_send_on(meta, &x, done);
         self.d.coll_x = x;
         sent
+    }
+
+    /// A scan's `prefix` on to the next member, if any ([`Self::ring_send`]).
+    fn scan_send_on(&mut self, meta: u64, prefix: &[u8], done: Completion) -> Option<Completion> {
+        let win = self.win.as_ref().unwrap();
+        let (me, size) = (win.rank, win.size);
+        if me + 1 < size {
+            self.ring_send(me + 1..me + 2, meta, prefix, done)
+        } else {
+            Some(done)
+        }
     }
 
     /// A scan member's end once the members' before it came (`prefix`, in rank order: an
@@ -2623,13 +2630,7 @@ impl Inner {
         prefix: &[u8],
         done: Completion,
     ) -> Option<Completion> {
-        let win = self.win.as_ref().unwrap();
-        let (me, size) = (win.rank, win.size);
-        let sent = if me + 1 < size {
-            self.ring_send(me + 1..me + 2, meta, prefix, done)
-        } else {
-            Some(done)
-        };
+        let sent = self.scan_send_on(meta, prefix, done);
         // SAFETY: the receive buffer was checked as registered for `prefix.len()` bytes when
         // the scan started; the region cannot be dropped while this lock is held.
         let out = unsafe { std::slice::from_raw_parts_mut(r.tag as *mut u8, prefix.len()) };
@@ -2713,21 +2714,13 @@ impl Inner {
                 match win.live().then(|| win.next(src)).flatten() {
                     Some(h) if h.kind == kind::COLL => {
                         let ok = h.tag == meta && h.len as usize == bytes && b.failed.is_none();
-                        let parts = (ok && b.kind() != coll::BCAST)
-                            .then(|| win.payload_in_place(src, &h))
-                            .flatten();
-                        if let Some(parts) = parts {
+                        if ok && b.kind() == coll::BCAST {
+                            win.payload(src, &h, bcast_place(b));
+                        } else if ok {
                             // Applied (or, the first, taken) where it lies, not copied out
                             // first. Where it wraps is a whole number of slots in, so of
                             // elements.
-                            absorb(b, parts);
-                        } else if ok && b.kind() == coll::BCAST {
-                            win.payload(src, &h, bcast_place(b));
-                        } else if ok {
-                            let x = &mut self.d.coll_x;
-                            x.resize(bytes, 0);
-                            win.payload(src, &h, x);
-                            absorb(b, [x, &[]]);
+                            absorb(b, vector_parts(win, src, &h, &mut self.d.coll_x));
                         }
                         // A failure passed on, or a broadcast's word: the id first.
                         let mut first = Vec::new();

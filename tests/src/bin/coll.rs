@@ -1017,63 +1017,60 @@ fn taken_at_once(ni: &Ni, send: &ni::Region, recv: &ni::Region, ctl: &ni::Region
             }
         }
         // Scans, inclusive and exclusive, each into a buffer of its own (the prefix taken
-        // into it where it lies in the ring) and in place: each member's prefix there before
-        // it calls.
-        for (inclusive, in_place) in [(true, false), (false, true), (false, false), (true, true)] {
-            seq += 1;
-            send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
-            let out = if in_place { send } else { recv };
-            if me > 0 {
-                wait_for(me - 1, seq);
+        // into it where it lies in the ring) and in place: first with each member's prefix
+        // there before it calls, then with every prefix coming after its taker started waiting
+        // (the last member starts first, each signalling the one before once its own is under
+        // way).
+        for waits in [false, true] {
+            for (inclusive, in_place) in
+                [(true, false), (false, true), (false, false), (true, true)]
+            {
+                seq += 1;
+                send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
+                let out = if in_place { send } else { recv };
+                if waits {
+                    if me + 1 < p {
+                        wait_for(me + 1, seq);
+                    }
+                    let op = ni
+                        .icollective_raw(
+                            if inclusive { coll::SCAN } else { coll::EXSCAN },
+                            dtype::F64,
+                            ReduceOp::Sum,
+                            0,
+                            send.iova(),
+                            out.iova(),
+                            n,
+                        )
+                        .unwrap();
+                    if me > 0 {
+                        signal(me - 1, seq);
+                    }
+                    ni.wait(op).unwrap();
+                } else {
+                    if me > 0 {
+                        wait_for(me - 1, seq);
+                    }
+                    ni.scan::<f64>(ReduceOp::Sum, inclusive, send, 0, out, 0, n)
+                        .unwrap();
+                    if me + 1 < p {
+                        signal(me + 1, seq);
+                    }
+                }
+                let upto = if inclusive { me + 1 } else { me };
+                check(
+                    out,
+                    match upto {
+                        0 => vec![0.0; n],
+                        _ => rank_order_sum(upto, k, n),
+                    },
+                    if waits {
+                        "scan waiting for its prefix"
+                    } else {
+                        "scan"
+                    },
+                );
             }
-            ni.scan::<f64>(ReduceOp::Sum, inclusive, send, 0, out, 0, n)
-                .unwrap();
-            if me + 1 < p {
-                signal(me + 1, seq);
-            }
-            let upto = if inclusive { me + 1 } else { me };
-            check(
-                out,
-                match upto {
-                    0 => vec![0.0; n],
-                    _ => rank_order_sum(upto, k, n),
-                },
-                "scan",
-            );
-        }
-        // The same scans with every prefix coming after its taker started waiting: the last
-        // member starts first, each signalling the one before once its own is under way.
-        for (inclusive, in_place) in [(true, false), (false, true), (false, false), (true, true)] {
-            seq += 1;
-            send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
-            let out = if in_place { send } else { recv };
-            if me + 1 < p {
-                wait_for(me + 1, seq);
-            }
-            let op = ni
-                .icollective_raw(
-                    if inclusive { coll::SCAN } else { coll::EXSCAN },
-                    dtype::F64,
-                    ReduceOp::Sum,
-                    0,
-                    send.iova(),
-                    out.iova(),
-                    n,
-                )
-                .unwrap();
-            if me > 0 {
-                signal(me - 1, seq);
-            }
-            ni.wait(op).unwrap();
-            let upto = if inclusive { me + 1 } else { me };
-            check(
-                out,
-                match upto {
-                    0 => vec![0.0; n],
-                    _ => rank_order_sum(upto, k, n),
-                },
-                "scan waiting for its prefix",
-            );
         }
     }
     ni.barrier().unwrap();
