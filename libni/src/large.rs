@@ -19,8 +19,8 @@
 //!
 //! The rest are the first round ([`Ni::places`]) and one step of their own after it:
 //! - a reduce is the allreduce but for the last copies: the members other than the root keep
-//!   their chunks in scratch, and only the root copies them out; of 2 members and up to
-//!   2 MiB, the root reduces both vectors where they are into its buffer itself;
+//!   their chunks in scratch, and only the root copies them out; of 2 members, the root
+//!   reduces both vectors where they are into its buffer itself;
 //! - an allgather: every member copies every other's vector where it is;
 //! - a broadcast: the root's vector where it is (or copied into its scratch half), every other
 //!   member copying all of it straight into its buffer — each on its own core, where the
@@ -54,16 +54,15 @@ const SCAN_BLOCK: usize = 32 << 10;
 /// where they are ([`Ni::scan_in_place`]) makes the last member read `P`, and all of them
 /// together `P (P + 1) / 2` (2 members: 3 vectors against 6).
 const SCAN_IN_PLACE_MAX: usize = 3;
-/// Reduces of up to this many members, of up to [`REDUCE_IN_PLACE_BYTES`], are built by the
-/// root alone, reading every member's vector where it is ([`Ni::reduce_in_place`]), rather
-/// than split by chunks: the chunks made each member read half of the other's vector and the
-/// root copy the other's half of the result back, two transfers between the cores where one
-/// will do (P = 2 between two cpus, 16 / 64 Ki f64: 21.4 / 52.7 -> 8.5 / 31.3 us; on one cpu
-/// 14.0 / 66.4 -> 13.0 / 40.1; Open MPI 12.8-15.3 / 48-65).
+/// Reduces of up to this many members are built by the root alone, reading every member's
+/// vector where it is ([`Ni::reduce_in_place`]), rather than split by chunks: the chunks made
+/// each member read half of the other's vector and the root copy the other's half of the
+/// result back, two transfers between the cores where one will do (P = 2 between two cpus,
+/// 16 / 64 Ki f64: 21.4 / 52.7 -> 8.5 / 31.3 us; on one cpu 14.0 / 66.4 -> 13.0 / 40.1; Open
+/// MPI 12.8-15.3 / 48-65). From 4 Mi f64 the chunks are faster between two cpus, each core
+/// folding half (9.2 against 13.0 ms), but slower on one (11.5 against 8.7), and a switch
+/// between the two ways made a cliff there (on one cpu ×9 from 2 to 8 MiB).
 const REDUCE_IN_PLACE_MAX: usize = 2;
-/// Past this the chunks win between two cpus, each core folding half (1 Mi f64: 1542 us
-/// split by chunks, 1829 by the root alone), though not on one (2590 against 1904).
-const REDUCE_IN_PLACE_BYTES: usize = 2 << 20;
 /// What a member publishes in the first round of a piece, as nine u64: this tag, its
 /// scratch region's key (0: it has none), the piece's collective `meta`, where in that region
 /// its scratch half is, a digest of the keys it last agreed on with everyone and still holds
@@ -194,9 +193,7 @@ impl Places {
         match self.kind {
             Kind::Bcast => data(self.root),
             Kind::Allgather => (0..size).all(data),
-            Kind::Reduce if in_place_reduce(size, self.bytes) => {
-                me != self.root || (0..size).all(data)
-            }
+            Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => me != self.root || (0..size).all(data),
             Kind::Reduce if me != self.root => (0..size).all(data),
             // A scan's member reads the earlier members' data where they are; split by
             // chunks, its chunk of every member's data, and its prefixes from every member's
@@ -255,7 +252,7 @@ impl Ni {
         let done = match kind {
             Kind::Bcast | Kind::Allgather => self.copy_vectors(&p)?,
             Kind::Scan | Kind::Exscan if p.size <= SCAN_IN_PLACE_MAX => self.scan_in_place(&p)?,
-            Kind::Reduce if in_place_reduce(p.size, p.bytes) => self.reduce_in_place(&p)?,
+            Kind::Reduce if p.size <= REDUCE_IN_PLACE_MAX => self.reduce_in_place(&p)?,
             Kind::Scan | Kind::Exscan => self.scan_scatter(&p)?,
             Kind::Allreduce | Kind::Reduce => self.reduce_scatter(&p, &mut s.chunk)?,
         };
@@ -342,7 +339,7 @@ impl Ni {
         let needs_scratch = match kind {
             Kind::Bcast => me == root && data_at.is_none(),
             Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => data_at.is_none(),
-            Kind::Reduce if in_place_reduce(size, bytes) => data_at.is_none(),
+            Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => data_at.is_none(),
             Kind::Allgather => data_at.is_none(),
             Kind::Allreduce | Kind::Reduce | Kind::Scan | Kind::Exscan => true,
         };
@@ -571,7 +568,7 @@ impl Ni {
         self.release(p)
     }
 
-    /// A reduce of up to [`REDUCE_IN_PLACE_MAX`] members ([`in_place_reduce`]) after round 1: the root folds every
+    /// A reduce of up to [`REDUCE_IN_PLACE_MAX`] members after round 1: the root folds every
     /// member's vector into its receive buffer in rank order, where each lies; the others
     /// only wait, in [`Self::release`], for it to have read theirs.
     fn reduce_in_place(&self, p: &Places) -> Result<Done> {
@@ -732,11 +729,6 @@ impl Ni {
         }
         Ok(done)
     }
-}
-
-/// Whether a reduce of `size` members and `bytes` each is built by its root alone.
-fn in_place_reduce(size: usize, bytes: usize) -> bool {
-    size <= REDUCE_IN_PLACE_MAX && bytes <= REDUCE_IN_PLACE_BYTES
 }
 
 /// Members `0..upto`'s data (`upto` ≥ 1) folded in rank order into this member's receive
