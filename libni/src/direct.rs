@@ -290,7 +290,7 @@ fn coll_words(tag: u64, data: &mut Vec<u8>) -> (u64, u64) {
 /// Fold a member's vector, in up to two parts (where it wraps in a ring), into the
 /// collective in the rings waiting for it: a broadcast's into its buffer, a reduce's into the
 /// result so far (the first as it is, the second combined with a root's own first), a scan's
-/// previous prefix into `acc`.
+/// previous prefix into its receive buffer (`into_out`, [`scan_fold`]) or else into `acc`.
 fn absorb(b: &mut WRing, [x, y]: [&[u8]; 2]) {
     let (d, o) = dtype_op(&b.r);
     let n = x.len();

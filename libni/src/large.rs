@@ -377,7 +377,8 @@ impl Ni {
         // The mappings every member last agreed on, held for this piece: if one is gone
         // here, say "never agreed", and every member agrees again.
         let mut held: Vec<Option<Arc<Mem>>> = vec![None; 3 * size];
-        let mut still = s.agreed.len() == 3 * size && s.region.is_some();
+        // A member that needs no scratch (its data and result where they are) has none to hold.
+        let mut still = s.agreed.len() == 3 * size && (s.region.is_some() || !needs_scratch);
         if still {
             let mut i = self.lock();
             for (p, h) in held.iter_mut().enumerate() {
@@ -548,7 +549,8 @@ impl Ni {
                 )
             };
         }
-        self.release(p)
+        // A broadcast's members read the root's vector, an allgather's everyone's.
+        self.release(p, |m| allgather || m == p.root)
     }
 
     /// A scan's step after round 1: this member's prefix, reduced in rank order from every
@@ -565,17 +567,19 @@ impl Ni {
         } else {
             fold_in_place(p, upto);
         }
-        self.release(p)
+        // Each member's data is read by the members after it.
+        self.release(p, |m| m + 1 < p.size)
     }
 
     /// A reduce of up to [`REDUCE_IN_PLACE_MAX`] members after round 1: the root folds every
     /// member's vector into its receive buffer in rank order, where each lies; the others
-    /// only wait, in [`Self::release`], for it to have read theirs.
+    /// only wait, in [`Self::release`], for it to have read theirs where they keep them.
     fn reduce_in_place(&self, p: &Places) -> Result<Done> {
         if p.me == p.root {
             fold_in_place(p, p.size);
         }
-        self.release(p)
+        // Only the root reads, and its own needs no round.
+        self.release(p, |m| m != p.root)
     }
 
     /// A scan's steps after round 1, the allreduce's split by chunks: this member computes
@@ -649,11 +653,12 @@ impl Ni {
         Ok(done)
     }
 
-    /// After a step that only read others' data: a `BARRIER` round if any member's data was
-    /// read where its owner keeps it, so that no member returns (and rewrites it) while
-    /// another still reads; data in scratch needs none, the halves alternating.
-    fn release(&self, p: &Places) -> Result<Done> {
-        if p.any_in_place(DATA) {
+    /// After a step that only read others' data: a `BARRIER` round if the data of a member
+    /// that others read (`read_by_others`) was read where its owner keeps it, so that no
+    /// member returns (and rewrites it) while another still reads; data in scratch needs
+    /// none, the halves alternating. Every member decides alike, from the same records.
+    fn release(&self, p: &Places, read_by_others: impl Fn(usize) -> bool) -> Result<Done> {
+        if (0..p.size).any(|m| read_by_others(m) && p.keys[3 * m + DATA] != 0) {
             self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))
         } else {
             Ok(p.first)

@@ -19,10 +19,15 @@ use super::stats::Unit;
 /// A step between two sizes is a cliff when ni's time grows more than `CLIFF` times as much
 /// as the size does (a step of less than 2× counts as 2×) and, where Open MPI measured both
 /// sizes, more than `CLIFF` times as much as Open MPI's time over the same step (a cache
-/// boundary of the machine slows both), and more than `CLIFF` times as much as the machine's
-/// own copy of the points' bytes ([`super::copy`]; where Open MPI's cost per message hides
-/// the boundary, the copy shows it).
+/// boundary of the machine slows both), and — where that copy is a real share of ni's time
+/// ([`COPY_SHARE`]) — more than `CLIFF` times as much as the machine's own copy of the points'
+/// bytes ([`super::copy`]; where Open MPI's cost per message hides the boundary, the copy
+/// shows it).
 const CLIFF: f64 = 1.5;
+/// The machine's copy explains a step only where it is at least this share of ni's time at
+/// the larger size (ni's time a few passes over the bytes at most): a step as steep as the
+/// copy's but made of something else is a cliff still.
+const COPY_SHARE: f64 = 0.125;
 
 /// The points of the table: name, metric, sizes (bytes; elements for collectives), P.
 const NAMED: &[(&str, &str, RangeInclusive<u64>, u32)] = &[
@@ -353,9 +358,8 @@ fn cliffs(recs: &[Rec], copy: &[(u64, f64)], noise: f64) -> (usize, Vec<String>,
                 _ => None,
             };
             if grew > CLIFF * by_size && theirs.is_none_or(|m| grew > CLIFF * m) {
-                let copied = copy::at(copy, b1)
-                    .zip(copy::at(copy, b2))
-                    .map(|(a, b)| b / a);
+                let copies = copy::at(copy, b1).zip(copy::at(copy, b2));
+                let copied = copies.map(|(a, b)| b / a);
                 let (metric, dtype, placement, ranks) = &key;
                 let beside: Vec<String> = theirs
                     .map(|m| format!("Open MPI ×{m:.1}"))
@@ -373,10 +377,12 @@ fn cliffs(recs: &[Rec], copy: &[(u64, f64)], noise: f64) -> (usize, Vec<String>,
                         format!(" ({})", beside.join(", "))
                     }
                 );
-                if copied.is_none_or(|c| grew > CLIFF * c) {
-                    found.push(step);
-                } else {
+                // ni's times in µs (`Unit::Micros`), the copy's in seconds.
+                let share = |b: f64| b * 1e6 >= COPY_SHARE * t2;
+                if copies.is_some_and(|(a, b)| grew <= CLIFF * b / a && share(b)) {
                     machine.push(step);
+                } else {
+                    found.push(step);
                 }
             }
         }
@@ -571,6 +577,18 @@ mod tests {
         // Without the copy (a run saved before it was measured) the put's step is a cliff.
         let (txt, j) = targets(&recs[..4], None, &[], 0.25);
         assert_eq!(line(&j, "no cliff")["met"], false, "{txt}");
+        // A step as steep as the copy's where the copy is a sliver of ni's time is a cliff.
+        let slow = [
+            rec("ni", "allreduce", "split", 2, 16384, 5e-6),
+            rec("ni", "allreduce", "split", 2, 32768, 35e-6),
+        ];
+        let copy = [(16384, 0.16e-6), (32768, 1.10e-6)];
+        let (txt, j) = targets(&slow, None, &copy, 0.25);
+        let d = line(&j, "no cliff")["detail"].as_str().unwrap().to_string();
+        assert!(
+            d.starts_with("1 of 1 steps") && d.contains("memcpy ×6.9"),
+            "{txt}"
+        );
     }
 
     #[test]

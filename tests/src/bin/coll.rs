@@ -1021,42 +1021,46 @@ fn taken_at_once(ni: &Ni, send: &ni::Region, recv: &ni::Region, ctl: &ni::Region
         // there before it calls, then with every prefix coming after its taker started waiting
         // (the last member starts first, each signalling the one before once its own is under
         // way).
+        let scan = |inclusive: bool, op: ReduceOp, out: &ni::Region, waits: bool, seq: u64| {
+            if waits {
+                if me + 1 < p {
+                    wait_for(me + 1, seq);
+                }
+                let started = ni
+                    .icollective_raw(
+                        if inclusive { coll::SCAN } else { coll::EXSCAN },
+                        dtype::F64,
+                        op,
+                        0,
+                        send.iova(),
+                        out.iova(),
+                        n,
+                    )
+                    .unwrap();
+                if me > 0 {
+                    signal(me - 1, seq);
+                }
+                ni.wait(started).unwrap();
+            } else {
+                if me > 0 {
+                    wait_for(me - 1, seq);
+                }
+                ni.scan::<f64>(op, inclusive, send, 0, out, 0, n).unwrap();
+                if me + 1 < p {
+                    signal(me + 1, seq);
+                }
+            }
+        };
         for waits in [false, true] {
             for (inclusive, in_place) in
                 [(true, false), (false, true), (false, false), (true, true)]
             {
                 seq += 1;
                 send.write_at(0, &f64_bytes(&ring_vector(me, k, n)));
+                // A result not written shows as this, not as the last scan's.
+                recv.write_at(0, &vec![0x5Au8; n * 8]);
                 let out = if in_place { send } else { recv };
-                if waits {
-                    if me + 1 < p {
-                        wait_for(me + 1, seq);
-                    }
-                    let op = ni
-                        .icollective_raw(
-                            if inclusive { coll::SCAN } else { coll::EXSCAN },
-                            dtype::F64,
-                            ReduceOp::Sum,
-                            0,
-                            send.iova(),
-                            out.iova(),
-                            n,
-                        )
-                        .unwrap();
-                    if me > 0 {
-                        signal(me - 1, seq);
-                    }
-                    ni.wait(op).unwrap();
-                } else {
-                    if me > 0 {
-                        wait_for(me - 1, seq);
-                    }
-                    ni.scan::<f64>(ReduceOp::Sum, inclusive, send, 0, out, 0, n)
-                        .unwrap();
-                    if me + 1 < p {
-                        signal(me + 1, seq);
-                    }
-                }
+                scan(inclusive, ReduceOp::Sum, out, waits, seq);
                 let upto = if inclusive { me + 1 } else { me };
                 check(
                     out,
@@ -1070,6 +1074,26 @@ fn taken_at_once(ni: &Ni, send: &ni::Region, recv: &ni::Region, ctl: &ni::Region
                         "scan"
                     },
                 );
+            }
+            // Rank order, not only the sum's grouping: a minimum over ±0 keeps the first of
+            // equals, so every prefix has member 0's signs (operands swapped anywhere, a
+            // member would get its own).
+            for inclusive in [true, false] {
+                seq += 1;
+                let signs = |r: usize| -> Vec<f64> {
+                    (0..n)
+                        .map(|i| if (r + i).is_multiple_of(2) { 0.0 } else { -0.0 })
+                        .collect()
+                };
+                send.write_at(0, &f64_bytes(&signs(me)));
+                recv.write_at(0, &vec![0x5Au8; n * 8]);
+                scan(inclusive, ReduceOp::Min, recv, waits, seq);
+                let want = if !inclusive && me == 0 {
+                    vec![f64::INFINITY; n]
+                } else {
+                    signs(0)
+                };
+                check(recv, want, "minimum scan over ±0");
             }
         }
     }
