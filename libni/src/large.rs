@@ -183,7 +183,12 @@ impl Places {
     /// Whether any member's `what` (DATA, RESULT) is read where its owner keeps it, which the
     /// owner may rewrite once it returns (scratch halves alternate instead).
     fn any_in_place(&self, what: usize) -> bool {
-        (0..self.size).any(|m| self.keys[3 * m + what] != 0)
+        (0..self.size).any(|m| self.in_place(m, what))
+    }
+
+    /// Whether member `m`'s `what` (DATA, RESULT) is read where its owner keeps it.
+    fn in_place(&self, m: usize, what: usize) -> bool {
+        self.keys[3 * m + what] != 0
     }
 
     /// The members whose data this member reads, and the mappings it needs.
@@ -658,7 +663,7 @@ impl Ni {
     /// member returns (and rewrites it) while another still reads; data in scratch needs
     /// none, the halves alternating. Every member decides alike, from the same records.
     fn release(&self, p: &Places, read_by_others: impl Fn(usize) -> bool) -> Result<Done> {
-        if (0..p.size).any(|m| read_by_others(m) && p.keys[3 * m + DATA] != 0) {
+        if (0..p.size).any(|m| read_by_others(m) && p.in_place(m, DATA)) {
             self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))
         } else {
             Ok(p.first)
