@@ -19,8 +19,9 @@
 //!
 //! The rest are the first round ([`Ni::places`]) and one step of their own after it:
 //! - a reduce is the allreduce but for the last copies: the members other than the root keep
-//!   their chunks in scratch, and only the root copies them out; of 2 members, the root
-//!   reduces both vectors where they are into its buffer itself;
+//!   their chunks in scratch, and only the root copies them out; of 2 members, both vectors
+//!   are reduced where they are into the root's buffer — each member half of them where the
+//!   root exported that buffer, else the root all;
 //! - an allgather: every member copies every other's vector where it is;
 //! - a broadcast: the root's vector where it is (or copied into its scratch half), every other
 //!   member copying all of it straight into its buffer — each on its own core, where the
@@ -132,8 +133,9 @@ struct Places {
     me: usize,
     size: usize,
     root: usize,
-    /// This member's data and result when read where they are (an exported region's key and
-    /// the offset in it); `None`: in its scratch half (or, a result, nowhere others read).
+    /// This member's data and result when others reach them where they are (an exported
+    /// region's key and the offset in it; a result is read there, or, the root's of a reduce
+    /// of two, written); `None`: in its scratch half (or, a result, nowhere others reach).
     data_at: Option<(u32, u64)>,
     result_at: Option<(u32, u64)>,
     /// Every member's three keys, as published.
@@ -180,6 +182,19 @@ impl Places {
         }
     }
 
+    /// Whether member m's result, as mapped here, lies apart from its data (a member may say
+    /// one region and overlapping offsets for both).
+    fn result_apart(&self, m: usize) -> bool {
+        let at = |what: usize| match self.keys[3 * m + what] {
+            0 => (self.keys[3 * m + SCRATCH], self.place(m, what).map(|p| p.1)),
+            key => (key, self.place(m, what).map(|p| p.1)),
+        };
+        match (at(DATA), at(RESULT)) {
+            ((d, Some(a)), (r, Some(b))) => d != r || a + self.bytes <= b || b + self.bytes <= a,
+            _ => false,
+        }
+    }
+
     /// Whether any member's `what` (DATA, RESULT) is read where its owner keeps it, which the
     /// owner may rewrite once it returns (scratch halves alternate instead).
     fn any_in_place(&self, what: usize) -> bool {
@@ -198,6 +213,15 @@ impl Places {
         match self.kind {
             Kind::Bcast => data(self.root),
             Kind::Allgather => (0..size).all(data),
+            // Where the root's buffer is exported, both members fold half of every vector
+            // into it; else the root alone reads every member's.
+            // (The other members write into the root's buffer: it must lie apart from all
+            // the root says they read.)
+            Kind::Reduce if size <= REDUCE_IN_PLACE_MAX && self.in_place(self.root, RESULT) => {
+                (0..size).all(data)
+                    && (me == self.root
+                        || self.place(self.root, RESULT).is_some() && self.result_apart(self.root))
+            }
             Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => me != self.root || (0..size).all(data),
             Kind::Reduce if me != self.root => (0..size).all(data),
             // A scan's member reads the earlier members' data where they are; split by
@@ -333,6 +357,9 @@ impl Ni {
                 // Nobody reads a reduce's result where it is: the root builds it in its
                 // buffer, the others in scratch, apart from their data.
                 Kind::Reduce if me != root => (i.exported_at(r.addr, bytes as u64), None),
+                // Of two members, the other folds its half straight into the root's buffer
+                // where it is exported ([`Ni::reduce_in_place`]).
+                Kind::Reduce if size > 1 && size <= REDUCE_IN_PLACE_MAX => (at(r.addr), at(r.tag)),
                 Kind::Allreduce => (at(r.addr), at(r.tag)),
                 // Nobody reads anyone's result in the rest.
                 _ => (at(r.addr), None),
@@ -570,18 +597,38 @@ impl Ni {
             let (d, o) = dtype_op(&p.r);
             identity(d, o, out);
         } else {
-            fold_in_place(p, upto);
+            // SAFETY: the registered receive buffer (checked in `places`), apart from every
+            // member's data (its own in its scratch half unless apart).
+            unsafe { fold_in_place(p, upto, p.r.tag as *mut u8, 0, p.bytes) };
         }
         // Each member's data is read by the members after it.
         self.release(p, |m| m + 1 < p.size)
     }
 
-    /// A reduce of up to [`REDUCE_IN_PLACE_MAX`] members after round 1: the root folds every
-    /// member's vector into its receive buffer in rank order, where each lies; the others
-    /// only wait, in [`Self::release`], for it to have read theirs where they keep them.
+    /// A reduce of up to [`REDUCE_IN_PLACE_MAX`] members after round 1, every member's vector
+    /// folded in rank order where each lies into the root's receive buffer. Where the root
+    /// exported that buffer, every member folds its own part of it, then a `BARRIER`: the
+    /// root returns only once every part is in, the others once it read theirs. Else the
+    /// root folds all of it and the others only wait, in [`Self::release`], for it to have
+    /// read theirs where they keep them.
     fn reduce_in_place(&self, p: &Places) -> Result<Done> {
+        if p.in_place(p.root, RESULT) {
+            // At 64 bytes into the vector, a whole number of elements of every type: no
+            // cache line written from two cores where the buffer starts on one, else one.
+            let cut = |m: usize| match m == p.size {
+                true => p.bytes,
+                false => (p.bytes * m / p.size) & !63,
+            };
+            let (lo, hi) = (cut(p.me), cut(p.me + 1));
+            // SAFETY: the root's receive buffer (its own registered one, or its exported
+            // region mapped here, `bytes` checked against its length), apart from every
+            // member's data; each member writes only its own part.
+            unsafe { fold_in_place(p, p.size, p.at(p.root, RESULT, lo), lo, hi) };
+            return self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0));
+        }
         if p.me == p.root {
-            fold_in_place(p, p.size);
+            // SAFETY: as a scan's, above.
+            unsafe { fold_in_place(p, p.size, p.r.tag as *mut u8, 0, p.bytes) };
         }
         // Only the root reads, and its own needs no round.
         self.release(p, |m| m != p.root)
@@ -741,20 +788,27 @@ impl Ni {
     }
 }
 
-/// Members `0..upto`'s data (`upto` ≥ 1) folded in rank order into this member's receive
-/// buffer, read where each lies, [`SCAN_BLOCK`] at a time so that the result stays in the
-/// cache while every member's piece of it is applied.
-fn fold_in_place(p: &Places, upto: usize) {
+/// Bytes `lo..hi` of members `0..upto`'s data (`upto` ≥ 1) folded in rank order into `out`
+/// (where byte `lo` of the result goes), read where each lies, [`SCAN_BLOCK`] at a time so
+/// that the result stays in the cache while every member's piece of it is applied.
+///
+/// # Safety
+/// `out` is valid for `hi - lo` bytes' writes that nothing else reads or writes meanwhile,
+/// apart from every member's data; `lo ≤ hi ≤ bytes`, `lo` a whole number of elements;
+/// members `0..upto` (`upto` ≤ `size`) have their data mapped here.
+unsafe fn fold_in_place(p: &Places, upto: usize, out: *mut u8, lo: usize, hi: usize) {
+    debug_assert!(
+        lo <= hi && hi <= p.bytes && lo.is_multiple_of(p.esize) && (1..=p.size).contains(&upto)
+    );
     let (d, o) = dtype_op(&p.r);
-    // SAFETY: the registered receive buffer (checked in `places`), apart from every member's
-    // data (a member's own in its scratch half unless apart).
-    let out = unsafe { std::slice::from_raw_parts_mut(p.r.tag as *mut u8, p.bytes) };
+    // SAFETY: the caller's word.
+    let out = unsafe { std::slice::from_raw_parts_mut(out, hi - lo) };
     let block = SCAN_BLOCK / p.esize * p.esize;
-    for (at, acc) in out.chunks_mut(block).enumerate() {
-        let lo = at * block;
-        // SAFETY (of each): inside member m's data (`lo + acc.len()` ≤ `bytes`).
+    for (k, acc) in out.chunks_mut(block).enumerate() {
+        let at = lo + k * block;
+        // SAFETY (of each): inside member m's data (`at + acc.len()` ≤ `hi` ≤ `bytes`).
         let n = acc.len();
-        let x = |m: usize| unsafe { std::slice::from_raw_parts(p.at(m, DATA, lo), n) };
+        let x = |m: usize| unsafe { std::slice::from_raw_parts(p.at(m, DATA, at), n) };
         match upto {
             1 => acc.copy_from_slice(x(0)),
             _ => combine(d, o, acc, x(0), x(1)),

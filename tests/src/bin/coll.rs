@@ -515,6 +515,52 @@ fn vectors(ni: &Ni) {
             }
         }
     }
+    // Reduces of f64 minima over ±0 past the rings: equal values, so each element keeps the
+    // sign of the first operand, member 0's in rank order — a fold with its operands swapped
+    // anywhere shows. Of two members whose root's receive buffer is exported, each member
+    // folds its part into the root's buffer (fastpath.md, "Large allreduce in the window",
+    // the reduce of 2 members): here 8 bytes into the region (the cut off a cache line), from
+    // heap memory (the data in scratch), and up to 2 members 8 MiB and 3 elements (two
+    // pieces, the last tiny); each twice, the second with the keys agreed on. Every element
+    // checked, every other member's receive buffer left as it was.
+    let sign = |r: usize, i: usize| {
+        if (r + i).is_multiple_of(2) {
+            0.0f64
+        } else {
+            -0.0
+        }
+    };
+    let big = (p <= 2).then_some(((8 << 20) / 8 + 3, 0usize, false));
+    for (count, roff, heap) in [(200_003usize, 8usize, false), (200_003, 0, true)]
+        .into_iter()
+        .chain(big)
+    {
+        for root in 0..p {
+            for lap in 0..2 {
+                let sbuf = if heap { &heap_send } else { &send };
+                let mine: Vec<u8> = (0..count).flat_map(|i| sign(me, i).to_le_bytes()).collect();
+                sbuf.write_at(0, &mine);
+                recv.write_at(roff, &vec![0x5Au8; count * 8]);
+                ni.reduce::<f64>(root as u32, ReduceOp::Min, sbuf, 0, &recv, roff, count)
+                    .unwrap();
+                let mut got = vec![0u8; count * 8];
+                recv.read_at(roff, &mut got);
+                for (i, g) in got.chunks_exact(8).enumerate() {
+                    let g = u64::from_le_bytes(g.try_into().unwrap());
+                    let want = if me == root {
+                        sign(0, i).to_bits()
+                    } else {
+                        0x5A5A_5A5A_5A5A_5A5A
+                    };
+                    assert_eq!(
+                        g, want,
+                        "min over ±0 of {count} f64 to {root} (offset {roff}, heap {heap}, lap \
+                         {lap}): member {me}'s element {i}"
+                    );
+                }
+            }
+        }
+    }
     // Allgathers past a slot (fastpath.md, "Large allreduce in the window", its last
     // paragraph): every member copies the others' vectors from where they are. Odd ranks'
     // buffers are heap memory; the last lap's even ranks send from their own place in the
