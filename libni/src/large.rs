@@ -55,14 +55,14 @@ const SCAN_BLOCK: usize = 32 << 10;
 /// where they are ([`Ni::scan_in_place`]) makes the last member read `P`, and all of them
 /// together `P (P + 1) / 2` (2 members: 3 vectors against 6).
 const SCAN_IN_PLACE_MAX: usize = 3;
-/// Reduces of up to this many members are built by the root alone, reading every member's
-/// vector where it is ([`Ni::reduce_in_place`]), rather than split by chunks: the chunks made
+/// Reduces of up to this many members fold every member's vector where it is straight into
+/// the root's receive buffer ([`Ni::reduce_in_place`]) rather than split by chunks, which made
 /// each member read half of the other's vector and the root copy the other's half of the
-/// result back, two transfers between the cores where one will do (P = 2 between two cpus,
-/// 16 / 64 Ki f64: 21.4 / 52.7 -> 8.5 / 31.3 us; on one cpu 14.0 / 66.4 -> 13.0 / 40.1; Open
-/// MPI 12.8-15.3 / 48-65). From 4 Mi f64 the chunks are faster between two cpus, each core
-/// folding half (9.2 against 13.0 ms), but slower on one (11.5 against 8.7), and a switch
-/// between the two ways made a cliff there (on one cpu ×9 from 2 to 8 MiB).
+/// result back: two transfers between the cores where one will do. Where the root's buffer is
+/// exported each member folds half of it, else the root all (P = 2 between two cpus, 16 / 64
+/// Ki / 1 Mi f64: chunks 21.4 / 52.7 / 1 617-1 753 us, the root alone 7.8 / 29.5 / 1 711, by
+/// halves 4.9 / 14.0 / 652, Open MPI 12.4 / 48 / 2 509; on one cpu by halves as fast, and
+/// faster from 1 Mi f64: 2.53 -> 1.94 ms).
 const REDUCE_IN_PLACE_MAX: usize = 2;
 /// What a member publishes in the first round of a piece, as nine u64: this tag, its
 /// scratch region's key (0: it has none), the piece's collective `meta`, where in that region
@@ -860,4 +860,83 @@ pub(crate) fn applies(r: &Request) -> bool {
             }
             _ => false,
         }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Member 1's view of a reduce of two to root 0, whose records said `keys` (scratch, data,
+    /// result per member) and these offsets of the root's three places in their regions.
+    fn places(keys: [u32; 6], offs: [usize; 3], bytes: usize) -> Places {
+        let regions: Vec<(u32, Arc<Mem>)> = (1..=3)
+            .map(|k| {
+                (
+                    k,
+                    Arc::new(Mem::alloc(1 << 16).expect("an anonymous mapping")),
+                )
+            })
+            .collect();
+        let mem = |key: u32| regions.iter().find(|r| r.0 == key).map(|r| r.1.clone());
+        let mut peers = vec![None; 6];
+        for what in [SCRATCH, DATA, RESULT] {
+            peers[what] = mem(keys[what]).map(|m| (m, offs[what]));
+        }
+        Places {
+            r: Request {
+                flags: coll::REDUCE,
+                len: (bytes / 8) as u64,
+                ..Request::default()
+            },
+            kind: Kind::Reduce,
+            esize: 8,
+            bytes,
+            me: 1,
+            size: 2,
+            root: 0,
+            data_at: Some((5, 0)),
+            result_at: None,
+            keys: keys.to_vec(),
+            peers,
+            mine: None,
+            first: Done {
+                status: ni_abi::fastpath::Status::Ok,
+                rank: 0,
+                len: 0,
+                tag: 0,
+                aux: 0,
+            },
+            stride: bytes,
+        }
+    }
+
+    /// The member that writes its half into the root's buffer does so only where that buffer
+    /// lies apart from all the root says it reads: a root may publish one region for both, or
+    /// its scratch half, at overlapping offsets (fastpath.md, the reduce of 2 members).
+    #[test]
+    fn a_root_s_buffer_overlapping_its_data_is_refused() {
+        let bytes = 4096;
+        // Data and result in one region: apart, overlapping by one element, or the same.
+        let apart = places([1, 2, 2, 0, 5, 0], [0, 0, 4096], bytes);
+        assert!(apart.result_apart(0) && apart.everything_mapped());
+        for off in [4088, 0, 8] {
+            let p = places([1, 2, 2, 0, 5, 0], [0, 0, off], bytes);
+            assert!(
+                !p.result_apart(0),
+                "result at {off}: overlaps the data at 0"
+            );
+            assert!(
+                !p.everything_mapped(),
+                "result at {off}: must not be written"
+            );
+        }
+        // Data in the root's scratch half (key 0) and its result in the same region.
+        let p = places([1, 0, 1, 0, 5, 0], [8192, 0, 9000], bytes);
+        assert!(!p.result_apart(0) && !p.everything_mapped());
+        let p = places([1, 0, 1, 0, 5, 0], [8192, 0, 8192 + bytes], bytes);
+        assert!(p.result_apart(0) && p.everything_mapped());
+        // Result in another region than the data: apart at any offsets.
+        let p = places([1, 2, 3, 0, 5, 0], [0, 0, 0], bytes);
+        assert!(p.result_apart(0) && p.everything_mapped());
+    }
 }
