@@ -48,9 +48,10 @@ pub(crate) const HALF_MAX: usize = 8 << 20;
 /// lost (2.5 -> 5.1 us: the copy stores into lines the other core just read).
 const BCAST_COPY_MAX: usize = 16 << 10;
 /// Members' vectors are folded this much at a time ([`fold_in_place`]), so that the result
-/// stays in the cache while every member's piece of it is applied (an allreduce's chunk went
-/// through a member's whole vector at a time until stop 61: P = 4 on one cpu, 256 Ki / 1 Mi
-/// f64 1.70 / 8.31 -> 1.25 / 6.78 ms; between two cpus no change the machine shows).
+/// stays in the cache while every member's piece of it is applied (the chunks of allreduces
+/// and of reduces of more than two went through each member's whole chunk in turn until stop
+/// 61: an allreduce at P = 4 on one cpu, 256 Ki / 1 Mi f64 1.70 / 8.31 -> 1.25 / 6.78 ms;
+/// between two cpus no change the machine shows).
 const FOLD_BLOCK: usize = 32 << 10;
 /// Scans of more members than this are split by chunks ([`Ni::scan_scatter`]): each member
 /// reads and writes about three vectors' worth, where reducing the earlier members' vectors
