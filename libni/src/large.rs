@@ -156,12 +156,17 @@ struct Places {
 impl Places {
     /// Member m's place (`what`: DATA or RESULT), mapped here; key 0 means its scratch half.
     fn place(&self, m: usize, what: usize) -> Option<&(Arc<Mem>, usize)> {
-        let p = if self.keys[3 * m + what] == 0 {
+        self.peers[self.slot(m, what)].as_ref()
+    }
+
+    /// Where in `keys` and `peers` member m's place (`what`) is: its own, or, key 0, its
+    /// scratch half's.
+    fn slot(&self, m: usize, what: usize) -> usize {
+        if self.keys[3 * m + what] == 0 {
             3 * m + SCRATCH
         } else {
             3 * m + what
-        };
-        self.peers[p].as_ref()
+        }
     }
 
     /// Where member m's data (`what` = DATA) or result (RESULT) is, `off` bytes in.
@@ -188,12 +193,11 @@ impl Places {
     /// Whether member m's result, as mapped here, lies apart from its data (a member may say
     /// one region and overlapping offsets for both).
     fn result_apart(&self, m: usize) -> bool {
-        let at = |what: usize| match self.keys[3 * m + what] {
-            0 => (self.keys[3 * m + SCRATCH], self.place(m, what).map(|p| p.1)),
-            key => (key, self.place(m, what).map(|p| p.1)),
-        };
-        match (at(DATA), at(RESULT)) {
-            ((d, Some(a)), (r, Some(b))) => d != r || a + self.bytes <= b || b + self.bytes <= a,
+        let (d, r) = (self.slot(m, DATA), self.slot(m, RESULT));
+        match (&self.peers[d], &self.peers[r]) {
+            (Some((_, a)), Some((_, b))) => {
+                self.keys[d] != self.keys[r] || a + self.bytes <= *b || b + self.bytes <= *a
+            }
             _ => false,
         }
     }
@@ -221,9 +225,7 @@ impl Places {
             // (The other members write into the root's buffer: it must lie apart from all
             // the root says they read.)
             Kind::Reduce if size <= REDUCE_IN_PLACE_MAX && self.in_place(self.root, RESULT) => {
-                (0..size).all(data)
-                    && (me == self.root
-                        || self.place(self.root, RESULT).is_some() && self.result_apart(self.root))
+                (0..size).all(data) && (me == self.root || self.result_apart(self.root))
             }
             Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => me != self.root || (0..size).all(data),
             Kind::Reduce if me != self.root => (0..size).all(data),
@@ -627,7 +629,7 @@ impl Ni {
             // region mapped here, `bytes` checked against its length), apart from every
             // member's data; each member writes only its own part.
             unsafe { fold_in_place(p, p.size, p.at(p.root, RESULT, lo), lo, hi) };
-            return self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0));
+            return self.barrier_round();
         }
         if p.me == p.root {
             // SAFETY: as a scan's, above.
@@ -675,7 +677,7 @@ impl Ni {
         }
         // Round 2: every member's prefixes of every chunk are computed (and nobody reads
         // anyone's data any more).
-        let done = self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
+        let done = self.barrier_round()?;
         // SAFETY: the registered receive buffer (checked in `places`).
         let out = unsafe { std::slice::from_raw_parts_mut(r.tag as *mut u8, p.bytes) };
         // An exclusive scan's member takes the prefix of the member before it; the first,
@@ -708,13 +710,18 @@ impl Ni {
         Ok(done)
     }
 
+    /// One `BARRIER` round of the window's (every member has done what came before it).
+    fn barrier_round(&self) -> Result<Done> {
+        self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))
+    }
+
     /// After a step that only read others' data: a `BARRIER` round if the data of a member
     /// that others read (`read_by_others`) was read where its owner keeps it, so that no
     /// member returns (and rewrites it) while another still reads; data in scratch needs
     /// none, the halves alternating. Every member decides alike, from the same records.
     fn release(&self, p: &Places, read_by_others: impl Fn(usize) -> bool) -> Result<Done> {
         if (0..p.size).any(|m| read_by_others(m) && p.in_place(m, DATA)) {
-            self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))
+            self.barrier_round()
         } else {
             Ok(p.first)
         }
@@ -761,7 +768,7 @@ impl Ni {
             }
         }
         // Round 2: every chunk is reduced (and no member reads anyone's data any more).
-        let done = self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
+        let done = self.barrier_round()?;
         for m in (0..size).filter(|&m| m != me && (!reduce || me == p.root)) {
             let (lo, hi) = chunk(m);
             // SAFETY: member m's chunk of its result, into the registered receive buffer.
@@ -776,7 +783,7 @@ impl Ni {
         if p.any_in_place(RESULT) {
             // Round 3: results read in a receive buffer are read before its owner returns
             // (scratch halves alternate instead, so a result there waits for nobody).
-            self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))?;
+            self.barrier_round()?;
         }
         Ok(done)
     }

@@ -523,13 +523,6 @@ fn vectors(ni: &Ni) {
     // heap memory (the data in scratch), and up to 2 members 8 MiB and 3 elements (two
     // pieces, the last tiny); each twice, the second with the keys agreed on. Every element
     // checked, every other member's receive buffer left as it was.
-    let sign = |r: usize, i: usize| {
-        if (r + i).is_multiple_of(2) {
-            0.0f64
-        } else {
-            -0.0
-        }
-    };
     let big = (p <= 2).then_some(((8 << 20) / 8 + 3, 0usize, false));
     for (count, roff, heap) in [(200_003usize, 8usize, false), (200_003, 0, true)]
         .into_iter()
@@ -538,7 +531,9 @@ fn vectors(ni: &Ni) {
         for root in 0..p {
             for lap in 0..2 {
                 let sbuf = if heap { &heap_send } else { &send };
-                let mine: Vec<u8> = (0..count).flat_map(|i| sign(me, i).to_le_bytes()).collect();
+                let mine: Vec<u8> = (0..count)
+                    .flat_map(|i| signed_zero(me, i).to_le_bytes())
+                    .collect();
                 sbuf.write_at(0, &mine);
                 recv.write_at(roff, &vec![0x5Au8; count * 8]);
                 ni.reduce::<f64>(root as u32, ReduceOp::Min, sbuf, 0, &recv, roff, count)
@@ -548,7 +543,7 @@ fn vectors(ni: &Ni) {
                 for (i, g) in got.chunks_exact(8).enumerate() {
                     let g = u64::from_le_bytes(g.try_into().unwrap());
                     let want = if me == root {
-                        sign(0, i).to_bits()
+                        signed_zero(0, i).to_bits()
                     } else {
                         0x5A5A_5A5A_5A5A_5A5A
                     };
@@ -1126,11 +1121,7 @@ fn taken_at_once(ni: &Ni, send: &ni::Region, recv: &ni::Region, ctl: &ni::Region
             // member would get its own).
             for inclusive in [true, false] {
                 seq += 1;
-                let signs = |r: usize| -> Vec<f64> {
-                    (0..n)
-                        .map(|i| if (r + i).is_multiple_of(2) { 0.0 } else { -0.0 })
-                        .collect()
-                };
+                let signs = |r: usize| -> Vec<f64> { (0..n).map(|i| signed_zero(r, i)).collect() };
                 send.write_at(0, &f64_bytes(&signs(me)));
                 recv.write_at(0, &vec![0x5Au8; n * 8]);
                 scan(inclusive, ReduceOp::Min, recv, waits, seq);
@@ -1633,4 +1624,14 @@ fn main() {
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
+}
+
+/// Member r's element i of the minima over ±0: equal values whose sign says whose they are,
+/// member 0's and member 1's opposite at every element.
+fn signed_zero(r: usize, i: usize) -> f64 {
+    if (r + i).is_multiple_of(2) {
+        0.0
+    } else {
+        -0.0
+    }
 }
