@@ -208,6 +208,11 @@ impl Places {
         (0..self.size).any(|m| self.in_place(m, what))
     }
 
+    /// Whether every member's `what` (DATA, RESULT) is where its owner keeps it.
+    fn all_in_place(&self, what: usize) -> bool {
+        (0..self.size).all(|m| self.in_place(m, what))
+    }
+
     /// Whether member `m`'s `what` (DATA, RESULT) is read where its owner keeps it.
     fn in_place(&self, m: usize, what: usize) -> bool {
         self.keys[3 * m + what] != 0
@@ -235,6 +240,11 @@ impl Places {
             Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => (0..me).all(data),
             Kind::Scan | Kind::Exscan => {
                 (0..size).all(|m| data(m) && (m == me || self.peers[3 * m + SCRATCH].is_some()))
+            }
+            // Every member's result in its receive buffer: each member writes its chunk into
+            // every other's, which must lie apart from all that member says the others read.
+            Kind::Allreduce if self.all_in_place(RESULT) => {
+                (0..size).all(|m| data(m) && (m == me || self.result_apart(m)))
             }
             Kind::Allreduce | Kind::Reduce => {
                 (0..size).all(|m| data(m) && (m == me || self.place(m, RESULT).is_some()))
@@ -287,6 +297,7 @@ impl Ni {
             Kind::Bcast | Kind::Allgather => self.copy_vectors(&p)?,
             Kind::Scan | Kind::Exscan if p.size <= SCAN_IN_PLACE_MAX => self.scan_in_place(&p)?,
             Kind::Reduce if p.size <= REDUCE_IN_PLACE_MAX => self.reduce_in_place(&p)?,
+            Kind::Allreduce if p.all_in_place(RESULT) => self.allreduce_push(&p)?,
             Kind::Scan | Kind::Exscan => self.scan_scatter(&p)?,
             Kind::Allreduce | Kind::Reduce => self.reduce_scatter(&p, &mut s.chunk)?,
         };
@@ -710,6 +721,38 @@ impl Ni {
         Ok(done)
     }
 
+    /// An allreduce's steps after round 1 where every member's result is its receive buffer,
+    /// exported: this member folds its chunk in rank order into its own buffer and writes it
+    /// into every other member's, [`FOLD_BLOCK`] at a time while it is in the cache; then a
+    /// `BARRIER`, after which every buffer holds every chunk and nobody reads anyone's data.
+    /// Two rounds where pulling the others' chunks took three (the last so that nobody
+    /// rewrote a buffer another still read).
+    fn allreduce_push(&self, p: &Places) -> Result<Done> {
+        // At 64 bytes into the vector, a whole number of elements of every type: no cache
+        // line written from two cores where the buffers start on one.
+        let cut = |m: usize| match m == p.size {
+            true => p.bytes,
+            false => (p.bytes * m / p.size) & !63,
+        };
+        let (lo, hi) = (cut(p.me), cut(p.me + 1));
+        let mut at = lo;
+        while at < hi {
+            let end = hi.min(at + FOLD_BLOCK);
+            let out = (p.r.tag as *mut u8).wrapping_add(at);
+            // SAFETY: my registered receive buffer (checked in `places`), apart from every
+            // member's data (mine checked there, the others' in `everything_mapped`); only
+            // I write this part of anyone's.
+            unsafe { fold_in_place(p, p.size, out, at, end) };
+            for m in (0..p.size).filter(|&m| m != p.me) {
+                // SAFETY: member m's receive buffer in its mapping (`bytes` checked against
+                // the region), apart from its data (`everything_mapped`) and from mine.
+                unsafe { std::ptr::copy_nonoverlapping(out, p.at(m, RESULT, at), end - at) };
+            }
+            at = end;
+        }
+        self.barrier_round()
+    }
+
     /// One `BARRIER` round of the window's (every member has done what came before it).
     fn barrier_round(&self) -> Result<Done> {
         self.request(coll_request(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0, 0))
@@ -870,6 +913,11 @@ mod tests {
     /// Member 1's view of a reduce of two to root 0, whose records said `keys` (scratch, data,
     /// result per member) and these offsets of the root's three places in their regions.
     fn places(keys: [u32; 6], offs: [usize; 3], bytes: usize) -> Places {
+        places_of(Kind::Reduce, keys, offs, bytes)
+    }
+
+    /// The same of a collective of `kind`.
+    fn places_of(kind: Kind, keys: [u32; 6], offs: [usize; 3], bytes: usize) -> Places {
         let regions: Vec<(u32, Arc<Mem>)> = (1..=3)
             .map(|k| {
                 (
@@ -889,14 +937,14 @@ mod tests {
                 len: (bytes / 8) as u64,
                 ..Request::default()
             },
-            kind: Kind::Reduce,
+            kind,
             esize: 8,
             bytes,
             me: 1,
             size: 2,
             root: 0,
             data_at: Some((5, 0)),
-            result_at: None,
+            result_at: (keys[5] != 0).then_some((keys[5], 0)),
             keys: keys.to_vec(),
             peers,
             mine: None,
@@ -939,5 +987,29 @@ mod tests {
         // Result in another region than the data: apart at any offsets.
         let p = places([1, 2, 3, 0, 5, 0], [0, 0, 0], bytes);
         assert!(p.result_apart(0) && p.everything_mapped());
+    }
+
+    /// Where every member's result is in its receive buffer, each member writes its chunk into
+    /// every other's — only where that buffer lies apart from all its owner says the others
+    /// read (fastpath.md, the large allreduce); with a result in scratch, nobody writes it.
+    #[test]
+    fn an_allreduce_pushes_only_into_buffers_apart_from_their_data() {
+        let bytes = 4096;
+        let p = places_of(Kind::Allreduce, [1, 2, 3, 0, 5, 6], [0, 0, 0], bytes);
+        assert!(p.all_in_place(RESULT) && p.everything_mapped());
+        for off in [4088, 0, 8] {
+            let p = places_of(Kind::Allreduce, [1, 2, 2, 0, 5, 6], [0, 0, off], bytes);
+            assert!(p.all_in_place(RESULT));
+            assert!(
+                !p.everything_mapped(),
+                "result at {off}: overlaps the data at 0, must not be written"
+            );
+        }
+        let p = places_of(Kind::Allreduce, [1, 2, 2, 0, 5, 6], [0, 0, bytes], bytes);
+        assert!(p.everything_mapped());
+        // Member 0's result in its scratch half: pulled after round 3 as before, from
+        // wherever it is (overlapping its data there is its own affair: nobody writes it).
+        let p = places_of(Kind::Allreduce, [1, 2, 0, 0, 5, 6], [0, 0, 0], bytes);
+        assert!(!p.all_in_place(RESULT) && p.everything_mapped());
     }
 }

@@ -481,6 +481,46 @@ fn vectors(ni: &Ni) {
             assert_eq!(g, want, "mixed places, count {count} lap {lap} element {i}");
         }
     }
+    // Every member's result in an exported receive buffer, each member at its own offset in
+    // it, cut off a cache line (fastpath.md, "Large allreduce in the window": each member
+    // writes its chunk into every other's buffer): the bytes either side of every member's
+    // vector stay as they were, whatever the others write (each member's its own bytes).
+    for count in [1009usize, 200_003] {
+        let at = 8 * (1 + me);
+        let bytes = count * 8;
+        let guard = [0xa5 ^ me as u8; 64];
+        recv.write_at(at - 8, &guard[..8]);
+        recv.write_at(at + bytes, &guard);
+        let mine: Vec<u8> = (0..count)
+            .flat_map(|i| ((mix(me as u64, i as u64) % 1000) as i64 - 500).to_le_bytes())
+            .collect();
+        send.write_at(0, &mine);
+        ni.allreduce::<i64>(ReduceOp::Min, &send, 0, &recv, at, count)
+            .unwrap();
+        let mut got = vec![0u8; bytes + 72];
+        recv.read_at(at - 8, &mut got);
+        assert_eq!(
+            got[..8],
+            guard[..8],
+            "count {count}: the 8 bytes before written"
+        );
+        assert_eq!(
+            got[8 + bytes..],
+            guard[..],
+            "count {count}: the 64 after written"
+        );
+        for i in 0..count {
+            let want = (0..p)
+                .map(|r| (mix(r as u64, i as u64) % 1000) as i64 - 500)
+                .min();
+            let g = i64::from_le_bytes(got[8 + i * 8..16 + i * 8].try_into().unwrap());
+            assert_eq!(
+                Some(g),
+                want,
+                "min at offset {at}, count {count} element {i}"
+            );
+        }
+    }
     // Reduces past two slots (fastpath.md, "Large allreduce in the window", last paragraph):
     // the allreduce's rounds, the root alone copying the result out; every other member's
     // receive buffer is left as it was. Odd ranks' buffers are registered heap memory.
