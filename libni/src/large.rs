@@ -53,10 +53,12 @@ const BCAST_COPY_MAX: usize = 16 << 10;
 /// 61: an allreduce at P = 4 on one cpu, 256 Ki / 1 Mi f64 1.70 / 8.31 -> 1.25 / 6.78 ms;
 /// between two cpus no change the machine shows).
 const FOLD_BLOCK: usize = 32 << 10;
-/// Scans of more members than this are split by chunks ([`Ni::scan_scatter`]): each member
-/// reads and writes about three vectors' worth, where reducing the earlier members' vectors
-/// where they are ([`Ni::scan_in_place`]) makes the last member read `P`, and all of them
-/// together `P (P + 1) / 2` (2 members: 3 vectors against 6).
+/// Scans of more members than this whose receive buffers are not all exported are split by
+/// chunks ([`Ni::scan_scatter`]): each member reads and writes about three vectors' worth,
+/// where reducing the earlier members' vectors where they are ([`Ni::scan_in_place`]) makes
+/// the last member read `P`, and all of them together `P (P + 1) / 2` (2 members: 3 vectors
+/// against 6). Where they are all exported, each member writes its prefixes of its chunk
+/// into every buffer ([`Ni::scan_push`]), any number of members: two vectors' worth each.
 const SCAN_IN_PLACE_MAX: usize = 3;
 /// Reduces of up to this many members fold every member's vector where it is straight into
 /// the root's receive buffer ([`Ni::reduce_in_place`]) rather than split by chunks, which made
@@ -237,6 +239,10 @@ impl Places {
             // A scan's member reads the earlier members' data where they are; split by
             // chunks, its chunk of every member's data, and its prefixes from every member's
             // scratch.
+            // Every member's result in its receive buffer: as the allreduce's, below.
+            Kind::Scan | Kind::Exscan if self.all_in_place(RESULT) => {
+                (0..size).all(|m| data(m) && (m == me || self.result_apart(m)))
+            }
             Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => (0..me).all(data),
             Kind::Scan | Kind::Exscan => {
                 (0..size).all(|m| data(m) && (m == me || self.peers[3 * m + SCRATCH].is_some()))
@@ -295,6 +301,7 @@ impl Ni {
         };
         let done = match kind {
             Kind::Bcast | Kind::Allgather => self.copy_vectors(&p)?,
+            Kind::Scan | Kind::Exscan if p.all_in_place(RESULT) => self.scan_push(&p)?,
             Kind::Scan | Kind::Exscan if p.size <= SCAN_IN_PLACE_MAX => self.scan_in_place(&p)?,
             Kind::Reduce if p.size <= REDUCE_IN_PLACE_MAX => self.reduce_in_place(&p)?,
             Kind::Allreduce if p.all_in_place(RESULT) => self.allreduce_push(&p)?,
@@ -377,6 +384,9 @@ impl Ni {
                 // where it is exported ([`Ni::reduce_in_place`]).
                 Kind::Reduce if size > 1 && size <= REDUCE_IN_PLACE_MAX => (at(r.addr), at(r.tag)),
                 Kind::Allreduce => (at(r.addr), at(r.tag)),
+                // Split by chunks, each member writes its prefixes of its chunk into every
+                // member's buffer where they all are exported ([`Ni::scan_push`]).
+                Kind::Scan | Kind::Exscan if size > 1 => (at(r.addr), at(r.tag)),
                 // Nobody reads anyone's result in the rest.
                 _ => (at(r.addr), None),
             }
@@ -629,13 +639,7 @@ impl Ni {
     /// read theirs where they keep them.
     fn reduce_in_place(&self, p: &Places) -> Result<Done> {
         if p.in_place(p.root, RESULT) {
-            // At 64 bytes into the vector, a whole number of elements of every type: no
-            // cache line written from two cores where the buffer starts on one, else one.
-            let cut = |m: usize| match m == p.size {
-                true => p.bytes,
-                false => (p.bytes * m / p.size) & !63,
-            };
-            let (lo, hi) = (cut(p.me), cut(p.me + 1));
+            let (lo, hi) = cuts(p, p.me);
             // SAFETY: the root's receive buffer (its own registered one, or its exported
             // region mapped here, `bytes` checked against its length), apart from every
             // member's data; each member writes only its own part.
@@ -728,13 +732,7 @@ impl Ni {
     /// Two rounds where pulling the others' chunks took three (the last so that nobody
     /// rewrote a buffer another still read).
     fn allreduce_push(&self, p: &Places) -> Result<Done> {
-        // At 64 bytes into the vector, a whole number of elements of every type: no cache
-        // line written from two cores where the buffers start on one.
-        let cut = |m: usize| match m == p.size {
-            true => p.bytes,
-            false => (p.bytes * m / p.size) & !63,
-        };
-        let (lo, hi) = (cut(p.me), cut(p.me + 1));
+        let (lo, hi) = cuts(p, p.me);
         let mut at = lo;
         while at < hi {
             let end = hi.min(at + FOLD_BLOCK);
@@ -749,6 +747,43 @@ impl Ni {
                 unsafe { std::ptr::copy_nonoverlapping(out, p.at(m, RESULT, at), end - at) };
             }
             at = end;
+        }
+        self.barrier_round()
+    }
+
+    /// A scan's steps after round 1 where every member's result is its receive buffer,
+    /// exported: this member computes every member's prefix of its own chunk in rank order,
+    /// each straight into that member's buffer from the one before it, [`FOLD_BLOCK`] at a
+    /// time; then a `BARRIER`, after which every buffer holds its prefix of every chunk and
+    /// nobody reads anyone's data. [`Ni::scan_scatter`] wrote the prefixes into its scratch
+    /// and every member then copied its own out of every other's: twice the bytes moved.
+    fn scan_push(&self, p: &Places) -> Result<Done> {
+        let (d, o) = dtype_op(&p.r);
+        // An exclusive scan's member m takes the prefix of the members before it; the first,
+        // the identity.
+        let shift = usize::from(p.kind == Kind::Exscan);
+        let (lo, hi) = cuts(p, p.me);
+        let mut at = lo;
+        while at < hi {
+            let n = hi.min(at + FOLD_BLOCK) - at;
+            // SAFETY (of each): member k's receive buffer, `n` bytes `at` into it — its own
+            // registered one, or in its mapping (`bytes` checked against the region) — apart
+            // from every member's data (`everything_mapped`) and from every other member's
+            // buffer; only this member writes this part of anyone's.
+            let out = |k: usize| unsafe { std::slice::from_raw_parts_mut(p.at(k, RESULT, at), n) };
+            if shift == 1 {
+                identity(d, o, out(0));
+            }
+            for m in 0..p.size - shift {
+                // SAFETY: inside member m's data (`at + n` ≤ `hi` ≤ `bytes`).
+                let x = unsafe { std::slice::from_raw_parts(p.at(m, DATA, at), n) };
+                if m == 0 {
+                    out(shift).copy_from_slice(x);
+                } else {
+                    combine(d, o, out(m + shift), out(m + shift - 1), x);
+                }
+            }
+            at += n;
         }
         self.barrier_round()
     }
@@ -861,6 +896,17 @@ unsafe fn fold_in_place(p: &Places, upto: usize, out: *mut u8, lo: usize, hi: us
             apply(d, o, acc, x(m));
         }
     }
+}
+
+/// Member m's part of the vector where each member writes its own part into every member's
+/// buffer: cut at 64 bytes into the vector, a whole number of elements of every type, so that
+/// no cache line is written from two cores where the buffers start on one.
+fn cuts(p: &Places, m: usize) -> (usize, usize) {
+    let cut = |m: usize| match m == p.size {
+        true => p.bytes,
+        false => (p.bytes * m / p.size) & !63,
+    };
+    (cut(m), cut(m + 1))
 }
 
 /// The largest of a vector's `size` chunks, in bytes.

@@ -483,42 +483,56 @@ fn vectors(ni: &Ni) {
     }
     // Every member's result in an exported receive buffer, each member at its own offset in
     // it, cut off a cache line (fastpath.md, "Large allreduce in the window": each member
-    // writes its chunk into every other's buffer): the bytes either side of every member's
-    // vector stay as they were, whatever the others write (each member's its own bytes).
+    // writes its part into every other's buffer, an allreduce's and, past 3 members, a
+    // scan's): the bytes either side of every member's vector stay as they were, whatever
+    // the others write (each member's its own bytes). The allreduce a minimum of i64; the
+    // scans minimums over ±0, which keep the first operand's sign (the first member's), so
+    // a prefix folded with its operands swapped shows.
     for count in [1009usize, 200_003] {
         let at = 8 * (1 + me);
         let bytes = count * 8;
         let guard = [0xa5 ^ me as u8; 64];
-        recv.write_at(at - 8, &guard[..8]);
-        recv.write_at(at + bytes, &guard);
-        let mine: Vec<u8> = (0..count)
-            .flat_map(|i| ((mix(me as u64, i as u64) % 1000) as i64 - 500).to_le_bytes())
-            .collect();
-        send.write_at(0, &mine);
-        ni.allreduce::<i64>(ReduceOp::Min, &send, 0, &recv, at, count)
+        for what in ["allreduce", "scan", "exscan"] {
+            recv.write_at(at - 8, &guard[..8]);
+            recv.write_at(at + bytes, &guard);
+            let mine: Vec<u8> = match what {
+                "allreduce" => (0..count)
+                    .flat_map(|i| ((mix(me as u64, i as u64) % 1000) as i64 - 500).to_le_bytes())
+                    .collect(),
+                _ => (0..count)
+                    .flat_map(|i| signed_zero(me, i).to_le_bytes())
+                    .collect(),
+            };
+            send.write_at(0, &mine);
+            match what {
+                "allreduce" => ni.allreduce::<i64>(ReduceOp::Min, &send, 0, &recv, at, count),
+                _ => ni.scan::<f64>(ReduceOp::Min, what == "scan", &send, 0, &recv, at, count),
+            }
             .unwrap();
-        let mut got = vec![0u8; bytes + 72];
-        recv.read_at(at - 8, &mut got);
-        assert_eq!(
-            got[..8],
-            guard[..8],
-            "count {count}: the 8 bytes before written"
-        );
-        assert_eq!(
-            got[8 + bytes..],
-            guard[..],
-            "count {count}: the 64 after written"
-        );
-        for i in 0..count {
-            let want = (0..p)
-                .map(|r| (mix(r as u64, i as u64) % 1000) as i64 - 500)
-                .min();
-            let g = i64::from_le_bytes(got[8 + i * 8..16 + i * 8].try_into().unwrap());
+            let mut got = vec![0u8; bytes + 72];
+            recv.read_at(at - 8, &mut got);
             assert_eq!(
-                Some(g),
-                want,
-                "min at offset {at}, count {count} element {i}"
+                got[..8],
+                guard[..8],
+                "{what} of {count}: the 8 bytes before written"
             );
+            assert_eq!(
+                got[8 + bytes..],
+                guard[..],
+                "{what} of {count}: the 64 after written"
+            );
+            for i in 0..count {
+                let g = u64::from_le_bytes(got[8 + i * 8..16 + i * 8].try_into().unwrap());
+                let want = match what {
+                    "allreduce" => (0..p)
+                        .map(|r| (mix(r as u64, i as u64) % 1000) as i64 - 500)
+                        .min()
+                        .unwrap() as u64,
+                    "exscan" if me == 0 => f64::INFINITY.to_bits(),
+                    _ => signed_zero(0, i).to_bits(),
+                };
+                assert_eq!(g, want, "{what} at offset {at}, count {count}: element {i}");
+            }
         }
     }
     // Reduces past two slots (fastpath.md, "Large allreduce in the window", last paragraph):
