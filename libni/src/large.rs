@@ -60,14 +60,15 @@ const FOLD_BLOCK: usize = 32 << 10;
 /// against 6). Where they are all exported, each member writes its prefixes of its chunk
 /// into every buffer ([`Ni::scan_push`]), any number of members: two vectors' worth each.
 const SCAN_IN_PLACE_MAX: usize = 3;
-/// Reduces of up to this many members fold every member's vector where it is straight into
-/// the root's receive buffer ([`Ni::reduce_in_place`]) rather than split by chunks, which made
-/// each member read half of the other's vector and the root copy the other's half of the
-/// result back: two transfers between the cores where one will do. Where the root's buffer is
-/// exported each member folds half of it, else the root all (P = 2 between two cpus, 16 / 64
-/// Ki / 1 Mi f64: chunks 21.4 / 52.7 / 1 617-1 753 us, the root alone 7.8 / 29.5 / 1 711, by
-/// halves 4.9 / 14.0 / 652, Open MPI 12.4 / 48 / 2 509; on one cpu by halves as fast, and
-/// faster from 1 Mi f64: 2.53 -> 1.94 ms).
+/// Reduces fold every member's vector where it is straight into the root's receive buffer
+/// ([`Ni::reduce_in_place`]) rather than split by chunks, which made the root copy the others'
+/// chunks of the result back: transfers between the cores where none is needed. Where the
+/// root's buffer is exported each member folds its part of it, any number of members; else,
+/// up to this many members, the root all, and more go by chunks. P = 2 between two cpus, 16 /
+/// 64 Ki / 1 Mi f64: chunks 21.4 / 52.7 / 1 617-1 753 us, the root alone 7.8 / 29.5 / 1 711,
+/// by halves 4.9 / 14.0 / 652, Open MPI 12.4 / 48 / 2 509; on one cpu by halves as fast, and
+/// faster from 1 Mi f64: 2.53 -> 1.94 ms. P = 4 between two cpus, 64 Ki / 1 Mi f64: chunks
+/// 91.6 / 3 435 us, by parts 42.8 / 2 005.
 const REDUCE_IN_PLACE_MAX: usize = 2;
 /// What a member publishes in the first round of a piece, as nine u64: this tag, its
 /// scratch region's key (0: it has none), the piece's collective `meta`, where in that region
@@ -227,11 +228,11 @@ impl Places {
         match self.kind {
             Kind::Bcast => data(self.root),
             Kind::Allgather => (0..size).all(data),
-            // Where the root's buffer is exported, both members fold half of every vector
-            // into it; else the root alone reads every member's.
+            // Where the root's buffer is exported, every member folds its part of every
+            // vector into it; else, of two members, the root alone reads every member's.
             // (The other members write into the root's buffer: it must lie apart from all
             // the root says they read.)
-            Kind::Reduce if size <= REDUCE_IN_PLACE_MAX && self.in_place(self.root, RESULT) => {
+            Kind::Reduce if self.in_place(self.root, RESULT) => {
                 (0..size).all(data) && (me == self.root || self.result_apart(self.root))
             }
             Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => me != self.root || (0..size).all(data),
@@ -303,7 +304,9 @@ impl Ni {
             Kind::Bcast | Kind::Allgather => self.copy_vectors(&p)?,
             Kind::Scan | Kind::Exscan if p.all_in_place(RESULT) => self.scan_push(&p)?,
             Kind::Scan | Kind::Exscan if p.size <= SCAN_IN_PLACE_MAX => self.scan_in_place(&p)?,
-            Kind::Reduce if p.size <= REDUCE_IN_PLACE_MAX => self.reduce_in_place(&p)?,
+            Kind::Reduce if p.size <= REDUCE_IN_PLACE_MAX || p.in_place(p.root, RESULT) => {
+                self.reduce_in_place(&p)?
+            }
             Kind::Allreduce if p.all_in_place(RESULT) => self.allreduce_push(&p)?,
             Kind::Scan | Kind::Exscan => self.scan_scatter(&p)?,
             Kind::Allreduce | Kind::Reduce => self.reduce_scatter(&p, &mut s.chunk)?,
@@ -380,9 +383,9 @@ impl Ni {
                 // Nobody reads a reduce's result where it is: the root builds it in its
                 // buffer, the others in scratch, apart from their data.
                 Kind::Reduce if me != root => (i.exported_at(r.addr, bytes as u64), None),
-                // Of two members, the other folds its half straight into the root's buffer
-                // where it is exported ([`Ni::reduce_in_place`]).
-                Kind::Reduce if size > 1 && size <= REDUCE_IN_PLACE_MAX => (at(r.addr), at(r.tag)),
+                // The others fold their parts straight into the root's buffer where it is
+                // exported ([`Ni::reduce_in_place`]).
+                Kind::Reduce if size > 1 => (at(r.addr), at(r.tag)),
                 Kind::Allreduce => (at(r.addr), at(r.tag)),
                 // Split by chunks, each member writes its prefixes of its chunk into every
                 // member's buffer where they all are exported ([`Ni::scan_push`]).
@@ -631,11 +634,11 @@ impl Ni {
         self.release(p, |m| m + 1 < p.size)
     }
 
-    /// A reduce of up to [`REDUCE_IN_PLACE_MAX`] members after round 1, every member's vector
-    /// folded in rank order where each lies into the root's receive buffer. Where the root
-    /// exported that buffer, every member folds its own part of it, then a `BARRIER`: the
-    /// root returns only once every part is in, the others once it read theirs. Else the
-    /// root folds all of it and the others only wait, in [`Self::release`], for it to have
+    /// A reduce after round 1, every member's vector folded in rank order where each lies into
+    /// the root's receive buffer. Where the root exported that buffer (any number of
+    /// members), every member folds its own part of it, then a `BARRIER`: the
+    /// root returns only once every part is in, the others once it read theirs. Else (up to
+    /// [`REDUCE_IN_PLACE_MAX`] members) the root folds all of it and the others only wait, in [`Self::release`], for it to have
     /// read theirs where they keep them.
     fn reduce_in_place(&self, p: &Places) -> Result<Done> {
         if p.in_place(p.root, RESULT) {

@@ -535,9 +535,10 @@ fn vectors(ni: &Ni) {
             }
         }
     }
-    // Reduces past two slots (fastpath.md, "Large allreduce in the window", last paragraph):
-    // the allreduce's rounds, the root alone copying the result out; every other member's
-    // receive buffer is left as it was. Odd ranks' buffers are registered heap memory.
+    // Reduces past two slots (fastpath.md, "Large allreduce in the window", the reduce): an
+    // even root's buffer an `alloc` region, every member folding its part into it; an odd
+    // root's registered heap memory, of more than two the allreduce's rounds, the root
+    // alone copying the result out. Every other member's receive buffer is left as it was.
     for (count, lap) in [(2000usize, 0u64), (2000, 1), (200_000, 0)] {
         for root in 0..p {
             let of = |r: usize, i: usize| {
