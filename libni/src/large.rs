@@ -17,19 +17,27 @@
 //! operation `k + 2` only after every member finished the first round of `k + 1`, which each
 //! enters only after copying out `k`.
 //!
+//! Where every member's receive buffer is exported (an `alloc` region apart from its send
+//! buffer), nobody copies a result out: each member writes its part of the result straight
+//! into every buffer that needs it as it folds it, and one `BARRIER` ends the operation.
+//!
 //! The rest are the first round ([`Ni::places`]) and one step of their own after it:
+//! - an allreduce whose members all export their receive buffers: each member's chunk into
+//!   every one of them ([`Ni::allreduce_push`]);
 //! - a reduce is the allreduce but for the last copies: the members other than the root keep
-//!   their chunks in scratch, and only the root copies them out; of 2 members, both vectors
-//!   are reduced where they are into the root's buffer — each member half of them where the
-//!   root exported that buffer, else the root all;
+//!   their chunks in scratch, and only the root copies them out; where the root exported its
+//!   buffer, each member folds its part of every vector straight into it instead, and of 2
+//!   members where it did not, the root folds both vectors where they are into it;
 //! - an allgather: every member copies every other's vector where it is;
 //! - a broadcast: the root's vector where it is (or copied into its scratch half), every other
 //!   member copying all of it straight into its buffer — each on its own core, where the
 //!   fabric's path copies to every member in the one poller thread (8 KiB at P = 2: 10 us
 //!   there);
-//! - a scan of up to 3 members: every member reduces the vectors of the members before it
-//!   (and its own, unless exclusive) into its buffer itself, in rank order; of more, the
-//!   allreduce split by chunks, each member computing every member's prefix of its chunk.
+//! - a scan whose members all export their receive buffers: each member computes every
+//!   member's prefix of its part into that member's buffer ([`Ni::scan_push`]); else, of up to
+//!   3 members, every member reduces the vectors of the members before it (and its own,
+//!   unless exclusive) into its buffer itself, in rank order; of more, the allreduce split by
+//!   chunks, each member computing every member's prefix of its chunk.
 
 use ni_abi::fastpath::{coll, dtype, redop, Request};
 use ni_abi::reduce::{apply, combine, identity};
@@ -237,13 +245,13 @@ impl Places {
             }
             Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => me != self.root || (0..size).all(data),
             Kind::Reduce if me != self.root => (0..size).all(data),
-            // A scan's member reads the earlier members' data where they are; split by
-            // chunks, its chunk of every member's data, and its prefixes from every member's
-            // scratch.
             // Every member's result in its receive buffer: as the allreduce's, below.
             Kind::Scan | Kind::Exscan if self.all_in_place(RESULT) => {
                 (0..size).all(|m| data(m) && (m == me || self.result_apart(m)))
             }
+            // A scan's member reads the earlier members' data where they are; split by
+            // chunks, its chunk of every member's data, and its prefixes from every member's
+            // scratch.
             Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => (0..me).all(data),
             Kind::Scan | Kind::Exscan => {
                 (0..size).all(|m| data(m) && (m == me || self.peers[3 * m + SCRATCH].is_some()))
@@ -636,10 +644,10 @@ impl Ni {
 
     /// A reduce after round 1, every member's vector folded in rank order where each lies into
     /// the root's receive buffer. Where the root exported that buffer (any number of
-    /// members), every member folds its own part of it, then a `BARRIER`: the
-    /// root returns only once every part is in, the others once it read theirs. Else (up to
-    /// [`REDUCE_IN_PLACE_MAX`] members) the root folds all of it and the others only wait, in [`Self::release`], for it to have
-    /// read theirs where they keep them.
+    /// members), every member folds its own part of it, then a `BARRIER`: the root returns
+    /// only once every part is in, the others once it read theirs. Else (up to
+    /// [`REDUCE_IN_PLACE_MAX`] members) the root folds all of it and the others only wait, in
+    /// [`Self::release`], for it to have read theirs where they keep them.
     fn reduce_in_place(&self, p: &Places) -> Result<Done> {
         if p.in_place(p.root, RESULT) {
             let (lo, hi) = cuts(p, p.me);

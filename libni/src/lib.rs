@@ -1257,10 +1257,11 @@ impl Ni {
     /// (`direct::bcast_ring_max`) up to [`RING_PIECES_MAX`] are read where the root keeps
     /// them, [`Ni::bcast_read`]). Every member splits alike
     /// (same count and type), and each piece is combined in rank order as the whole vector
-    /// would be, so the bits are the same. Larger allreduces and reduces go through the
-    /// members' exported scratch, larger broadcasts read the root's vector where it exports
-    /// it, and in larger scans every member reads the earlier members' vectors where they
-    /// are (`large.rs`, which does large allgathers too).
+    /// would be, so the bits are the same. Larger allreduces, reduces and scans go through
+    /// the members' exported memory — each member writing its part of the result straight
+    /// into every receive buffer that needs it where those are exported, else through
+    /// scratch — and larger broadcasts read the root's vector where it exports it
+    /// (`large.rs`, which does large allgathers too).
     fn collective_pieces(&self, r: Request, esize: usize) -> Result<Done> {
         // A slot's vector is one piece of every kind (its limit worked out takes a division).
         if r.len.saturating_mul(esize as u64) <= ni_abi::window::COLL_MAX {
