@@ -192,6 +192,10 @@ counters! {
     /// vectors from their exported memory (also counted in `collectives` and
     /// `collective_bytes`).
     window_large_scans,
+    /// Of the large allreduces and scans, those in which this NI's client wrote its part of
+    /// the result straight into every member's receive buffer (all exported), so that nobody
+    /// copied a result out (also counted in `window_large_allreduces` or `_scans`).
+    window_large_pushed,
     /// Rendezvous messages (larger than the ring's eager ones) this NI's client received by
     /// copying their payload itself out of the sender's exported region, and their bytes
     /// (also counted in `recvs` and `recv_bytes`).

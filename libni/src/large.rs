@@ -17,9 +17,11 @@
 //! operation `k + 2` only after every member finished the first round of `k + 1`, which each
 //! enters only after copying out `k`.
 //!
-//! Where every member's receive buffer is exported (an `alloc` region apart from its send
-//! buffer), nobody copies a result out: each member writes its part of the result straight
-//! into every buffer that needs it as it folds it, and one `BARRIER` ends the operation.
+//! In an allreduce or a scan whose members' receive buffers are all exported (`alloc` regions
+//! apart from their send buffers), and a reduce whose root's is, nobody copies a result out:
+//! each member writes its part of the result straight into every buffer that needs it as it
+//! folds it, and one `BARRIER` ends the operation. (An allgather's members still copy every
+//! vector out: each one's is needed whole by all.)
 //!
 //! The rest are the first round ([`Ni::places`]) and one step of their own after it:
 //! - an allreduce whose members all export their receive buffers: each member's chunk into
@@ -148,8 +150,9 @@ struct Places {
     size: usize,
     root: usize,
     /// This member's data and result when others reach them where they are (an exported
-    /// region's key and the offset in it; a result is read there, or, the root's of a reduce
-    /// of two, written); `None`: in its scratch half (or, a result, nowhere others reach).
+    /// region's key and the offset in it; a result is read there, or, where every member's
+    /// is there — a reduce's root's alone — written by the others); `None`: in its scratch
+    /// half (or, a result, nowhere others reach).
     data_at: Option<(u32, u64)>,
     result_at: Option<(u32, u64)>,
     /// Every member's three keys, as published.
@@ -308,14 +311,19 @@ impl Ni {
         let Some(p) = self.places(s, r, esize, kind, stride)? else {
             return Ok(None);
         };
+        // Whether this member writes its part of the result into every member's buffer.
+        let pushed = match kind {
+            Kind::Allreduce | Kind::Scan | Kind::Exscan => p.all_in_place(RESULT),
+            Kind::Reduce | Kind::Bcast | Kind::Allgather => false,
+        };
         let done = match kind {
             Kind::Bcast | Kind::Allgather => self.copy_vectors(&p)?,
-            Kind::Scan | Kind::Exscan if p.all_in_place(RESULT) => self.scan_push(&p)?,
+            Kind::Scan | Kind::Exscan if pushed => self.scan_push(&p)?,
             Kind::Scan | Kind::Exscan if p.size <= SCAN_IN_PLACE_MAX => self.scan_in_place(&p)?,
             Kind::Reduce if p.size <= REDUCE_IN_PLACE_MAX || p.in_place(p.root, RESULT) => {
                 self.reduce_in_place(&p)?
             }
-            Kind::Allreduce if p.all_in_place(RESULT) => self.allreduce_push(&p)?,
+            Kind::Allreduce if pushed => self.allreduce_push(&p)?,
             Kind::Scan | Kind::Exscan => self.scan_scatter(&p)?,
             Kind::Allreduce | Kind::Reduce => self.reduce_scatter(&p, &mut s.chunk)?,
         };
@@ -333,6 +341,9 @@ impl Ni {
             w.add(of_bytes, p.bytes as u64);
             if kind == Kind::Allreduce && p.data_at.is_some() {
                 w.count(stats::LARGE_ALLREDUCES_IN_PLACE);
+            }
+            if pushed {
+                w.count(stats::LARGE_PUSHED);
             }
         }
         Ok(Some(done))
@@ -395,8 +406,8 @@ impl Ni {
                 // exported ([`Ni::reduce_in_place`]).
                 Kind::Reduce if size > 1 => (at(r.addr), at(r.tag)),
                 Kind::Allreduce => (at(r.addr), at(r.tag)),
-                // Split by chunks, each member writes its prefixes of its chunk into every
-                // member's buffer where they all are exported ([`Ni::scan_push`]).
+                // Each member writes its prefixes of its part into every member's buffer
+                // where they all are exported ([`Ni::scan_push`]).
                 Kind::Scan | Kind::Exscan if size > 1 => (at(r.addr), at(r.tag)),
                 // Nobody reads anyone's result in the rest.
                 _ => (at(r.addr), None),
@@ -404,7 +415,9 @@ impl Ni {
         };
         // Only a broadcast's root needs its scratch in a broadcast (the others copy into
         // their buffers straight from the root's), and where the data is read in place
-        // nobody's result is in scratch but the reduce-scatter's.
+        // nobody's result is in scratch but the reduce-scatter's and the chunked scan's —
+        // which a member cannot rule out before round 1 tells it whether every member's
+        // result is where the others can write it.
         let needs_scratch = match kind {
             Kind::Bcast => me == root && data_at.is_none(),
             Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => data_at.is_none(),
@@ -645,7 +658,7 @@ impl Ni {
     /// A reduce after round 1, every member's vector folded in rank order where each lies into
     /// the root's receive buffer. Where the root exported that buffer (any number of
     /// members), every member folds its own part of it, then a `BARRIER`: the root returns
-    /// only once every part is in, the others once it read theirs. Else (up to
+    /// only once every part is in, every member once nobody reads its data. Else (up to
     /// [`REDUCE_IN_PLACE_MAX`] members) the root folds all of it and the others only wait, in
     /// [`Self::release`], for it to have read theirs where they keep them.
     fn reduce_in_place(&self, p: &Places) -> Result<Done> {

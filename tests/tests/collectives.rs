@@ -117,12 +117,27 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
             "large allgathers in the window, P = {p}"
         );
         // Scans of 1100, 200000 and 1.2 M f64 (two pieces), inclusive and exclusive, and of
-        // 200003 f64 into buffers at each member's own offset; the 1100 f64 (8800 bytes)
-        // and 1009 go in the rings: whole where a ring's piece holds them (`ring_coll_max`,
-        // 16 KiB up to 8 members), else, with 4 members and more, as pieces.
+        // 200003 elements into buffers at each member's own offset (minimums and sums,
+        // inclusive and exclusive, twice); the 1100 f64 (8800 bytes) and 1009 go in the
+        // rings: whole where a ring's piece holds them (`ring_coll_max`, 16 KiB up to 8
+        // members), else, with 4 members and more, as pieces.
         let scans = d.counter(0, "window_large_scans");
-        let want = if direct { 10 } else { 0 };
+        let want = if direct { 16 } else { 0 };
         assert_eq!(scans, want, "large scans in the window, P = {p}");
+        // Results written into every member's buffer (fastpath.md, "Large allreduce in the
+        // window"), where all are `alloc` regions apart from the data: the allreduces of
+        // 2000, 131072 and 8 Mi f64 (8 pieces) and of 1009 and 200003 (twice) at each
+        // member's own offset; alone, also the four of "mixed places" (nobody's buffers are
+        // heap memory); with 2 members and more, the scans at those offsets (8: the 1009 go
+        // in the rings) and the 1.2 M f64 ones (two pieces, twice). Not the in-place ones
+        // (send = receive), nor any where an odd member's receive buffer is heap memory.
+        let pushed = d.counter(0, "window_large_pushed");
+        let want = match (direct, p) {
+            (false, _) => 0,
+            (true, 1) => 10 + 3 + 4,
+            (true, _) => 10 + 3 + 8 + 4,
+        };
+        assert_eq!(pushed, want, "large collectives pushed, P = {p}");
         // Rank 0's buffers are `alloc` regions apart from each other: its data read where
         // it is (fastpath.md, "Large allreduce in the window"); the in-place allreduce
         // (send and receive the same bytes) and rank 1's heap memory through scratch.

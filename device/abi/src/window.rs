@@ -257,6 +257,10 @@ pub mod stats {
     /// them.
     pub const LARGE_SCANS: u64 = 232;
     pub const LARGE_SCAN_BYTES: u64 = 240;
+    /// Of the large allreduces and scans, those in which this member wrote its part of the
+    /// result straight into every member's receive buffer (all exported): nobody copied a
+    /// result out.
+    pub const LARGE_PUSHED: u64 = 248;
 }
 
 /// Rank `src`'s counts of the SENDs it did itself into rank `dst`'s queues: stored at
@@ -756,6 +760,7 @@ const _: () = {
     assert!(zone::STATS + stats::LEN <= zone::MQ_STATS);
     assert!(zone::MQ_STATS + MAX_RANKS as u64 * MQ_STATS_LEN <= zone::HEADS);
     assert!(stats::LARGE_ALLREDUCES_IN_PLACE + 8 <= stats::LEN);
+    assert!(stats::LARGE_PUSHED + 8 <= stats::LEN);
     assert!(stats::READ_BYTES + 8 <= stats::LEN);
     assert!(stats::GET_BYTES + 8 <= stats::LEN);
     assert!(REGIONS + 4 <= REACH && REACH.is_multiple_of(8) && REACH - STATE + 8 <= LINE);

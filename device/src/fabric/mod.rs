@@ -351,6 +351,7 @@ impl Fabric {
             c.window_large_reduces = ws.large_reduces;
             c.window_large_allgathers = ws.large_allgathers;
             c.window_large_scans = ws.large_scans;
+            c.window_large_pushed = ws.large_pushed;
             let sum = |v: [u64; 5]| v.into_iter().fold(0, u64::saturating_add);
             let large_collectives = sum([
                 ws.large_allreduces,

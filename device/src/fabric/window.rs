@@ -193,6 +193,7 @@ pub struct WindowStats {
     pub large_allgather_bytes: u64,
     pub large_scans: u64,
     pub large_scan_bytes: u64,
+    pub large_pushed: u64,
     pub reads: u64,
     pub read_bytes: u64,
 }
@@ -541,6 +542,7 @@ impl Window {
             large_allgather_bytes: r(w::stats::LARGE_ALLGATHER_BYTES),
             large_scans: r(w::stats::LARGE_SCANS),
             large_scan_bytes: r(w::stats::LARGE_SCAN_BYTES),
+            large_pushed: r(w::stats::LARGE_PUSHED),
             reads: r(w::stats::READS),
             read_bytes: r(w::stats::READ_BYTES),
             mq_stored_here: self.mq_sum(|s| w::mq_stats(s, rank) + w::MQ_STORED),

@@ -483,30 +483,42 @@ fn vectors(ni: &Ni) {
     }
     // Every member's result in an exported receive buffer, each member at its own offset in
     // it, cut off a cache line (fastpath.md, "Large allreduce in the window": each member
-    // writes its part into every other's buffer, an allreduce's and, past 3 members, a
-    // scan's): the bytes either side of every member's vector stay as they were, whatever
-    // the others write (each member's its own bytes). The allreduce a minimum of i64; the
-    // scans minimums over ±0, which keep the first operand's sign (the first member's), so
-    // a prefix folded with its operands swapped shows.
-    for count in [1009usize, 200_003] {
+    // writes its part into every other's buffer, an allreduce's and, past the rings — the
+    // 200003 — a scan's): the bytes either side of every member's vector stay as they were,
+    // whatever the others write (each member's its own bytes). The allreduce a minimum of
+    // i64; the scans minimums over ±0, which keep the first operand's sign (the first
+    // member's), so a prefix folded with its operands swapped shows, and sums of i64, whose
+    // prefixes differ from member to member, so a prefix written to the wrong member shows.
+    // Twice: every member's data in its send buffer (an `alloc` region: read where it is),
+    // then odd members' in registered heap memory (copied into their scratch half first).
+    let sum_of = |r: usize, i: usize| (mix(r as u64 + 3, i as u64) % 1000) as i64;
+    for (count, heap) in [(1009usize, false), (200_003, false), (200_003, true)] {
         let at = 8 * (1 + me);
         let bytes = count * 8;
         let guard = [0xa5 ^ me as u8; 64];
-        for what in ["allreduce", "scan", "exscan"] {
+        let sbuf: &ni::Region = if heap && me % 2 == 1 {
+            &heap_send
+        } else {
+            &send
+        };
+        for what in ["allreduce", "scan", "exscan", "scan-sum", "exscan-sum"] {
             recv.write_at(at - 8, &guard[..8]);
             recv.write_at(at + bytes, &guard);
-            let mine: Vec<u8> = match what {
-                "allreduce" => (0..count)
-                    .flat_map(|i| ((mix(me as u64, i as u64) % 1000) as i64 - 500).to_le_bytes())
-                    .collect(),
-                _ => (0..count)
-                    .flat_map(|i| signed_zero(me, i).to_le_bytes())
-                    .collect(),
-            };
-            send.write_at(0, &mine);
+            let mine: Vec<u8> = (0..count)
+                .flat_map(|i| match what {
+                    "allreduce" => ((mix(me as u64, i as u64) % 1000) as i64 - 500).to_le_bytes(),
+                    "scan" | "exscan" => signed_zero(me, i).to_le_bytes(),
+                    _ => sum_of(me, i).to_le_bytes(),
+                })
+                .collect();
+            sbuf.write_at(0, &mine);
+            let inclusive = what.starts_with("scan");
             match what {
-                "allreduce" => ni.allreduce::<i64>(ReduceOp::Min, &send, 0, &recv, at, count),
-                _ => ni.scan::<f64>(ReduceOp::Min, what == "scan", &send, 0, &recv, at, count),
+                "allreduce" => ni.allreduce::<i64>(ReduceOp::Min, sbuf, 0, &recv, at, count),
+                "scan" | "exscan" => {
+                    ni.scan::<f64>(ReduceOp::Min, inclusive, sbuf, 0, &recv, at, count)
+                }
+                _ => ni.scan::<i64>(ReduceOp::Sum, inclusive, sbuf, 0, &recv, at, count),
             }
             .unwrap();
             let mut got = vec![0u8; bytes + 72];
@@ -521,6 +533,7 @@ fn vectors(ni: &Ni) {
                 guard[..],
                 "{what} of {count}: the 64 after written"
             );
+            let upto = if inclusive { me + 1 } else { me };
             for i in 0..count {
                 let g = u64::from_le_bytes(got[8 + i * 8..16 + i * 8].try_into().unwrap());
                 let want = match what {
@@ -529,9 +542,13 @@ fn vectors(ni: &Ni) {
                         .min()
                         .unwrap() as u64,
                     "exscan" if me == 0 => f64::INFINITY.to_bits(),
-                    _ => signed_zero(0, i).to_bits(),
+                    "scan" | "exscan" => signed_zero(0, i).to_bits(),
+                    _ => (0..upto).map(|r| sum_of(r, i)).sum::<i64>() as u64,
                 };
-                assert_eq!(g, want, "{what} at offset {at}, count {count}: element {i}");
+                assert_eq!(
+                    g, want,
+                    "{what} at offset {at}, count {count} (heap {heap}): element {i}"
+                );
             }
         }
     }
