@@ -227,6 +227,14 @@ impl Places {
         (0..self.size).all(|m| self.in_place(m, what))
     }
 
+    /// Whether each member writes its part of the result into every member's receive buffer
+    /// ([`Ni::allreduce_push`], [`Ni::scan_push`]): an allreduce's or a scan's whose
+    /// members all said theirs is where the others can reach it. Every member decides alike.
+    fn pushes(&self) -> bool {
+        matches!(self.kind, Kind::Allreduce | Kind::Scan | Kind::Exscan)
+            && self.all_in_place(RESULT)
+    }
+
     /// Whether member `m`'s `what` (DATA, RESULT) is read where its owner keeps it.
     fn in_place(&self, m: usize, what: usize) -> bool {
         self.keys[3 * m + what] != 0
@@ -236,6 +244,11 @@ impl Places {
     fn everything_mapped(&self) -> bool {
         let (me, size) = (self.me, self.size);
         let data = |m: usize| m == me || self.place(m, DATA).is_some();
+        if self.pushes() {
+            // Each member writes its part into every other's receive buffer, which must lie
+            // apart from all that member says the others read.
+            return (0..size).all(|m| data(m) && (m == me || self.result_apart(m)));
+        }
         match self.kind {
             Kind::Bcast => data(self.root),
             Kind::Allgather => (0..size).all(data),
@@ -248,21 +261,12 @@ impl Places {
             }
             Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => me != self.root || (0..size).all(data),
             Kind::Reduce if me != self.root => (0..size).all(data),
-            // Every member's result in its receive buffer: as the allreduce's, below.
-            Kind::Scan | Kind::Exscan if self.all_in_place(RESULT) => {
-                (0..size).all(|m| data(m) && (m == me || self.result_apart(m)))
-            }
             // A scan's member reads the earlier members' data where they are; split by
             // chunks, its chunk of every member's data, and its prefixes from every member's
             // scratch.
             Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => (0..me).all(data),
             Kind::Scan | Kind::Exscan => {
                 (0..size).all(|m| data(m) && (m == me || self.peers[3 * m + SCRATCH].is_some()))
-            }
-            // Every member's result in its receive buffer: each member writes its chunk into
-            // every other's, which must lie apart from all that member says the others read.
-            Kind::Allreduce if self.all_in_place(RESULT) => {
-                (0..size).all(|m| data(m) && (m == me || self.result_apart(m)))
             }
             Kind::Allreduce | Kind::Reduce => {
                 (0..size).all(|m| data(m) && (m == me || self.place(m, RESULT).is_some()))
@@ -311,11 +315,7 @@ impl Ni {
         let Some(p) = self.places(s, r, esize, kind, stride)? else {
             return Ok(None);
         };
-        // Whether this member writes its part of the result into every member's buffer.
-        let pushed = match kind {
-            Kind::Allreduce | Kind::Scan | Kind::Exscan => p.all_in_place(RESULT),
-            Kind::Reduce | Kind::Bcast | Kind::Allgather => false,
-        };
+        let pushed = p.pushes();
         let done = match kind {
             Kind::Bcast | Kind::Allgather => self.copy_vectors(&p)?,
             Kind::Scan | Kind::Exscan if pushed => self.scan_push(&p)?,

@@ -491,6 +491,7 @@ fn vectors(ni: &Ni) {
     // prefixes differ from member to member, so a prefix written to the wrong member shows.
     // Twice: every member's data in its send buffer (an `alloc` region: read where it is),
     // then odd members' in registered heap memory (copied into their scratch half first).
+    let min_of = |r: usize, i: usize| (mix(r as u64, i as u64) % 1000) as i64 - 500;
     let sum_of = |r: usize, i: usize| (mix(r as u64 + 3, i as u64) % 1000) as i64;
     for (count, heap) in [(1009usize, false), (200_003, false), (200_003, true)] {
         let at = 8 * (1 + me);
@@ -506,7 +507,7 @@ fn vectors(ni: &Ni) {
             recv.write_at(at + bytes, &guard);
             let mine: Vec<u8> = (0..count)
                 .flat_map(|i| match what {
-                    "allreduce" => ((mix(me as u64, i as u64) % 1000) as i64 - 500).to_le_bytes(),
+                    "allreduce" => min_of(me, i).to_le_bytes(),
                     "scan" | "exscan" => signed_zero(me, i).to_le_bytes(),
                     _ => sum_of(me, i).to_le_bytes(),
                 })
@@ -537,10 +538,7 @@ fn vectors(ni: &Ni) {
             for i in 0..count {
                 let g = u64::from_le_bytes(got[8 + i * 8..16 + i * 8].try_into().unwrap());
                 let want = match what {
-                    "allreduce" => (0..p)
-                        .map(|r| (mix(r as u64, i as u64) % 1000) as i64 - 500)
-                        .min()
-                        .unwrap() as u64,
+                    "allreduce" => (0..p).map(|r| min_of(r, i)).min().unwrap() as u64,
                     "exscan" if me == 0 => f64::INFINITY.to_bits(),
                     "scan" | "exscan" => signed_zero(0, i).to_bits(),
                     _ => (0..upto).map(|r| sum_of(r, i)).sum::<i64>() as u64,
