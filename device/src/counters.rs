@@ -157,7 +157,8 @@ counters! {
     /// The direct path (partition window), as the client reports it in its window line:
     /// messages and bytes whose payload it sent there (also counted in `sends` and
     /// `send_bytes`, as its receptions are in `recvs` and `recv_bytes`), collectives it did
-    /// there, ring words from peers it refused as malformed.
+    /// there, ring words from peers it refused as malformed (and large collectives whose
+    /// records named places no honest member names).
     window_sends,
     window_bytes,
     window_collectives,

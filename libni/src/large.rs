@@ -43,6 +43,8 @@
 
 use ni_abi::fastpath::{coll, dtype, redop, Request};
 use ni_abi::reduce::{apply, combine, identity};
+// What a member publishes in the first round of a piece, and the digest of agreed keys.
+use ni_abi::window::large::{digest, MAGIC, RECORD, RECORDS};
 
 use std::sync::Arc;
 
@@ -80,15 +82,6 @@ const SCAN_IN_PLACE_MAX: usize = 3;
 /// faster from 1 Mi f64: 2.53 -> 1.94 ms. P = 4 between two cpus, 64 Ki / 1 Mi f64: chunks
 /// 91.6 / 3 435 us, by parts 42.8 / 2 005.
 const REDUCE_IN_PLACE_MAX: usize = 2;
-/// What a member publishes in the first round of a piece, as nine u64: this tag, its
-/// scratch region's key (0: it has none), the piece's collective `meta`, where in that region
-/// its scratch half is, a digest of the keys it last agreed on with everyone and still holds
-/// mapped ([`digest`]; 0: agree again), then where its data is and where its result will be,
-/// each as an exported region's key and an offset in it (key 0: in its scratch half).
-const MAGIC: u64 = 0x4e49_4152_5344_0002; // "NIARSD" v2
-const RECORD: usize = 9;
-/// Where in the control region the first round gathers every member's record.
-const RECORDS: usize = 64;
 /// The control region: its own record, and every member's (at most 64).
 const CTL_BYTES: usize = 8192;
 /// A member's three places, in its record and in the keys agreed on: its scratch half, its
@@ -159,6 +152,8 @@ struct Places {
     keys: Vec<u32>,
     /// Every other member's three places, mapped (`None` for key 0 or this member's).
     peers: Vec<Option<(Arc<Mem>, usize)>>,
+    /// Whether a member named data or a result that does not lie in the region it named.
+    outside: bool,
     /// This member's scratch half, if it has one.
     mine: Option<*mut u8>,
     /// What round 1 returned.
@@ -214,6 +209,27 @@ impl Places {
             }
             _ => false,
         }
+    }
+
+    /// Whether some other member's record names a place no honest member names: data or a
+    /// result outside the region named, or a result the others are to write over data it
+    /// says they read.
+    /// Every member checks every other's places, so all but the one that lied see the same
+    /// and decide alike.
+    fn refused(&self) -> bool {
+        let written = |m: usize| {
+            self.pushes()
+                || (self.kind == Kind::Reduce && m == self.root && self.in_place(m, RESULT))
+        };
+        self.outside
+            || (0..self.size).any(|m| {
+                let mapped = |what| self.peers[self.slot(m, what)].is_some();
+                m != self.me
+                    && written(m)
+                    && mapped(DATA)
+                    && mapped(RESULT)
+                    && !self.result_apart(m)
+            })
     }
 
     /// Whether any member's `what` (DATA, RESULT) is read where its owner keeps it, which the
@@ -535,6 +551,7 @@ impl Ni {
         // checked against the region's length: a member may say anything); a place with
         // key 0 is in the member's scratch half.
         let mut peers: Vec<Option<(Arc<Mem>, usize)>> = vec![None; 3 * size];
+        let mut outside = false;
         {
             let mut i = self.lock();
             for m in (0..size).filter(|&m| m != me) {
@@ -547,9 +564,13 @@ impl Ni {
                         _ => i.peer_mem(m as u32, keys[p]),
                     };
                     peers[p] = mapped.and_then(|(mem, len)| {
-                        let end =
-                            offs[p].checked_add(if p % 3 == SCRATCH { span } else { bytes })?;
-                        (end as u64 <= len).then_some((mem, offs[p]))
+                        let end = offs[p]
+                            .checked_add(if p % 3 == SCRATCH { span } else { bytes })
+                            .filter(|&end| end as u64 <= len);
+                        // (A scratch half may be smaller where its owner needs none: a
+                        // broadcast's member whose scratch was sized for a smaller vector.)
+                        outside |= end.is_none() && p % 3 != SCRATCH;
+                        end.map(|_| (mem, offs[p]))
                     });
                 }
             }
@@ -566,11 +587,20 @@ impl Ni {
             result_at,
             keys,
             peers,
+            outside,
             mine: if needs_scratch { mine } else { None },
             first,
             stride,
         };
-        let ready = (mine.is_some() || !needs_scratch) && p.everything_mapped();
+        // A lying member's places are refused by every other, which all take the fabric's
+        // path (the liar's own choice then decides whether the fabric's round completes).
+        let refused = p.refused();
+        if refused {
+            if let Some(w) = self.lock().win.as_ref() {
+                w.count(ni_abi::window::stats::RING_ERRORS);
+            }
+        }
+        let ready = !refused && (mine.is_some() || !needs_scratch) && p.everything_mapped();
         // Every member decides from the same records: agree again unless every member last
         // agreed on exactly these keys and still holds their mappings.
         if agreed.iter().any(|&h| h == 0 || h != digest(&p.keys)) {
@@ -594,10 +624,13 @@ impl Ni {
             s.agreed = p.keys.clone();
         }
         if !ready {
-            // Every member said it had everything mapped, and here one is missing after
-            // all (its region went away meanwhile): nothing safe to read. The others fail at
-            // the next round's timeout.
-            return Err(peer_down(&r, root));
+            // The keys were agreed on before and are all still held, so the mappings are
+            // there: a member moved a place within its region to where no honest member's
+            // lies (the digest covers keys, not offsets), which every other member refused
+            // alike. The fabric's path, and agree again next time.
+            s.agreed.clear();
+            s.round += 1;
+            return Ok(None);
         }
         Ok(Some(p))
     }
@@ -938,28 +971,6 @@ fn max_chunk(n: usize, size: usize, esize: usize) -> usize {
     n.div_ceil(size) * esize
 }
 
-/// A member's place missing after every member said it had them all mapped (its region went
-/// away meanwhile).
-fn peer_down(r: &Request, root: usize) -> Error {
-    Error::Failed {
-        op: "collective",
-        status: ni_abi::fastpath::Status::PeerDown,
-        rank: root as u32,
-        len: r.len,
-        tag: r.tag,
-    }
-}
-
-/// A digest of the members' keys (0 for none: never agreed).
-fn digest(keys: &[u32]) -> u64 {
-    if keys.is_empty() {
-        return 0;
-    }
-    keys.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &k| {
-        (h ^ k as u64).wrapping_mul(0x100_0000_01b3)
-    }) | 1
-}
-
 /// Whether a collective request is one [`Ni::collective_shared`] does: a broadcast or an
 /// allgather of a known type, or an allreduce, reduce or scan of a known type and operator (a
 /// bitwise one on floats the fabric fails with its status).
@@ -1017,6 +1028,7 @@ mod tests {
             result_at: (keys[5] != 0).then_some((keys[5], 0)),
             keys: keys.to_vec(),
             peers,
+            outside: false,
             mine: None,
             first: Done {
                 status: ni_abi::fastpath::Status::Ok,
@@ -1037,11 +1049,11 @@ mod tests {
         let bytes = 4096;
         // Data and result in one region: apart, overlapping by one element, or the same.
         let apart = places([1, 2, 2, 0, 5, 0], [0, 0, 4096], bytes);
-        assert!(apart.result_apart(0) && apart.everything_mapped());
+        assert!(apart.result_apart(0) && apart.everything_mapped() && !apart.refused());
         for off in [4088, 0, 8] {
             let p = places([1, 2, 2, 0, 5, 0], [0, 0, off], bytes);
             assert!(
-                !p.result_apart(0),
+                !p.result_apart(0) && p.refused(),
                 "result at {off}: overlaps the data at 0"
             );
             assert!(
@@ -1066,10 +1078,10 @@ mod tests {
     fn an_allreduce_pushes_only_into_buffers_apart_from_their_data() {
         let bytes = 4096;
         let p = places_of(Kind::Allreduce, [1, 2, 3, 0, 5, 6], [0, 0, 0], bytes);
-        assert!(p.all_in_place(RESULT) && p.everything_mapped());
+        assert!(p.all_in_place(RESULT) && p.everything_mapped() && !p.refused());
         for off in [4088, 0, 8] {
             let p = places_of(Kind::Allreduce, [1, 2, 2, 0, 5, 6], [0, 0, off], bytes);
-            assert!(p.all_in_place(RESULT));
+            assert!(p.all_in_place(RESULT) && p.refused());
             assert!(
                 !p.everything_mapped(),
                 "result at {off}: overlaps the data at 0, must not be written"
@@ -1080,6 +1092,6 @@ mod tests {
         // Member 0's result in its scratch half: pulled after round 3 as before, from
         // wherever it is (overlapping its data there is its own affair: nobody writes it).
         let p = places_of(Kind::Allreduce, [1, 2, 0, 0, 5, 6], [0, 0, 0], bytes);
-        assert!(!p.all_in_place(RESULT) && p.everything_mapped());
+        assert!(!p.all_in_place(RESULT) && p.everything_mapped() && !p.refused());
     }
 }

@@ -241,6 +241,31 @@ fn small_reduces_and_scans_run_ahead_in_the_rings() {
     }
 }
 
+/// A member that moves its result over its data once the others stopped agreeing on places
+/// (`coll.rs` `moved_places`; fastpath.md "Large allreduce in the window"): the others refuse
+/// the place, count it, and take the fabric's path with it — the sum right, no `peer down` —
+/// then agree afresh when it comes back honest.
+#[test]
+fn a_member_that_moves_its_result_over_its_data_is_refused_without_failing_the_others() {
+    if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
+        eprintln!("NI_TEST_DIRECT=off: no window, so no places to lie about; not run");
+        return;
+    }
+    let d = Daemon::start(3);
+    run(&d, 3, "moved-places");
+    for r in 0..2 {
+        assert_eq!(
+            d.counter(r, "window_ring_errors"),
+            1,
+            "rank {r}: the one refusal"
+        );
+        // Laps 0, 1 and 3 through the members' memory, each member's chunk pushed.
+        assert_eq!(d.counter(r, "window_large_allreduces"), 3, "rank {r}");
+        assert_eq!(d.counter(r, "window_large_pushed"), 3, "rank {r}");
+    }
+    assert_eq!(d.counter(2, "window_large_pushed"), 1, "the liar's lap 3");
+}
+
 /// A root's last broadcast is not lost when it detaches before the members call theirs.
 #[test]
 fn a_broadcast_outlives_its_root() {

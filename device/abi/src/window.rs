@@ -203,8 +203,8 @@ pub fn rndv_ended_word(rank: u32) -> u64 {
 }
 
 /// Rank-written counters (u64) at [`stats_line`]: messages and bytes whose payload went
-/// through the window (sent, and received), collectives done in the window, ring words from
-/// this rank's peers it refused, and the direct-path operations that failed, by status. The
+/// through the window (sent, and received), collectives done in the window, ring words (and
+/// large collectives' places) from this rank's peers it refused, and the direct-path operations that failed, by status. The
 /// daemon adds them to its own `sends`, `recvs`, `err_*`... counters.
 pub mod stats {
     pub const LEN: u64 = 256;
@@ -384,6 +384,33 @@ pub fn coll_meta(kind: u8, dtype: u32, op: u32, root: u32, count: u64) -> u64 {
         | ((op as u64 & 0xFF) << 16)
         | ((root as u64 & 0xFF) << 24)
         | ((count & 0xFFFF_FFFF) << 32)
+}
+
+/// The first round of a collective too large for the slots (libni `large.rs`,
+/// `fastpath.md` "Large allreduce in the window"): a window `ALLGATHER` of [`large::RECORD`]
+/// u64 per member, each member's record from byte [`large::RECORDS`] of its control region.
+pub mod large {
+    /// Word 0 of every record; a member whose record says otherwise is in another protocol
+    /// (every member fails with `collision`). "NIARSD" v2.
+    pub const MAGIC: u64 = 0x4e49_4152_5344_0002;
+    /// u64 per record: [`MAGIC`], the scratch region's key (0: none), the operation's
+    /// [`super::coll_meta`], the scratch half's offset, the [`digest`] of the keys last agreed
+    /// on (0: agree again), the data's key and offset, the result's key and offset (key 0: in
+    /// the scratch half).
+    pub const RECORD: usize = 9;
+    /// Where in the control region every member's record is gathered.
+    pub const RECORDS: usize = 64;
+
+    /// The digest of every member's three keys (scratch, data, result, in rank order) that a
+    /// member publishes when it still holds the mappings all agreed on: never 0.
+    pub fn digest(keys: &[u32]) -> u64 {
+        if keys.is_empty() {
+            return 0;
+        }
+        keys.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &k| {
+            (h ^ k as u64).wrapping_mul(0x100_0000_01b3)
+        }) | 1
+    }
 }
 
 /// The ring's one cursor, `HEAD`, in the receiver's zone. What the sender published needs no

@@ -1691,9 +1691,153 @@ fn main() {
         "bcast-read-guest" => bcast_read(&ni, true),
         "bcast-read-late" => bcast_read_late(&ni),
         "reduce-scan-rings" => reduce_scan_rings(&ni),
+        "moved-places" => moved_places(&ni),
         other => panic!("unknown scenario {other}"),
     }
     println!("ok {scenario}");
+}
+
+/// Member r's element i of `moved_places`' allreduces.
+fn moved_value(r: usize, i: usize) -> i64 {
+    (r as i64 + 1) * 1_000_003 + i as i64 * 7
+}
+
+/// A member that lies about where its result is once the others stopped agreeing on places
+/// (fastpath.md "Large allreduce in the window": the first round's digest names the keys
+/// agreed on, not the offsets). Three members allreduce 4096 i64 (past the slots: through
+/// the members' exported memory), four laps; ranks 0 and 1 through the API, rank 2 speaking
+/// the first round itself (`ni_abi::window::large`) with its data and result in one region,
+/// apart. Lap 0: it agrees, and the others write their chunks into its result (it writes
+/// none of its own: the others' results are not checked then). Lap 1: it says "agree again"
+/// and learns the digest the others publish. Lap 2: that digest, the same keys, and its
+/// result moved over its data — a place no honest member names, which the others must
+/// refuse rather than write (and not fail: they take the fabric's path, as the liar does,
+/// and get the sum). Lap 3: all three through the API again, which agree afresh.
+fn moved_places(ni: &Ni) {
+    use ni_abi::fastpath::{coll, dtype};
+    use ni_abi::window::large::{MAGIC, RECORD, RECORDS};
+    const N: usize = 4096;
+    let (bytes, me) = (N * 8, ni.rank() as usize);
+    assert_eq!(ni.size(), 3, "moved-places runs with 3 members");
+    let i64s = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let mine: Vec<i64> = (0..N).map(|i| moved_value(me, i)).collect();
+    let want: Vec<i64> = (0..N)
+        .map(|i| (0..3).map(|r| moved_value(r, i)).sum())
+        .collect();
+    let check = |buf: &ni::Region, off: usize, lap: usize| {
+        let mut got = vec![0u8; bytes];
+        buf.read_at(off, &mut got);
+        if let Some(i) = (0..N).find(|&i| got[8 * i..8 * i + 8] != want[i].to_le_bytes()) {
+            panic!("lap {lap}: element {i} of the sum differs");
+        }
+    };
+    if me < 2 {
+        let send = ni.alloc(bytes).unwrap();
+        let recv = ni.alloc(bytes).unwrap();
+        send.write_at(0, &i64s(&mine));
+        for lap in 0..4 {
+            recv.write_at(0, &vec![0xa5u8; bytes]);
+            ni.allreduce::<i64>(ReduceOp::Sum, &send, 0, &recv, 0, N)
+                .unwrap_or_else(|e| panic!("lap {lap}: {e}"));
+            if lap >= 2 {
+                check(&recv, 0, lap);
+            }
+        }
+        return;
+    }
+    // One region: the data at 0, the result at `bytes` (apart: honest).
+    let both = ni.alloc(2 * bytes).unwrap();
+    both.write_at(0, &i64s(&mine));
+    let ctl = ni.alloc(8192).unwrap();
+    let meta = ni_abi::window::coll_meta(
+        coll::ALLREDUCE,
+        dtype::I64,
+        ReduceOp::Sum as u32,
+        0,
+        N as u64,
+    );
+    let raw = |kind: u8, d: u32, op: ReduceOp, send: u64, recv: u64, count: usize| {
+        let o = ni
+            .icollective_raw(kind, d, op, 0, send, recv, count)
+            .unwrap();
+        ni.wait(o)
+            .unwrap_or_else(|e| panic!("the liar's round: {e}"));
+    };
+    let mut digest = 0;
+    for lap in 0..3 {
+        let result_off = if lap == 2 { 0 } else { bytes as u64 };
+        let record = [
+            MAGIC,
+            0,
+            meta,
+            0,
+            digest,
+            both.key() as u64,
+            0,
+            both.key() as u64,
+            result_off,
+        ];
+        for (k, v) in record.iter().enumerate() {
+            ctl.write_at(8 * k, &v.to_le_bytes());
+        }
+        raw(
+            coll::ALLGATHER,
+            dtype::U64,
+            ReduceOp::Sum,
+            ctl.iova(),
+            ctl.iova() + RECORDS as u64,
+            RECORD,
+        );
+        let word = |m: usize, k: usize| {
+            let mut b = [0u8; 8];
+            ctl.read_at(RECORDS + 8 * (m * RECORD + k), &mut b);
+            u64::from_le_bytes(b)
+        };
+        match lap {
+            0 => assert_eq!(word(0, 4), 0, "lap 0: nothing agreed yet"),
+            1 => {
+                digest = word(0, 4);
+                assert!(
+                    digest != 0 && digest == word(1, 4),
+                    "lap 1: the digest agreed on"
+                );
+            }
+            _ => {}
+        }
+        if lap < 2 {
+            // Agree (the others mapped everything, and so did "I"), then their chunks come
+            // into `both` and a barrier ends it.
+            ctl.write_at(0, &1u64.to_le_bytes());
+            raw(
+                coll::ALLREDUCE,
+                dtype::U64,
+                ReduceOp::Min,
+                ctl.iova(),
+                ctl.iova() + 8,
+                1,
+            );
+            let mut b = [0u8; 8];
+            ctl.read_at(8, &mut b);
+            assert_eq!(u64::from_le_bytes(b), 1, "lap {lap}: every member agreed");
+            raw(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0);
+        } else {
+            // The others refused the place: the fabric's allreduce, into the result as
+            // first said.
+            raw(
+                coll::ALLREDUCE,
+                dtype::I64,
+                ReduceOp::Sum,
+                both.iova(),
+                both.iova() + bytes as u64,
+                N,
+            );
+            check(&both, bytes, lap);
+        }
+    }
+    let recv = ni.alloc(bytes).unwrap();
+    ni.allreduce::<i64>(ReduceOp::Sum, &both, 0, &recv, 0, N)
+        .unwrap_or_else(|e| panic!("lap 3: {e}"));
+    check(&recv, 0, 3);
 }
 
 /// Member r's element i of the minima over ±0: equal values whose sign says whose they are,
