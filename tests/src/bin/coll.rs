@@ -1702,21 +1702,23 @@ fn moved_value(r: usize, i: usize) -> i64 {
     (r as i64 + 1) * 1_000_003 + i as i64 * 7
 }
 
-/// A member that lies about where its result is once the others stopped agreeing on places
+/// A member that lies about where its places are once the others stopped agreeing on them
 /// (fastpath.md "Large allreduce in the window": the first round's digest names the keys
 /// agreed on, not the offsets). Three members allreduce 4096 i64 (past the slots: through
-/// the members' exported memory), four laps; ranks 0 and 1 through the API, rank 2 speaking
+/// the members' exported memory), six laps; ranks 0 and 1 through the API, rank 2 speaking
 /// the first round itself (`ni_abi::window::large`) with its data and result in one region,
-/// apart. Lap 0: it agrees, and the others write their chunks into its result (it writes
-/// none of its own: the others' results are not checked then). Lap 1: it says "agree again"
-/// and learns the digest the others publish. Lap 2: that digest, the same keys, and its
-/// result moved over its data — a place no honest member names, which the others must
-/// refuse rather than write (and not fail: they take the fabric's path, as the liar does,
-/// and get the sum). Lap 3: all three through the API again, which agree afresh.
+/// apart. Laps 0, 1 and 3 it agrees, and the others write their chunks into its result (it
+/// writes none of its own: the others' results are not checked then); at lap 1 it learns the
+/// digest the others publish. Lap 2: that digest, the same keys, and its result moved over
+/// its data; lap 4: its data moved to end past its region. Places no honest member names,
+/// which the others must refuse rather than use (and not fail: they take the fabric's path,
+/// as the liar does, and get the sum). Lap 5: all three through the API again.
 fn moved_places(ni: &Ni) {
     use ni_abi::fastpath::{coll, dtype};
     use ni_abi::window::large::{MAGIC, RECORD, RECORDS};
     const N: usize = 4096;
+    /// The laps whose places the others refuse.
+    const LIES: [usize; 2] = [2, 4];
     let (bytes, me) = (N * 8, ni.rank() as usize);
     assert_eq!(ni.size(), 3, "moved-places runs with 3 members");
     let i64s = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
@@ -1735,11 +1737,11 @@ fn moved_places(ni: &Ni) {
         let send = ni.alloc(bytes).unwrap();
         let recv = ni.alloc(bytes).unwrap();
         send.write_at(0, &i64s(&mine));
-        for lap in 0..4 {
+        for lap in 0..6 {
             recv.write_at(0, &vec![0xa5u8; bytes]);
             ni.allreduce::<i64>(ReduceOp::Sum, &send, 0, &recv, 0, N)
                 .unwrap_or_else(|e| panic!("lap {lap}: {e}"));
-            if lap >= 2 {
+            if LIES.contains(&lap) || lap == 5 {
                 check(&recv, 0, lap);
             }
         }
@@ -1764,18 +1766,24 @@ fn moved_places(ni: &Ni) {
             .unwrap_or_else(|e| panic!("the liar's round: {e}"));
     };
     let mut digest = 0;
-    for lap in 0..3 {
-        let result_off = if lap == 2 { 0 } else { bytes as u64 };
+    for lap in 0..5 {
+        // (data, result) offsets in `both`; the agreed digest where it lies.
+        let (data_off, result_off) = match lap {
+            2 => (0, 0),
+            4 => (bytes + 8, bytes),
+            _ => (0, bytes),
+        };
+        let lies = LIES.contains(&lap);
         let record = [
             MAGIC,
             0,
             meta,
             0,
-            digest,
+            if lies { digest } else { 0 },
             both.key() as u64,
-            0,
+            data_off as u64,
             both.key() as u64,
-            result_off,
+            result_off as u64,
         ];
         for (k, v) in record.iter().enumerate() {
             ctl.write_at(8 * k, &v.to_le_bytes());
@@ -1794,17 +1802,18 @@ fn moved_places(ni: &Ni) {
             u64::from_le_bytes(b)
         };
         match lap {
-            0 => assert_eq!(word(0, 4), 0, "lap 0: nothing agreed yet"),
-            1 => {
-                digest = word(0, 4);
+            // Nothing agreed yet; after a refusal, the others agree afresh.
+            0 | 3 => assert_eq!(word(0, 4), 0, "lap {lap}: the others agree again"),
+            _ => {
+                let agreed = word(0, 4);
                 assert!(
-                    digest != 0 && digest == word(1, 4),
-                    "lap 1: the digest agreed on"
+                    agreed != 0 && agreed == word(1, 4) && (lap == 1 || agreed == digest),
+                    "lap {lap}: the digest agreed on"
                 );
+                digest = agreed;
             }
-            _ => {}
         }
-        if lap < 2 {
+        if !lies {
             // Agree (the others mapped everything, and so did "I"), then their chunks come
             // into `both` and a barrier ends it.
             ctl.write_at(0, &1u64.to_le_bytes());
@@ -1821,8 +1830,8 @@ fn moved_places(ni: &Ni) {
             assert_eq!(u64::from_le_bytes(b), 1, "lap {lap}: every member agreed");
             raw(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0);
         } else {
-            // The others refused the place: the fabric's allreduce, into the result as
-            // first said.
+            // The others refused the places: the fabric's allreduce, of the data and into
+            // the result where they really are.
             raw(
                 coll::ALLREDUCE,
                 dtype::I64,
@@ -1836,8 +1845,8 @@ fn moved_places(ni: &Ni) {
     }
     let recv = ni.alloc(bytes).unwrap();
     ni.allreduce::<i64>(ReduceOp::Sum, &both, 0, &recv, 0, N)
-        .unwrap_or_else(|e| panic!("lap 3: {e}"));
-    check(&recv, 0, 3);
+        .unwrap_or_else(|e| panic!("lap 5: {e}"));
+    check(&recv, 0, 5);
 }
 
 /// Member r's element i of the minima over ±0: equal values whose sign says whose they are,
