@@ -152,7 +152,8 @@ struct Places {
     keys: Vec<u32>,
     /// Every other member's three places, mapped (`None` for key 0 or this member's).
     peers: Vec<Option<(Arc<Mem>, usize)>>,
-    /// Whether a member named data or a result that does not lie in the region it named.
+    /// Whether a member named data, a result, or a scratch half it needs ([`needs_half`])
+    /// that does not lie in the region it named.
     outside: bool,
     /// This member's scratch half, if it has one.
     mine: Option<*mut u8>,
@@ -211,9 +212,9 @@ impl Places {
         }
     }
 
-    /// Whether some other member's record names a place no honest member names: data or a
-    /// result outside the region named, or a result the others are to write over data it
-    /// says they read.
+    /// Whether some other member's record names a place no honest member names: one outside
+    /// the region named (`outside`), or a result the others are to write over data it says
+    /// they read.
     /// Every member checks every other's places, so all but the one that lied see the same
     /// and decide alike.
     fn refused(&self) -> bool {
@@ -429,18 +430,7 @@ impl Ni {
                 _ => (at(r.addr), None),
             }
         };
-        // Only a broadcast's root needs its scratch in a broadcast (the others copy into
-        // their buffers straight from the root's), and where the data is read in place
-        // nobody's result is in scratch but the reduce-scatter's and the chunked scan's —
-        // which a member cannot rule out before round 1 tells it whether every member's
-        // result is where the others can write it.
-        let needs_scratch = match kind {
-            Kind::Bcast => me == root && data_at.is_none(),
-            Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => data_at.is_none(),
-            Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => data_at.is_none(),
-            Kind::Allgather => data_at.is_none(),
-            Kind::Allreduce | Kind::Reduce | Kind::Scan | Kind::Exscan => true,
-        };
+        let needs_scratch = needs_half(kind, size, me, root, data_at.is_none());
         // A scan split by chunks holds in its scratch half its data (if copied in), then
         // every member's prefix of this member's chunk.
         let span = match kind {
@@ -569,7 +559,8 @@ impl Ni {
                             .filter(|&end| end as u64 <= len);
                         // (A scratch half may be smaller where its owner needs none: a
                         // broadcast's member whose scratch was sized for a smaller vector.)
-                        outside |= end.is_none() && p % 3 != SCRATCH;
+                        let half = needs_half(kind, size, m, root, keys[3 * m + DATA] == 0);
+                        outside |= end.is_none() && (p % 3 != SCRATCH || half);
                         end.map(|_| (mem, offs[p]))
                     });
                 }
@@ -969,6 +960,23 @@ fn cuts(p: &Places, m: usize) -> (usize, usize) {
 /// The largest of a vector's `size` chunks, in bytes.
 fn max_chunk(n: usize, size: usize, esize: usize) -> usize {
     n.div_ceil(size) * esize
+}
+
+/// Whether member `m` needs its scratch half (`data_in_scratch`: its data is not read where
+/// it is), as every member tells from its record: an honest member's then holds the piece.
+/// Only a broadcast's root needs its scratch in a broadcast (the others copy into their
+/// buffers straight from the root's), and where the data is read in place nobody's result is
+/// in scratch but the reduce-scatter's and the chunked scan's — which a member cannot rule
+/// out before round 1 tells it whether every member's result is where the others can write
+/// it.
+fn needs_half(kind: Kind, size: usize, m: usize, root: usize, data_in_scratch: bool) -> bool {
+    match kind {
+        Kind::Bcast => m == root && data_in_scratch,
+        Kind::Scan | Kind::Exscan if size <= SCAN_IN_PLACE_MAX => data_in_scratch,
+        Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => data_in_scratch,
+        Kind::Allgather => data_in_scratch,
+        Kind::Allreduce | Kind::Reduce | Kind::Scan | Kind::Exscan => true,
+    }
 }
 
 /// Whether a collective request is one [`Ni::collective_shared`] does: a broadcast or an

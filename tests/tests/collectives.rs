@@ -160,6 +160,11 @@ fn vector_collectives_broadcast_allreduce_scan_reduce_allgather() {
         } else {
             assert_eq!(in_place, 0);
         }
+        // Honest members' places, however they lie (heap memory, offsets, scratch sized for
+        // an earlier vector), are never refused as a liar's.
+        for r in 0..p {
+            assert_eq!(d.counter(r, "window_ring_errors"), 0, "rank {r}, P = {p}");
+        }
     }
 }
 
@@ -243,8 +248,8 @@ fn small_reduces_and_scans_run_ahead_in_the_rings() {
 
 /// A member that moves its places once the others stopped agreeing on them (`coll.rs`
 /// `moved_places`; fastpath.md "Large allreduce in the window"): its result over its data,
-/// then its data past its region. The others refuse the places, count them, and take the
-/// fabric's path with it — the sum right, no `peer down` — then agree afresh.
+/// then its data past its region, then its scratch half. The others refuse the places, count
+/// them, and take the fabric's path with it — the sum right, no `peer down` — then agree afresh.
 #[test]
 fn a_member_that_moves_its_places_after_agreeing_is_refused_without_failing_the_others() {
     if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
@@ -256,14 +261,14 @@ fn a_member_that_moves_its_places_after_agreeing_is_refused_without_failing_the_
     for r in 0..2 {
         assert_eq!(
             d.counter(r, "window_ring_errors"),
-            2,
-            "rank {r}: the two refusals"
+            3,
+            "rank {r}: the three refusals"
         );
-        // Laps 0, 1, 3 and 5 through the members' memory, each member's chunk pushed.
-        assert_eq!(d.counter(r, "window_large_allreduces"), 4, "rank {r}");
-        assert_eq!(d.counter(r, "window_large_pushed"), 4, "rank {r}");
+        // Laps 0, 1, 3, 5 and 7 through the members' memory, each member's chunk pushed.
+        assert_eq!(d.counter(r, "window_large_allreduces"), 5, "rank {r}");
+        assert_eq!(d.counter(r, "window_large_pushed"), 5, "rank {r}");
     }
-    assert_eq!(d.counter(2, "window_large_pushed"), 1, "the liar's lap 5");
+    assert_eq!(d.counter(2, "window_large_pushed"), 1, "the liar's lap 7");
 }
 
 /// A root's last broadcast is not lost when it detaches before the members call theirs.

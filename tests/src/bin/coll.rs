@@ -1705,20 +1705,22 @@ fn moved_value(r: usize, i: usize) -> i64 {
 /// A member that lies about where its places are once the others stopped agreeing on them
 /// (fastpath.md "Large allreduce in the window": the first round's digest names the keys
 /// agreed on, not the offsets). Three members allreduce 4096 i64 (past the slots: through
-/// the members' exported memory), six laps; ranks 0 and 1 through the API, rank 2 speaking
+/// the members' exported memory), eight laps; ranks 0 and 1 through the API, rank 2 speaking
 /// the first round itself (`ni_abi::window::large`) with its data and result in one region,
-/// apart. Laps 0, 1 and 3 it agrees, and the others write their chunks into its result (it
-/// writes none of its own: the others' results are not checked then); at lap 1 it learns the
-/// digest the others publish. Lap 2: that digest, the same keys, and its result moved over
-/// its data; lap 4: its data moved to end past its region. Places no honest member names,
-/// which the others must refuse rather than use (and not fail: they take the fabric's path,
-/// as the liar does, and get the sum). Lap 5: all three through the API again.
+/// apart, and a scratch half in another. Laps 0, 1, 3 and 5 it agrees, and the others write
+/// their chunks into its result (it writes none of its own: the others' results are not
+/// checked then); at lap 1 it learns the digest the others publish. Laps 2, 4 and 6: that
+/// digest, the same keys, and its result moved over its data (2), its data moved to end past
+/// its region (4), its scratch half moved to end past its region (6: an allreduce's members
+/// all need one). Places no honest member names, which the others must refuse rather than
+/// use (and not fail: they take the fabric's path, as the liar does, and get the sum), and
+/// agree afresh the lap after. Lap 7: all three through the API again.
 fn moved_places(ni: &Ni) {
     use ni_abi::fastpath::{coll, dtype};
     use ni_abi::window::large::{MAGIC, RECORD, RECORDS};
     const N: usize = 4096;
     /// The laps whose places the others refuse.
-    const LIES: [usize; 2] = [2, 4];
+    const LIES: [usize; 3] = [2, 4, 6];
     let (bytes, me) = (N * 8, ni.rank() as usize);
     assert_eq!(ni.size(), 3, "moved-places runs with 3 members");
     let i64s = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
@@ -1737,11 +1739,11 @@ fn moved_places(ni: &Ni) {
         let send = ni.alloc(bytes).unwrap();
         let recv = ni.alloc(bytes).unwrap();
         send.write_at(0, &i64s(&mine));
-        for lap in 0..6 {
+        for lap in 0..8 {
             recv.write_at(0, &vec![0xa5u8; bytes]);
             ni.allreduce::<i64>(ReduceOp::Sum, &send, 0, &recv, 0, N)
                 .unwrap_or_else(|e| panic!("lap {lap}: {e}"));
-            if LIES.contains(&lap) || lap == 5 {
+            if LIES.contains(&lap) || lap == 7 {
                 check(&recv, 0, lap);
             }
         }
@@ -1750,6 +1752,7 @@ fn moved_places(ni: &Ni) {
     // One region: the data at 0, the result at `bytes` (apart: honest).
     let both = ni.alloc(2 * bytes).unwrap();
     both.write_at(0, &i64s(&mine));
+    let scratch = ni.alloc(2 * bytes).unwrap();
     let ctl = ni.alloc(8192).unwrap();
     let meta = ni_abi::window::coll_meta(
         coll::ALLREDUCE,
@@ -1766,19 +1769,21 @@ fn moved_places(ni: &Ni) {
             .unwrap_or_else(|e| panic!("the liar's round: {e}"));
     };
     let mut digest = 0;
-    for lap in 0..5 {
-        // (data, result) offsets in `both`; the agreed digest where it lies.
-        let (data_off, result_off) = match lap {
-            2 => (0, 0),
-            4 => (bytes + 8, bytes),
-            _ => (0, bytes),
+    for lap in 0..7 {
+        // (data, result) offsets in `both`, the scratch half's in `scratch`; the agreed
+        // digest where it lies.
+        let (data_off, result_off, half_off) = match lap {
+            2 => (0, 0, 0),
+            4 => (bytes + 8, bytes, 0),
+            6 => (0, bytes, bytes + 8),
+            _ => (0, bytes, 0),
         };
         let lies = LIES.contains(&lap);
         let record = [
             MAGIC,
-            0,
+            scratch.key() as u64,
             meta,
-            0,
+            half_off as u64,
             if lies { digest } else { 0 },
             both.key() as u64,
             data_off as u64,
@@ -1803,7 +1808,7 @@ fn moved_places(ni: &Ni) {
         };
         match lap {
             // Nothing agreed yet; after a refusal, the others agree afresh.
-            0 | 3 => assert_eq!(word(0, 4), 0, "lap {lap}: the others agree again"),
+            0 | 3 | 5 => assert_eq!(word(0, 4), 0, "lap {lap}: the others agree again"),
             _ => {
                 let agreed = word(0, 4);
                 assert!(
@@ -1845,8 +1850,8 @@ fn moved_places(ni: &Ni) {
     }
     let recv = ni.alloc(bytes).unwrap();
     ni.allreduce::<i64>(ReduceOp::Sum, &both, 0, &recv, 0, N)
-        .unwrap_or_else(|e| panic!("lap 5: {e}"));
-    check(&recv, 0, 5);
+        .unwrap_or_else(|e| panic!("lap 7: {e}"));
+    check(&recv, 0, 7);
 }
 
 /// Member r's element i of the minima over ±0: equal values whose sign says whose they are,
