@@ -153,7 +153,8 @@ struct Places {
     /// Every other member's three places, mapped (`None` for key 0 or this member's).
     peers: Vec<Option<(Arc<Mem>, usize)>>,
     /// Whether a member named data, a result, or a scratch half it needs ([`needs_half`])
-    /// that does not lie in the region it named.
+    /// that does not lie in the region it named, or said it holds the mappings all agreed on
+    /// without the scratch half it needs.
     outside: bool,
     /// This member's scratch half, if it has one.
     mine: Option<*mut u8>,
@@ -545,6 +546,7 @@ impl Ni {
         {
             let mut i = self.lock();
             for m in (0..size).filter(|&m| m != me) {
+                let half = needs_half(kind, size, m, root, keys[3 * m + DATA] == 0);
                 for p in 3 * m..3 * m + 3 {
                     let mapped = match &held[p] {
                         Some(mem) if keys[p] == s.agreed[p] => {
@@ -559,11 +561,13 @@ impl Ni {
                             .filter(|&end| end as u64 <= len);
                         // (A scratch half may be smaller where its owner needs none: a
                         // broadcast's member whose scratch was sized for a smaller vector.)
-                        let half = needs_half(kind, size, m, root, keys[3 * m + DATA] == 0);
                         outside |= end.is_none() && (p % 3 != SCRATCH || half);
                         end.map(|_| (mem, offs[p]))
                     });
                 }
+                // A member that needs its half and has none says "agree again" (it cannot
+                // hold what all agreed on); one that says otherwise lies.
+                outside |= half && keys[3 * m + SCRATCH] == 0 && agreed[m] != 0;
             }
         }
         let p = Places {
@@ -593,8 +597,10 @@ impl Ni {
         }
         let ready = !refused && (mine.is_some() || !needs_scratch) && p.everything_mapped();
         // Every member decides from the same records: agree again unless every member last
-        // agreed on exactly these keys and still holds their mappings.
-        if agreed.iter().any(|&h| h == 0 || h != digest(&p.keys)) {
+        // agreed on exactly these keys and still holds their mappings. (Every member that
+        // says so holds the same agreed keys, so the comparison decides alike too; it keeps
+        // a member that forged a digest for other keys from skipping the round.)
+        if agreed.iter().any(|&h| h == 0 || h != digest(&p.keys)) || p.keys != s.agreed {
             ctl.write_at(0, &(ready as u64).to_le_bytes());
             self.request(coll_request(
                 coll::ALLREDUCE,
@@ -617,8 +623,9 @@ impl Ni {
         if !ready {
             // The keys were agreed on before and are all still held, so the mappings are
             // there: a member moved a place within its region to where no honest member's
-            // lies (the digest covers keys, not offsets), which every other member refused
-            // alike. The fabric's path, and agree again next time.
+            // lies (the digest covers keys, not offsets) or dropped a scratch half it needs,
+            // which every other member refused alike. The fabric's path, and agree again
+            // next time.
             s.agreed.clear();
             s.round += 1;
             return Ok(None);

@@ -248,8 +248,8 @@ fn small_reduces_and_scans_run_ahead_in_the_rings() {
 
 /// A member that moves its places once the others stopped agreeing on them (`coll.rs`
 /// `moved_places`; fastpath.md "Large allreduce in the window"): its result over its data,
-/// then its data past its region, then its scratch half. The others refuse the places, count
-/// them, and take the fabric's path with it — the sum right, no `peer down` — then agree afresh.
+/// then its data past its region, then its scratch half, then no scratch half at all. The
+/// others refuse the places, count them, and take the fabric's path with it — the sum right, no `peer down` — then agree afresh.
 #[test]
 fn a_member_that_moves_its_places_after_agreeing_is_refused_without_failing_the_others() {
     if std::env::var("NI_TEST_DIRECT").as_deref() == Ok("off") {
@@ -261,14 +261,14 @@ fn a_member_that_moves_its_places_after_agreeing_is_refused_without_failing_the_
     for r in 0..2 {
         assert_eq!(
             d.counter(r, "window_ring_errors"),
-            3,
-            "rank {r}: the three refusals"
+            4,
+            "rank {r}: the four refusals"
         );
-        // Laps 0, 1, 3, 5 and 7 through the members' memory, each member's chunk pushed.
+        // Laps 0, 1, 3, 5 and 8 through the members' memory, each member's chunk pushed.
         assert_eq!(d.counter(r, "window_large_allreduces"), 5, "rank {r}");
         assert_eq!(d.counter(r, "window_large_pushed"), 5, "rank {r}");
     }
-    assert_eq!(d.counter(2, "window_large_pushed"), 1, "the liar's lap 7");
+    assert_eq!(d.counter(2, "window_large_pushed"), 1, "the liar's lap 8");
 }
 
 /// A root's last broadcast is not lost when it detaches before the members call theirs.

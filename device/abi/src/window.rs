@@ -391,18 +391,22 @@ pub fn coll_meta(kind: u8, dtype: u32, op: u32, root: u32, count: u64) -> u64 {
 /// u64 per member, each member's record from byte [`large::RECORDS`] of its control region.
 pub mod large {
     /// Word 0 of every record; a member whose record says otherwise is in another protocol
-    /// (every member fails with `collision`). "NIARSD" v2.
-    pub const MAGIC: u64 = 0x4e49_4152_5344_0002;
-    /// u64 per record: [`MAGIC`], the scratch region's key (0: none), the operation's
-    /// [`super::coll_meta`], the scratch half's offset, the [`digest`] of the keys last agreed
-    /// on (0: agree again), the data's key and offset, the result's key and offset (key 0: in
-    /// the scratch half).
+    /// (every member fails with `collision`). "NIARSD" v3 (v2 gathered the records from byte
+    /// 64, over the last word of the member's own).
+    pub const MAGIC: u64 = 0x4e49_4152_5344_0003;
+    /// u64 per record, at byte 0 of the member's control region: [`MAGIC`], the scratch
+    /// region's key (0: none), the operation's [`super::coll_meta`], the scratch half's offset,
+    /// the [`digest`] of the keys last agreed on (0: agree again), the data's key and offset
+    /// (key 0: in the scratch half), the result's key and offset (key 0: in the scratch half,
+    /// or nowhere the others reach).
     pub const RECORD: usize = 9;
-    /// Where in the control region every member's record is gathered.
-    pub const RECORDS: usize = 64;
+    /// The byte of the control region from which every member's record is gathered, in rank
+    /// order: apart from the member's own (72 bytes), on a cache line of its own.
+    pub const RECORDS: usize = 128;
 
     /// The digest of every member's three keys (scratch, data, result, in rank order) that a
-    /// member publishes when it still holds the mappings all agreed on: never 0.
+    /// member publishes when it still holds the mappings all agreed on: never 0 (but for no
+    /// keys at all).
     pub fn digest(keys: &[u32]) -> u64 {
         if keys.is_empty() {
             return 0;

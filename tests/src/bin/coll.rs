@@ -1705,22 +1705,23 @@ fn moved_value(r: usize, i: usize) -> i64 {
 /// A member that lies about where its places are once the others stopped agreeing on them
 /// (fastpath.md "Large allreduce in the window": the first round's digest names the keys
 /// agreed on, not the offsets). Three members allreduce 4096 i64 (past the slots: through
-/// the members' exported memory), eight laps; ranks 0 and 1 through the API, rank 2 speaking
+/// the members' exported memory), nine laps; ranks 0 and 1 through the API, rank 2 speaking
 /// the first round itself (`ni_abi::window::large`) with its data and result in one region,
 /// apart, and a scratch half in another. Laps 0, 1, 3 and 5 it agrees, and the others write
 /// their chunks into its result (it writes none of its own: the others' results are not
 /// checked then); at lap 1 it learns the digest the others publish. Laps 2, 4 and 6: that
 /// digest, the same keys, and its result moved over its data (2), its data moved to end past
 /// its region (4), its scratch half moved to end past its region (6: an allreduce's members
-/// all need one). Places no honest member names, which the others must refuse rather than
-/// use (and not fail: they take the fabric's path, as the liar does, and get the sum), and
-/// agree afresh the lap after. Lap 7: all three through the API again.
+/// all need one). Lap 7, the others agreeing afresh: that digest, said by a member that names
+/// no scratch half, which it needs. Places no honest member names, which the others must
+/// refuse rather than use (and not fail: they take the fabric's path, as the liar does, and
+/// get the sum), and agree afresh the lap after. Lap 8: the liar too through the API.
 fn moved_places(ni: &Ni) {
     use ni_abi::fastpath::{coll, dtype};
     use ni_abi::window::large::{MAGIC, RECORD, RECORDS};
     const N: usize = 4096;
     /// The laps whose places the others refuse.
-    const LIES: [usize; 3] = [2, 4, 6];
+    const LIES: [usize; 4] = [2, 4, 6, 7];
     let (bytes, me) = (N * 8, ni.rank() as usize);
     assert_eq!(ni.size(), 3, "moved-places runs with 3 members");
     let i64s = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
@@ -1739,11 +1740,11 @@ fn moved_places(ni: &Ni) {
         let send = ni.alloc(bytes).unwrap();
         let recv = ni.alloc(bytes).unwrap();
         send.write_at(0, &i64s(&mine));
-        for lap in 0..8 {
+        for lap in 0..9 {
             recv.write_at(0, &vec![0xa5u8; bytes]);
             ni.allreduce::<i64>(ReduceOp::Sum, &send, 0, &recv, 0, N)
                 .unwrap_or_else(|e| panic!("lap {lap}: {e}"));
-            if LIES.contains(&lap) || lap == 7 {
+            if LIES.contains(&lap) || lap == 8 {
                 check(&recv, 0, lap);
             }
         }
@@ -1769,7 +1770,7 @@ fn moved_places(ni: &Ni) {
             .unwrap_or_else(|e| panic!("the liar's round: {e}"));
     };
     let mut digest = 0;
-    for lap in 0..7 {
+    for lap in 0..8 {
         // (data, result) offsets in `both`, the scratch half's in `scratch`; the agreed
         // digest where it lies.
         let (data_off, result_off, half_off) = match lap {
@@ -1781,7 +1782,7 @@ fn moved_places(ni: &Ni) {
         let lies = LIES.contains(&lap);
         let record = [
             MAGIC,
-            scratch.key() as u64,
+            if lap == 7 { 0 } else { scratch.key() as u64 },
             meta,
             half_off as u64,
             if lies { digest } else { 0 },
@@ -1808,7 +1809,7 @@ fn moved_places(ni: &Ni) {
         };
         match lap {
             // Nothing agreed yet; after a refusal, the others agree afresh.
-            0 | 3 | 5 => assert_eq!(word(0, 4), 0, "lap {lap}: the others agree again"),
+            0 | 3 | 5 | 7 => assert_eq!(word(0, 4), 0, "lap {lap}: the others agree again"),
             _ => {
                 let agreed = word(0, 4);
                 assert!(
@@ -1818,9 +1819,9 @@ fn moved_places(ni: &Ni) {
                 digest = agreed;
             }
         }
-        if !lies {
-            // Agree (the others mapped everything, and so did "I"), then their chunks come
-            // into `both` and a barrier ends it.
+        if word(0, 4) == 0 || !lies {
+            // The round of agreement ("I" mapped everything): the others agree unless they
+            // refused this record.
             ctl.write_at(0, &1u64.to_le_bytes());
             raw(
                 coll::ALLREDUCE,
@@ -1832,7 +1833,10 @@ fn moved_places(ni: &Ni) {
             );
             let mut b = [0u8; 8];
             ctl.read_at(8, &mut b);
-            assert_eq!(u64::from_le_bytes(b), 1, "lap {lap}: every member agreed");
+            assert_eq!(u64::from_le_bytes(b), !lies as u64, "lap {lap}: agreed");
+        }
+        if !lies {
+            // Their chunks come into `both`, and a barrier ends it.
             raw(coll::BARRIER, 0, ReduceOp::Sum, 0, 0, 0);
         } else {
             // The others refused the places: the fabric's allreduce, of the data and into
@@ -1850,8 +1854,8 @@ fn moved_places(ni: &Ni) {
     }
     let recv = ni.alloc(bytes).unwrap();
     ni.allreduce::<i64>(ReduceOp::Sum, &both, 0, &recv, 0, N)
-        .unwrap_or_else(|e| panic!("lap 7: {e}"));
-    check(&recv, 0, 7);
+        .unwrap_or_else(|e| panic!("lap 8: {e}"));
+    check(&recv, 0, 8);
 }
 
 /// Member r's element i of the minima over ±0: equal values whose sign says whose they are,
