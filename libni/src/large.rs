@@ -215,23 +215,25 @@ impl Places {
 
     /// Whether some other member's record names a place no honest member names: one outside
     /// the region named (`outside`), or a result the others are to write over data it says
-    /// they read.
-    /// Every member checks every other's places, so all but the one that lied see the same
-    /// and decide alike.
+    /// they read. Every member checks every other's places, so all but the one that lied see
+    /// the same and decide alike.
     fn refused(&self) -> bool {
-        let written = |m: usize| {
-            self.pushes()
-                || (self.kind == Kind::Reduce && m == self.root && self.in_place(m, RESULT))
-        };
         self.outside
             || (0..self.size).any(|m| {
                 let mapped = |what| self.peers[self.slot(m, what)].is_some();
                 m != self.me
-                    && written(m)
+                    && self.written(m)
                     && mapped(DATA)
                     && mapped(RESULT)
                     && !self.result_apart(m)
             })
+    }
+
+    /// Whether the other members write member `m`'s result where it is: every member's, in an
+    /// allreduce or scan that [pushes](Self::pushes); the root's, in a reduce whose root
+    /// exported its buffer ([`Ni::reduce_in_place`]).
+    fn written(&self, m: usize) -> bool {
+        self.pushes() || (self.kind == Kind::Reduce && m == self.root && self.in_place(m, RESULT))
     }
 
     /// Whether any member's `what` (DATA, RESULT) is read where its owner keeps it, which the
@@ -262,21 +264,17 @@ impl Places {
     fn everything_mapped(&self) -> bool {
         let (me, size) = (self.me, self.size);
         let data = |m: usize| m == me || self.place(m, DATA).is_some();
-        if self.pushes() {
-            // Each member writes its part into every other's receive buffer, which must lie
-            // apart from all that member says the others read.
-            return (0..size).all(|m| data(m) && (m == me || self.result_apart(m)));
+        if (0..size).any(|m| self.written(m)) {
+            // Each member folds its part of every vector, and writes it into every result
+            // the others write, which must lie apart from all its owner says they read.
+            return (0..size)
+                .all(|m| data(m) && (m == me || !self.written(m) || self.result_apart(m)));
         }
         match self.kind {
             Kind::Bcast => data(self.root),
             Kind::Allgather => (0..size).all(data),
-            // Where the root's buffer is exported, every member folds its part of every
-            // vector into it; else, of two members, the root alone reads every member's.
-            // (The other members write into the root's buffer: it must lie apart from all
-            // the root says they read.)
-            Kind::Reduce if self.in_place(self.root, RESULT) => {
-                (0..size).all(data) && (me == self.root || self.result_apart(self.root))
-            }
+            // Of two members whose root did not export its buffer, the root alone reads
+            // every member's vector.
             Kind::Reduce if size <= REDUCE_IN_PLACE_MAX => me != self.root || (0..size).all(data),
             Kind::Reduce if me != self.root => (0..size).all(data),
             // A scan's member reads the earlier members' data where they are; split by
@@ -600,7 +598,9 @@ impl Ni {
         // agreed on exactly these keys and still holds their mappings. (Every member that
         // says so holds the same agreed keys, so the comparison decides alike too; it keeps
         // a member that forged a digest for other keys from skipping the round.)
-        if agreed.iter().any(|&h| h == 0 || h != digest(&p.keys)) || p.keys != s.agreed {
+        let agree = agreed.iter().any(|&h| h == 0 || h != digest(&p.keys)) || p.keys != s.agreed;
+        let mut go = ready;
+        if agree {
             ctl.write_at(0, &(ready as u64).to_le_bytes());
             self.request(coll_request(
                 coll::ALLREDUCE,
@@ -613,22 +613,20 @@ impl Ni {
             ))?;
             let mut b = [0u8; 8];
             ctl.read_at(8, &mut b);
-            if u64::from_le_bytes(b) == 0 {
-                s.agreed.clear();
-                s.round += 1;
-                return Ok(None);
-            }
-            s.agreed = p.keys.clone();
+            go = u64::from_le_bytes(b) != 0;
         }
-        if !ready {
-            // The keys were agreed on before and are all still held, so the mappings are
-            // there: a member moved a place within its region to where no honest member's
-            // lies (the digest covers keys, not offsets) or dropped a scratch half it needs,
-            // which every other member refused alike. The fabric's path, and agree again
-            // next time.
+        // Without the round, not ready here means the keys agreed on before, all still held
+        // (so mapped), and a member that moved a place within its region to where no honest
+        // member's lies (the digest covers keys, not offsets) or dropped a scratch half it
+        // needs: every other member refused it alike.
+        if !go {
+            // The fabric's path, and agree again next time.
             s.agreed.clear();
             s.round += 1;
             return Ok(None);
+        }
+        if agree {
+            s.agreed = p.keys.clone();
         }
         Ok(Some(p))
     }
